@@ -1,0 +1,33 @@
+# Every target creates or refreshes .venv itself, so a fresh clone needs only
+# `make run` or `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+ARGS   ?=
+
+.PHONY: run test bench lint venv clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/agora-hub serve $(ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q $(ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python -m tests.benchmarks $(ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check hub protocol adapters tests
+	$(BIN)/ruff format --check hub protocol adapters tests
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

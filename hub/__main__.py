@@ -1,0 +1,5 @@
+import sys
+
+from hub.cli import main
+
+sys.exit(main())

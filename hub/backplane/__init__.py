@@ -1,0 +1,31 @@
+"""How space messages travel between nodes.
+
+:class:`~hub.backplane.base.Backplane` is the interface; ``memory://`` (one
+node, the default) and ``redis://`` implementations are chosen from
+``redis_url`` by :func:`create_backplane`.
+"""
+
+from __future__ import annotations
+
+from hub.backplane.base import Backplane, DeliveryHandler, Draft, Envelope, StreamOp
+from hub.backplane.memory import MemoryBackplane
+
+__all__ = [
+    "Backplane",
+    "DeliveryHandler",
+    "Draft",
+    "Envelope",
+    "MemoryBackplane",
+    "StreamOp",
+    "create_backplane",
+]
+
+
+def create_backplane(
+    redis_url: str | None, *, prefix: str = "agora", node_id: str = ""
+) -> Backplane:
+    if not redis_url or redis_url.startswith("memory://"):
+        return MemoryBackplane()
+    from hub.backplane.redis import RedisBackplane
+
+    return RedisBackplane(redis_url, prefix=prefix, node_id=node_id)

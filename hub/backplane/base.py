@@ -1,0 +1,84 @@
+"""The backplane interface: sequenced publish, unsequenced send, subscribe.
+
+Every message for a space goes through the backplane, even on a single node,
+so that all members everywhere see one order. A sequenced publish assigns the
+space's next ``seq`` and completes the frame (``head + seq + tail``) in one
+atomic step; the finished bytes are what every node hands to its members.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Protocol
+
+
+class StreamOp(IntEnum):
+    """Where a message sits in a stream; receivers' nodes track eligibility by it."""
+
+    NONE = 0  # not part of a stream
+    OPEN = 1  # first delta: the members present now are the stream's audience
+    DELTA = 2
+    END = 3  # done or cancel: the last frame of the stream
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    """A message waiting for its ``seq``."""
+
+    head: bytes
+    tail: bytes
+    exclude: str | None = None  # agent id that must not receive it (echo off)
+    stream: str | None = None
+    op: StreamOp = StreamOp.NONE
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A finished message as every node receives it."""
+
+    space: str
+    frame: bytes
+    seq: int | None = None
+    exclude: str | None = None
+    stream: str | None = None
+    op: StreamOp = StreamOp.NONE
+
+
+class DeliveryHandler(Protocol):
+    """What a node gives the backplane: where incoming messages are pushed."""
+
+    def deliver(self, envelope: Envelope) -> None: ...
+
+    def backplane_ready(self, ready: bool) -> None: ...
+
+
+class Backplane(Protocol):
+    """Carries space messages between the nodes of a cluster."""
+
+    @property
+    def ready(self) -> bool:
+        """Connected and subscribed to every channel asked for."""
+        ...
+
+    async def start(self, handler: DeliveryHandler) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+    async def subscribe(self, space: str) -> None:
+        """Start receiving the space's messages; raises BackplaneUnavailable."""
+        ...
+
+    async def unsubscribe(self, space: str) -> None: ...
+
+    async def publish(self, space: str, draft: Draft) -> int:
+        """Assign the next seq, deliver everywhere, return the seq."""
+        ...
+
+    async def send(self, envelope: Envelope) -> None:
+        """Deliver an unsequenced message (membership changes) everywhere."""
+        ...
+
+    async def forget(self, space: str) -> None:
+        """The space is gone cluster-wide: drop its sequence and history."""
+        ...

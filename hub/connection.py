@@ -1,0 +1,190 @@
+"""A hub connection: websockets' ServerConnection plus a byte-bounded outbox.
+
+websockets drives the protocol (handshake, parsing, pings, closing); this
+class adds the hub's write path (:meth:`push`, :meth:`flush`) and keeps the
+two in order: before websockets writes anything of its own (a pong, a close
+frame) the pending outbox bytes go first, so no frame can overtake another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import TYPE_CHECKING, Any
+
+from websockets.asyncio.server import ServerConnection
+from websockets.exceptions import ConnectionClosed, PayloadTooBig
+from websockets.protocol import State
+
+from hub.outbox import Flusher, OutFrame
+from protocol import codec
+from protocol.errors import CloseCode, ErrorCode
+
+if TYPE_CHECKING:
+    from hub.metrics import Counters
+    from hub.session import Session
+
+OPEN = State.OPEN
+
+
+class HubConnection(ServerConnection):
+    """One agent's WebSocket. Node-wide parts are class attributes set by the node."""
+
+    flusher: Flusher
+    counters: Counters
+    outbox_limit: int = 4 * 1024 * 1024
+    preframed: bool = True  # False when permessage-deflate may be negotiated
+    hub_close_timeout: float = 5.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.agent_id: str = ""
+        self.token: str | None = None
+        self.session: Session | None = None
+        self.opened_at = time.monotonic()
+        self.frames_out = 0
+        self.hub_close_code: int | None = None
+        self.cleaned_up = asyncio.Event()
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._buffered = 0
+        self._dirty = False
+        self._outbox_open = True
+        self._deflate = False
+        self._too_big_reported = False
+        self._close_task: asyncio.Task[None] | None = None
+
+    def start_outbox(self) -> None:
+        """Called once the handshake is done: fixes the write path."""
+        self._deflate = bool(self.protocol.extensions) or not self.preframed
+
+    # ── the write path ───────────────────────────────────────────────────
+
+    def push(self, out: OutFrame) -> bool:
+        """Queue a frame; False if it was dropped (closing or slow consumer)."""
+        if not self._outbox_open:
+            self.counters.dropped += 1
+            return False
+        if self._deflate:
+            if self.protocol.state is not OPEN:
+                self.counters.dropped += 1
+                return False
+            # permessage-deflate: every connection compresses with its own context.
+            self.protocol.send_text(out.payload)
+            for data in self.protocol.data_to_send():
+                self._pending.append(data)
+                self._pending_bytes += len(data)
+        else:
+            wire = out.wire
+            assert wire is not None
+            self._pending.append(wire)
+            self._pending_bytes += len(wire)
+        self.frames_out += 1
+        if self._pending_bytes + self._buffered > self.outbox_limit and self._over_limit():
+            return False
+        if not self._dirty:
+            self._dirty = True
+            self.flusher.add(self)
+        return True
+
+    def send_frame(self, payload: bytes) -> bool:
+        """Queue one message for this connection only."""
+        return self.push(OutFrame(payload, preframe=not self._deflate))
+
+    def flush(self) -> None:
+        self._dirty = False
+        pending = self._pending
+        if not pending:
+            return
+        data = pending[0] if len(pending) == 1 else b"".join(pending)
+        pending.clear()
+        self._pending_bytes = 0
+        transport = self.transport
+        if transport.is_closing():
+            return
+        transport.write(data)
+        self._buffered = transport.get_write_buffer_size()
+
+    def _over_limit(self) -> bool:
+        # The transport buffer size is refreshed only here, where it matters.
+        self._buffered = self.transport.get_write_buffer_size()
+        if self._pending_bytes + self._buffered <= self.outbox_limit:
+            return False
+        self.counters.slow_consumer_closes += 1
+        self.counters.dropped += len(self._pending)
+        self._pending.clear()
+        self._pending_bytes = 0
+        self.close_for(
+            CloseCode.SLOW_CONSUMER,
+            ErrorCode.SLOW_CONSUMER,
+            f"outbound queue over {self.outbox_limit} bytes: reading too slowly",
+        )
+        return True
+
+    def send_data(self) -> None:
+        # websockets is about to write (pong, close frame…): our bytes first.
+        if self._pending:
+            self.flush()
+        exc = self.protocol.parser_exc
+        if exc is not None and not self._too_big_reported and isinstance(exc, PayloadTooBig):
+            # The contract wants an error event before the 1009 close frame
+            # that websockets has just queued.
+            self._too_big_reported = True
+            frame = OutFrame(
+                codec.error(ErrorCode.INVALID_REQUEST, f"frame too big: {exc}"), preframe=True
+            )
+            assert frame.wire is not None
+            if not self.transport.is_closing():
+                self.transport.write(frame.wire)
+        super().send_data()
+
+    # ── closing ──────────────────────────────────────────────────────────
+
+    @property
+    def closing(self) -> bool:
+        return not self._outbox_open
+
+    def close_for(self, code: CloseCode, error: ErrorCode, reason: str) -> None:
+        """Send an ``error`` event, then close with ``code``. Does not block."""
+        if not self._outbox_open:
+            return
+        if self.protocol.state is OPEN:
+            self.send_frame(codec.error(error, reason))
+            self.flush()
+        self._outbox_open = False
+        self.hub_close_code = int(code)
+        if self.session is not None:
+            self.session.begin_close()
+        self._close_task = asyncio.get_running_loop().create_task(
+            self.close_gracefully(code, reason)
+        )
+
+    async def close_gracefully(self, code: int, reason: str) -> None:
+        """Closing handshake with a deadline; a peer that doesn't answer is cut."""
+        self._outbox_open = False
+        if self.hub_close_code is None:
+            self.hub_close_code = int(code)
+        reason = reason.encode()[:120].decode(errors="ignore")
+        try:
+            async with asyncio.timeout(self.hub_close_timeout):
+                await self.close(code, reason)
+        except (TimeoutError, ConnectionClosed, OSError):
+            self.transport.abort()
+
+    async def probe(self, timeout: float) -> bool:
+        """Is the peer alive? A ping answered within ``timeout``."""
+        if self.protocol.state is not OPEN or not self._outbox_open:
+            return False
+        try:
+            async with asyncio.timeout(timeout):
+                waiter = await self.ping()
+                await waiter
+        except (TimeoutError, ConnectionClosed, OSError):
+            return False
+        return True
+
+    async def wait_cleaned_up(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self.cleaned_up.wait()

@@ -1,0 +1,121 @@
+"""Counters for the hot path and their Prometheus exposition.
+
+The hot path bumps plain integers on :class:`Counters` (a Prometheus client
+counter takes a lock per increment); a custom collector reads them when
+``/metrics`` is scraped. Each node has its own registry, so several nodes can
+live in one process (the tests do that).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+__all__ = ["CONTENT_TYPE_LATEST", "Counters", "Gauges", "HubCollector", "render"]
+
+
+@dataclass(slots=True)
+class Counters:
+    messages_in: int = 0
+    messages_out: int = 0
+    deliveries: int = 0
+    dropped: int = 0
+    slow_consumer_closes: int = 0
+    connections_opened: int = 0
+    published: int = 0
+    backplane_errors: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+    closes: Counter[int] = field(default_factory=Counter)
+
+
+@dataclass(frozen=True, slots=True)
+class Gauges:
+    """Values read from the node at scrape time."""
+
+    connections: Callable[[], int]
+    spaces: Callable[[], int]
+    streams: Callable[[], int]
+    backplane_ready: Callable[[], bool]
+    backplane_lag: Callable[[], float]
+
+
+class HubCollector:
+    def __init__(self, counters: Counters, gauges: Gauges, node_id: str):
+        self._c = counters
+        self._g = gauges
+        self._node = node_id
+
+    def collect(self) -> Iterator[Metric]:
+        c, g = self._c, self._g
+        yield _gauge(
+            "agora_hub_connections", "Open agent connections on this node.", g.connections()
+        )
+        yield _gauge("agora_hub_spaces", "Spaces with members on this node.", g.spaces())
+        yield _gauge(
+            "agora_hub_streams_open", "Streams being relayed to this node's members.", g.streams()
+        )
+        yield _gauge(
+            "agora_hub_backplane_ready",
+            "1 when the backplane is connected and subscribed.",
+            int(g.backplane_ready()),
+        )
+        yield _gauge(
+            "agora_hub_backplane_lag_seconds",
+            "Publish-to-delivery delay of the last backplane message.",
+            g.backplane_lag(),
+        )
+        yield _counter(
+            "agora_hub_connections_opened", "Connections accepted.", c.connections_opened
+        )
+        yield _counter("agora_hub_messages_in", "Frames received from agents.", c.messages_in)
+        yield _counter("agora_hub_messages_out", "Frames queued to agents.", c.messages_out)
+        yield _counter("agora_hub_deliveries", "Space messages handed to members.", c.deliveries)
+        yield _counter("agora_hub_published", "Space messages this node published.", c.published)
+        yield _counter(
+            "agora_hub_dropped",
+            "Frames not delivered because the connection was closing or too slow.",
+            c.dropped,
+        )
+        yield _counter(
+            "agora_hub_slow_consumer_closes",
+            "Connections closed with 4008.",
+            c.slow_consumer_closes,
+        )
+        yield _counter(
+            "agora_hub_backplane_errors", "Requests refused with UNAVAILABLE.", c.backplane_errors
+        )
+        errors = CounterMetricFamily(
+            "agora_hub_errors", "error events sent, by code.", labels=["code"]
+        )
+        for code, n in sorted(c.errors.items()):
+            errors.add_metric([code], n)
+        yield errors
+        closes = CounterMetricFamily(
+            "agora_hub_closes", "Hub-initiated closes, by close code.", labels=["code"]
+        )
+        for code, n in sorted(c.closes.items()):
+            closes.add_metric([str(code)], n)
+        yield closes
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, value=value)
+
+
+def build_registry(collector: HubCollector) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)  # type: ignore[arg-type]
+    return registry
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)

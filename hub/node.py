@@ -1,0 +1,672 @@
+"""The node: composition root of a hub process.
+
+A :class:`Node` owns the settings, the authenticator, the backplane and
+presence (in-memory by default, Redis for a cluster), this node's spaces,
+streams and connections, and the counters. :meth:`Node.handle` runs one
+connection: it authenticates, claims the agent id, then feeds every frame to
+the connection's :class:`~hub.session.Session` and carries out the actions it
+returns. :meth:`Node.deliver` is the fan-out: the backplane pushes every space
+message here and it is handed, already encoded, to each local member.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+from websockets.exceptions import ConnectionClosed
+
+from hub.auth import build_authenticator
+from hub.backplane import Backplane, Draft, Envelope, StreamOp, create_backplane
+from hub.connection import HubConnection
+from hub.errors import AuthError, BackplaneUnavailable, SpaceFull
+from hub.metrics import Counters, Gauges, HubCollector, build_registry
+from hub.outbox import Flusher, OutFrame
+from hub.presence import AgentRecord, Presence, create_presence
+from hub.session import (
+    Action,
+    Close,
+    Denied,
+    Join,
+    Leave,
+    ListSpaces,
+    Publish,
+    ReceiverCancel,
+    Register,
+    Reject,
+    Send,
+    Session,
+    SessionLimits,
+    StreamCancel,
+    StreamDelta,
+    StreamDone,
+)
+from hub.settings import Settings
+from hub.spaces import SpaceDirectory
+from hub.streams import StreamRouter
+from hub.subscriptions import Subscriptions
+from protocol import codec
+from protocol.errors import CloseCode, ErrorCode, ProtocolError
+from protocol.names import AGENT_STATUS_SPACE, SpaceKind, space_kind
+
+# ``from`` of events the hub itself generates; not a valid agent id.
+HUB_SENDER = "@hub"
+
+
+class Node:
+    """One hub process's worth of state and behaviour."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        backplane: Backplane | None = None,
+        presence: Presence | None = None,
+    ):
+        s = self.settings = settings
+        self.node_id = s.node_id
+        self.log = structlog.get_logger("hub").bind(node=self.node_id)
+        self.counters = Counters()
+        self.auth = build_authenticator(s)
+        self.backplane = backplane or create_backplane(
+            s.redis_url, prefix=s.redis_prefix, node_id=s.node_id
+        )
+        self.presence = presence or create_presence(
+            s.redis_url, prefix=s.redis_prefix, node_id=s.node_id, ttl=s.heartbeat_timeout
+        )
+        self.spaces = SpaceDirectory(s.declared, s.space_capacity, s.auto_create_spaces)
+        self.streams = StreamRouter()
+        grace = 0.0 if not s.redis_url else min(5.0, s.heartbeat_interval)
+        self.subscriptions = Subscriptions(self.backplane, grace, self.spaces.has_local)
+        self.limits = SessionLimits(
+            heartbeat_timeout=s.heartbeat_timeout,
+            rate_limit=s.rate_limit,
+            rate_burst=s.rate_burst,
+            rate_abuse_seconds=s.rate_abuse_seconds,
+            max_streams=s.max_streams_per_agent,
+        )
+        # Every local connection by connection id, registered before its
+        # agent id is claimed so a concurrent duplicate can probe it.
+        self.connections: dict[str, HubConnection] = {}
+        self.flusher = Flusher()
+        self.preframe = s.compression == "none"
+        self.connection_class: type[HubConnection] = type(
+            "NodeConnection",
+            (HubConnection,),
+            {
+                "flusher": self.flusher,
+                "counters": self.counters,
+                "outbox_limit": s.outbox_max_bytes,
+                "preframed": self.preframe,
+                "hub_close_timeout": s.close_timeout,
+            },
+        )
+        self.metrics_registry = build_registry(
+            HubCollector(
+                self.counters,
+                Gauges(
+                    connections=lambda: len(self.connections),
+                    spaces=lambda: len(self.spaces.local),
+                    streams=lambda: len(self.streams),
+                    backplane_ready=lambda: self.ready,
+                    backplane_lag=lambda: getattr(self.backplane, "lag", 0.0),
+                ),
+                self.node_id,
+            )
+        )
+        self.accepting = True
+        self._tag = secrets.token_hex(4)
+        self._ids = itertools.count(1)
+        self._sweeper: asyncio.Task[None] | None = None
+        self._started = False
+        self._closed = False
+        self._handlers: dict[type, Callable[[HubConnection, Any], Awaitable[None] | None]] = {
+            Publish: self._publish,
+            StreamDelta: self._stream_delta,
+            Send: self._send,
+            Reject: self._reject,
+            StreamDone: self._stream_done,
+            StreamCancel: self._stream_cancel,
+            ReceiverCancel: self._receiver_cancel,
+            Join: self._join,
+            Leave: self._leave,
+            ListSpaces: self._list_spaces,
+            Register: self._register,
+            Denied: self._denied,
+            Close: self._close,
+        }
+
+    # ── lifecycle ────────────────────────────────────────────────────────
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        await self.presence.start()
+        await self.backplane.start(self)
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+
+    async def aclose(self) -> None:
+        """Stop background work and release the backplane. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self.accepting = False
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        await self.subscriptions.aclose()
+        with contextlib.suppress(Exception):
+            await self.backplane.aclose()
+        with contextlib.suppress(Exception):
+            await self.presence.aclose()
+
+    async def __aenter__(self) -> Node:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    @property
+    def ready(self) -> bool:
+        return self.backplane.ready and not self._closed
+
+    # ── backplane handler: the fan-out ──────────────────────────────────
+
+    def deliver(self, env: Envelope) -> None:
+        members = self.spaces.local.get(env.space)
+        if not members:
+            return
+        out = OutFrame(env.frame, self.preframe)
+        if env.stream is not None:
+            self.counters.deliveries += self.streams.route(
+                env, members, out, asyncio.get_running_loop().time()
+            )
+            return
+        exclude = env.exclude
+        if exclude is None:
+            for conn in members:
+                conn.push(out)
+            self.counters.deliveries += len(members)
+        else:
+            n = 0
+            for conn in members:
+                if conn.agent_id != exclude:
+                    conn.push(out)
+                    n += 1
+            self.counters.deliveries += n
+        self.counters.messages_out += len(members)
+
+    def backplane_ready(self, ready: bool) -> None:
+        self.log.info("backplane ready" if ready else "backplane not ready")
+
+    # ── one connection ──────────────────────────────────────────────────
+
+    def new_connection_id(self) -> str:
+        return f"ws-{self._tag}-{next(self._ids):x}"
+
+    def new_event_id(self) -> str:
+        return f"evt-{self._tag}-{next(self._ids):x}"
+
+    async def handle(self, conn: HubConnection) -> None:
+        """Run one agent connection from accepted to cleaned up."""
+        loop = asyncio.get_running_loop()
+        conn.start_outbox()
+        agent_id = conn.agent_id
+        conn_id = self.new_connection_id()
+        log = self.log.bind(agent_id=agent_id, connection_id=conn_id)
+        try:
+            self.auth.authenticate(agent_id, conn.token)
+        except AuthError as exc:
+            await self._refuse(conn, CloseCode.UNAUTHORIZED, ErrorCode.UNAUTHORIZED, str(exc))
+            log.info("connection refused", reason="unauthorized")
+            return
+        record = AgentRecord(agent_id, self.node_id, conn_id)
+        self.connections[conn_id] = conn
+        try:
+            claimed = await self._claim(record)
+        except BackplaneUnavailable as exc:
+            self.connections.pop(conn_id, None)
+            await self._refuse(conn, CloseCode.TRY_AGAIN_LATER, ErrorCode.UNAVAILABLE, str(exc))
+            log.info("connection refused", reason="backplane unavailable")
+            return
+        if not claimed:
+            self.connections.pop(conn_id, None)
+            await self._refuse(
+                conn,
+                CloseCode.AGENT_EXISTS,
+                ErrorCode.AGENT_EXISTS,
+                f"agent {agent_id!r} is already connected",
+            )
+            log.info("connection refused", reason="agent exists")
+            return
+
+        session = conn.session = Session(agent_id, conn_id, self.limits, loop.time())
+        self.counters.connections_opened += 1
+        s = self.settings
+        conn.send_frame(
+            codec.registered(
+                None,
+                agent_id,
+                conn_id,
+                round(s.heartbeat_interval * 1000),
+                round(s.heartbeat_timeout * 1000),
+            )
+        )
+        log.info("connection opened", remote=_remote(conn))
+        try:
+            with contextlib.suppress(BackplaneUnavailable):
+                await self._agent_status("online", record)
+            await self._serve(conn, session)
+        finally:
+            await self._cleanup(conn, session, record)
+            conn.cleaned_up.set()
+            log.info(
+                "connection closed",
+                duration=round(time.monotonic() - conn.opened_at, 3),
+                messages_in=session.messages_in,
+                messages_out=conn.frames_out,
+                close_code=conn.hub_close_code
+                if conn.hub_close_code is not None
+                else _close_code(conn),
+            )
+
+    async def _serve(self, conn: HubConnection, session: Session) -> None:
+        loop = asyncio.get_running_loop()
+        receive = session.receive
+        handlers = self._handlers
+        counters = self.counters
+        try:
+            async for frame in conn:
+                counters.messages_in += 1
+                for action in receive(frame, loop.time()):
+                    try:
+                        result = handlers[type(action)](conn, action)
+                        if result is not None:
+                            await result
+                    except ProtocolError as exc:
+                        self._error(conn, exc.code, exc.message, exc.request_id)
+                    except SpaceFull as exc:
+                        self._error(conn, ErrorCode.SPACE_FULL, str(exc), _rid(action))
+                    except BackplaneUnavailable as exc:
+                        counters.backplane_errors += 1
+                        self._error(
+                            conn,
+                            ErrorCode.UNAVAILABLE,
+                            f"{exc}: request not carried out",
+                            _rid(action),
+                        )
+                    except ConnectionClosed:
+                        raise
+                    except Exception:
+                        self.log.exception("action failed", action=type(action).__name__)
+                        self._error(conn, ErrorCode.INTERNAL_ERROR, "internal error", _rid(action))
+        except ConnectionClosed:
+            pass
+
+    async def _refuse(
+        self, conn: HubConnection, code: CloseCode, error: ErrorCode, reason: str
+    ) -> None:
+        self.counters.errors[error] += 1
+        self.counters.closes[int(code)] += 1
+        conn.close_for(code, error, reason)
+        await conn.close_gracefully(code, reason)
+
+    async def _cleanup(self, conn: HubConnection, session: Session, record: AgentRecord) -> None:
+        for cancel in session.closed():
+            with contextlib.suppress(BackplaneUnavailable, ConnectionClosed):
+                await self._stream_cancel(conn, cancel)
+        self.connections.pop(session.connection_id, None)
+        for space in list(session.spaces):
+            with contextlib.suppress(BackplaneUnavailable):
+                await self._remove_member(conn, space)
+        with contextlib.suppress(BackplaneUnavailable):
+            await self.presence.release_agent(record.agent_id, record.connection_id)
+            await self._agent_status("offline", record)
+
+    # ── agent ids ───────────────────────────────────────────────────────
+
+    async def _claim(self, record: AgentRecord) -> bool:
+        holder = await self.presence.claim_agent(record)
+        if holder is None:
+            return True
+        if await self._holder_alive(holder):
+            return False
+        await self._evict(holder)
+        return await self.presence.claim_agent(record, replace=holder.connection_id) is None
+
+    async def _holder_alive(self, holder: AgentRecord) -> bool:
+        if holder.node_id != self.node_id:
+            return await self.remote_alive(holder)
+        conn = self.connections.get(holder.connection_id)
+        if conn is None:
+            return False  # a record left behind: nobody here holds it
+        session = conn.session
+        loop = asyncio.get_running_loop()
+        if (
+            session is not None
+            and loop.time() - session.last_seen > self.settings.heartbeat_timeout
+        ):
+            return False
+        return await conn.probe(self.settings.liveness_probe_timeout)
+
+    async def remote_alive(self, holder: AgentRecord) -> bool:
+        """Liveness of a holder on another node; the cluster overrides this."""
+        return True
+
+    async def _evict(self, holder: AgentRecord) -> None:
+        conn = self.connections.get(holder.connection_id)
+        if conn is None:
+            return
+        self.counters.closes[int(CloseCode.HEARTBEAT_TIMEOUT)] += 1
+        conn.close_for(
+            CloseCode.HEARTBEAT_TIMEOUT,
+            ErrorCode.HEARTBEAT_TIMEOUT,
+            "failed a liveness probe: replaced by a new connection",
+        )
+        await conn.wait_cleaned_up(self.settings.close_timeout + 1)
+
+    # ── actions ─────────────────────────────────────────────────────────
+
+    def _send(self, conn: HubConnection, a: Send) -> None:
+        conn.send_frame(a.frame)
+
+    def _reject(self, conn: HubConnection, a: Reject) -> None:
+        e = a.error
+        self._error(conn, e.code, e.message, e.request_id)
+
+    def _error(
+        self, conn: HubConnection, code: ErrorCode, message: str, request_id: str | int | None
+    ) -> None:
+        self.counters.errors[code] += 1
+        conn.send_frame(codec.error(code, message, request_id))
+
+    def _close(self, conn: HubConnection, a: Close) -> None:
+        self.counters.errors[a.error] += 1
+        self.counters.closes[int(a.code)] += 1
+        conn.close_for(a.code, a.error, a.reason)
+
+    async def _register(self, conn: HubConnection, a: Register) -> None:
+        session = conn.session
+        assert session is not None
+        info = a.info
+        record = AgentRecord(
+            conn.agent_id,
+            self.node_id,
+            session.connection_id,
+            info.type,
+            tuple(info.capabilities),
+            info.metadata,
+        )
+        await self.presence.update_agent(record)
+        s = self.settings
+        conn.send_frame(
+            codec.registered(
+                a.request_id,
+                conn.agent_id,
+                session.connection_id,
+                round(s.heartbeat_interval * 1000),
+                round(s.heartbeat_timeout * 1000),
+            )
+        )
+        await self._agent_status("updated", record)
+
+    async def _publish(self, conn: HubConnection, a: Publish) -> None:
+        agent = conn.agent_id
+        data = a.data
+        if "from" not in data:
+            data["from"] = agent
+        text = data.get("text")
+        threshold = self.settings.stream_threshold
+        if type(text) is str and len(text) * 4 > threshold and len(text.encode()) > threshold:
+            await self._publish_streamed(conn, a, text)
+            return
+        event_id = self.new_event_id()
+        rest: dict[str, Any] = {"from": agent, "timestamp": codec.now_ms(), "data": data}
+        if a.request_id is not None:
+            rest["request_id"] = a.request_id
+        head, tail = codec.sequenced("space.event", a.space, event_id, rest)
+        seq = await self.backplane.publish(a.space, Draft(head, tail, None if a.echo else agent))
+        self.counters.published += 1
+        if not a.echo:
+            conn.send_frame(codec.published(a.request_id, a.space, event_id, seq))
+
+    async def _publish_streamed(self, conn: HubConnection, a: Publish, text: str) -> None:
+        """A publish too big for one event goes out as deltas and a done."""
+        agent = conn.agent_id
+        stream_id = f"{agent}/{self.new_event_id()}"
+        exclude = None if a.echo else agent
+        ts = codec.now_ms()
+        first = {k: v for k, v in a.data.items() if k != "text"}
+        for i, chunk in enumerate(codec.split_utf8(text, self.settings.stream_chunk)):
+            data = {**first, "text": chunk} if i == 0 else {"text": chunk}
+            head, tail = codec.sequenced(
+                "space.event.delta",
+                a.space,
+                stream_id,
+                {"from": agent, "timestamp": ts, "data": data},
+            )
+            op = StreamOp.OPEN if i == 0 else StreamOp.DELTA
+            await self.backplane.publish(a.space, Draft(head, tail, exclude, stream_id, op))
+        rest: dict[str, Any] = {"from": agent, "timestamp": ts}
+        if a.request_id is not None:
+            rest["request_id"] = a.request_id
+        head, tail = codec.sequenced("space.event.done", a.space, stream_id, rest)
+        seq = await self.backplane.publish(
+            a.space, Draft(head, tail, exclude, stream_id, StreamOp.END)
+        )
+        self.counters.published += 1
+        if not a.echo:
+            conn.send_frame(codec.published(a.request_id, a.space, stream_id, seq))
+
+    async def _denied(self, conn: HubConnection, a: Denied) -> None:
+        if await self.space_exists(a.space):
+            raise ProtocolError(
+                ErrorCode.UNAUTHORIZED, f"not a member of space {a.space!r}", a.request_id
+            )
+        raise ProtocolError(
+            ErrorCode.SPACE_NOT_FOUND, f"space {a.space!r} does not exist", a.request_id
+        )
+
+    async def space_exists(self, space: str) -> bool:
+        if self.spaces.persistent(space) or self.spaces.has_local(space):
+            return True
+        if space_kind(space) is SpaceKind.SYSTEM:
+            return False
+        _, count = await self.presence.space_members(space, 0)
+        return count > 0
+
+    # ── streams ─────────────────────────────────────────────────────────
+
+    async def _stream_delta(self, conn: HubConnection, a: StreamDelta) -> None:
+        agent = conn.agent_id
+        data = a.data
+        if a.first and "from" not in data:
+            data["from"] = agent
+        head, tail = codec.sequenced(
+            "space.event.delta",
+            a.space,
+            a.stream_id,
+            {"from": agent, "timestamp": codec.now_ms(), "data": data},
+        )
+        op = StreamOp.OPEN if a.first else StreamOp.DELTA
+        exclude = None if a.echo else agent
+        await self.backplane.publish(a.space, Draft(head, tail, exclude, a.stream_id, op))
+
+    async def _stream_done(self, conn: HubConnection, a: StreamDone) -> None:
+        rest: dict[str, Any] = {"from": conn.agent_id, "timestamp": codec.now_ms()}
+        if a.request_id is not None:
+            rest["request_id"] = a.request_id
+        head, tail = codec.sequenced("space.event.done", a.space, a.stream_id, rest)
+        await self.backplane.publish(a.space, Draft(head, tail, None, a.stream_id, StreamOp.END))
+        self.counters.published += 1
+
+    async def _stream_cancel(self, conn: HubConnection, a: StreamCancel) -> None:
+        """End a publisher's stream early; the publisher always hears of it."""
+        agent = conn.agent_id
+        rest: dict[str, Any] = {"from": agent, "timestamp": codec.now_ms(), "reason": a.reason}
+        if a.request_id is not None:
+            rest["request_id"] = a.request_id
+        head, tail = codec.sequenced("space.event.cancel", a.space, a.stream_id, rest)
+        seq = await self.backplane.publish(
+            a.space, Draft(head, tail, agent, a.stream_id, StreamOp.END)
+        )
+        if not conn.closing:
+            conn.send_frame(codec.complete(head, seq, tail))
+
+    def _receiver_cancel(self, conn: HubConnection, a: ReceiverCancel) -> None:
+        if not self.streams.stop_receiving(conn, a.stream_id):
+            raise ProtocolError(
+                ErrorCode.INVALID_REQUEST,
+                f"not receiving a stream {a.stream_id[:260]!r}",
+                a.request_id,
+            )
+        conn.send_frame(codec.receiver_cancelled(a.request_id, a.space, a.stream_id))
+
+    # ── spaces ──────────────────────────────────────────────────────────
+
+    async def _join(self, conn: HubConnection, a: Join) -> None:
+        session = conn.session
+        assert session is not None
+        space, rid = a.space, a.request_id
+        limit = self.settings.members_list_limit
+        if space in session.spaces:  # joining twice just answers again
+            members, count = await self.presence.space_members(space, limit)
+            conn.send_frame(codec.joined(rid, space, members, count))
+            return
+        self.spaces.check_joinable(space, rid)
+        await self.presence.join_space(space, conn.agent_id, self.spaces.capacity(space))
+        try:
+            await self.subscriptions.ensure(space)
+            members, count = await self.presence.space_members(space, limit)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self.presence.leave_space(space, conn.agent_id)
+            raise
+        if conn.closing:
+            return  # closed meanwhile: cleanup has already run for its spaces
+        # From here the joiner receives the space's messages; the reply goes
+        # out first so nothing of the space overtakes space.joined.
+        conn.send_frame(codec.joined(rid, space, members, count))
+        self.spaces.add_local(space, conn)
+        session.on_joined(space)
+        with contextlib.suppress(BackplaneUnavailable):
+            await self._announce(space, members, count, joined=conn.agent_id)
+
+    async def _leave(self, conn: HubConnection, a: Leave) -> None:
+        for cancel in a.cancelled:
+            await self._stream_cancel(conn, cancel)
+        await self._remove_member(conn, a.space)
+        conn.send_frame(codec.left(a.request_id, a.space))
+
+    async def _remove_member(self, conn: HubConnection, space: str) -> None:
+        session = conn.session
+        assert session is not None
+        session.on_left(space)
+        self.streams.forget_member(space, conn)
+        if self.spaces.remove_local(space, conn):
+            self.subscriptions.release(space)
+        remaining = await self.presence.leave_space(space, conn.agent_id)
+        if remaining:
+            members, count = await self.presence.space_members(
+                space, self.settings.members_list_limit
+            )
+            await self._announce(space, members, count, left=conn.agent_id)
+        elif not self.spaces.persistent(space):
+            await self.backplane.forget(space)
+
+    async def _announce(
+        self,
+        space: str,
+        members: list[str],
+        count: int,
+        joined: str | None = None,
+        left: str | None = None,
+    ) -> None:
+        """Tell a space's other members who joined or left."""
+        frame = codec.members(space, members, count, joined, left)
+        await self.backplane.send(Envelope(space, frame, exclude=joined))
+
+    async def _list_spaces(self, conn: HubConnection, a: ListSpaces) -> None:
+        sizes = await self.presence.space_sizes()
+        for space in (*self.spaces.declared, *self.spaces.system):
+            sizes.setdefault(space, 0)
+        spaces = [
+            {"id": space, "type": str(space_kind(space)), "member_count": n}
+            for space, n in sorted(sizes.items())
+        ]
+        conn.send_frame(codec.space_list(a.request_id, spaces))
+
+    async def _agent_status(self, event: str, record: AgentRecord) -> None:
+        data = {"event": event, "agent": record.public(), "from": HUB_SENDER}
+        head, tail = codec.sequenced(
+            "space.event",
+            AGENT_STATUS_SPACE,
+            self.new_event_id(),
+            {"from": HUB_SENDER, "timestamp": codec.now_ms(), "data": data},
+        )
+        await self.backplane.publish(AGENT_STATUS_SPACE, Draft(head, tail))
+
+    # ── housekeeping ────────────────────────────────────────────────────
+
+    async def _sweep(self) -> None:
+        """Heartbeat timeouts and idle streams, for every connection at once."""
+        s = self.settings
+        interval = max(0.02, min(s.heartbeat_timeout / 4, s.stream_idle_timeout / 4, 5.0))
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self._sweep_once(loop.time())
+            except Exception:
+                self.log.exception("sweep failed")
+
+    async def _sweep_once(self, now: float) -> None:
+        idle = self.settings.stream_idle_timeout
+        for conn in list(self.connections.values()):
+            session = conn.session
+            if session is None or conn.closing:
+                continue
+            close = session.check_liveness(now)
+            if close is not None:
+                self._close(conn, close)
+                continue
+            if session.open_streams:
+                for cancel in session.expire_streams(now, idle):
+                    with contextlib.suppress(BackplaneUnavailable):
+                        await self._stream_cancel(conn, cancel)
+        # Streams whose publisher's node went away without a last frame.
+        for record in self.streams.expire(now, idle * 2):
+            frame = codec.cancel_notice(
+                record.space, record.stream_id, record.publisher, "idle_timeout"
+            )
+            out = OutFrame(frame, self.preframe)
+            for member in record.audience:
+                member.push(out)
+
+
+def _rid(action: Action) -> str | int | None:
+    return getattr(action, "request_id", None)
+
+
+def _remote(conn: HubConnection) -> str | None:
+    try:
+        host, port = conn.remote_address[:2]
+        return f"{host}:{port}"
+    except Exception:
+        return None
+
+
+def _close_code(conn: HubConnection) -> int | None:
+    try:
+        return conn.hub_close_code if conn.hub_close_code is not None else conn.protocol.close_code
+    except Exception:
+        return None

@@ -1,0 +1,179 @@
+"""The network face of a node: WebSocket at ``/ws`` and HTTP health/metrics.
+
+:class:`HubServer` wraps ``websockets.asyncio.server.serve``. HTTP requests
+are answered in ``process_request`` before any upgrade: ``/healthz``,
+``/readyz`` and ``/metrics``; ``/ws`` validates ``agent_id`` (HTTP 400 when
+missing or invalid) and proceeds to the upgrade.
+
+Shutdown order (:meth:`HubServer.aclose`): stop accepting, send every
+connection an ``error`` (UNAVAILABLE) and close 1001, wait up to
+``shutdown_timeout`` for handlers to finish their cleanup, abort what is
+left, then close the node (backplane, presence).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http
+import ssl
+from typing import Any
+from urllib.parse import parse_qs
+
+from websockets.asyncio.server import Server, serve
+from websockets.datastructures import Headers
+from websockets.http11 import Request, Response
+
+from hub import __version__
+from hub.connection import HubConnection
+from hub.metrics import CONTENT_TYPE_LATEST, render
+from hub.node import Node
+from protocol.errors import CloseCode, ErrorCode
+from protocol.names import is_valid_agent_id
+
+
+class HubServer:
+    """A node served on a socket. ``async with HubServer(node):`` runs it."""
+
+    def __init__(self, node: Node, *, sock: Any = None):
+        self.node = node
+        self._sock = sock
+        self._server: Server | None = None
+        self._closed = False
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return self._server.sockets[0].getsockname()[1]
+
+    @property
+    def url(self) -> str:
+        s = self.node.settings
+        scheme = "wss" if s.tls_certfile else "ws"
+        return f"{scheme}://{s.host}:{self.port}/ws"
+
+    async def start(self) -> None:
+        s = self.node.settings
+        await self.node.start()
+        kwargs: dict[str, Any] = {}
+        if s.tls_certfile:
+            ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ctx.load_cert_chain(s.tls_certfile, s.tls_keyfile)
+            kwargs["ssl"] = ctx
+        if self._sock is not None:
+            kwargs["sock"] = self._sock
+            host = port = None
+        else:
+            host, port = s.host, s.port
+            if s.workers > 1:
+                kwargs["reuse_port"] = True
+        self._server = await serve(
+            self.node.handle,
+            host,
+            port,
+            process_request=self._process_request,
+            create_connection=self.node.connection_class,
+            compression="deflate" if s.compression == "deflate" else None,
+            max_size=s.max_frame_bytes,
+            # The hub runs its own heartbeat (agent.heartbeat); no extra
+            # keepalive task per connection.
+            ping_interval=None,
+            ping_timeout=None,
+            close_timeout=s.close_timeout,
+            max_queue=16,
+            server_header=f"agora-hub/{__version__}",
+            **kwargs,
+        )
+
+    async def aclose(self) -> None:
+        """Graceful shutdown; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        node = self.node
+        node.accepting = False
+        server = self._server
+        if server is not None:
+            server.close(close_connections=False)
+            for conn in list(server.connections):
+                hub_conn = conn if isinstance(conn, HubConnection) else None
+                if hub_conn is not None and not hub_conn.closing:
+                    node.counters.closes[int(CloseCode.GOING_AWAY)] += 1
+                    hub_conn.close_for(
+                        CloseCode.GOING_AWAY, ErrorCode.UNAVAILABLE, "hub shutting down; reconnect"
+                    )
+            try:
+                async with asyncio.timeout(node.settings.shutdown_timeout):
+                    await server.wait_closed()
+            except TimeoutError:
+                node.log.warning("shutdown timeout: aborting connections")
+                for conn in list(server.connections):
+                    conn.transport.abort()
+                for task in list(server.handler_tasks):
+                    task.cancel()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(2):
+                        await server.wait_closed()
+        await node.aclose()
+
+    async def __aenter__(self) -> HubServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # ── HTTP ────────────────────────────────────────────────────────────
+
+    def _process_request(self, connection: Any, request: Request) -> Response | None:
+        path, _, query = request.path.partition("?")
+        if path == "/ws":
+            return self._upgrade(connection, request, query)
+        if path == "/healthz":
+            return _text(http.HTTPStatus.OK, "ok\n")
+        if path == "/readyz":
+            if self.node.ready and self.node.accepting:
+                return _text(http.HTTPStatus.OK, "ready\n")
+            return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, "not ready\n")
+        if path == "/metrics":
+            body = render(self.node.metrics_registry)
+            return _response(http.HTTPStatus.OK, body, CONTENT_TYPE_LATEST)
+        return _text(
+            http.HTTPStatus.NOT_FOUND, "not found: use /ws, /healthz, /readyz or /metrics\n"
+        )
+
+    def _upgrade(self, connection: Any, request: Request, query: str) -> Response | None:
+        params = parse_qs(query, keep_blank_values=True)
+        agent_ids = params.get("agent_id", [])
+        if len(agent_ids) != 1 or not is_valid_agent_id(agent_ids[0]):
+            return _text(
+                http.HTTPStatus.BAD_REQUEST,
+                "agent_id is required: 1-128 characters of [A-Za-z0-9._:-], "
+                "starting with a letter or digit\n",
+            )
+        if not self.node.accepting:
+            return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, "hub shutting down\n")
+        token = (params.get("token") or [None])[0]
+        if token is None:
+            auth = request.headers.get("Authorization", "")
+            if auth[:7].lower() == "bearer ":
+                token = auth[7:].strip()
+        connection.agent_id = agent_ids[0]
+        connection.token = token
+        return None
+
+
+def _text(status: http.HTTPStatus, body: str) -> Response:
+    return _response(status, body.encode(), "text/plain; charset=utf-8")
+
+
+def _response(status: http.HTTPStatus, body: bytes, content_type: str) -> Response:
+    headers = Headers(
+        [
+            ("Content-Type", content_type),
+            ("Content-Length", str(len(body))),
+            ("Connection", "close"),
+            ("Server", f"agora-hub/{__version__}"),
+        ]
+    )
+    return Response(status.value, status.phrase, headers, body)

@@ -1,0 +1,490 @@
+"""Per-connection protocol state machine, Sans-I/O.
+
+A :class:`Session` is fed inbound frames (``receive``) and the clock
+(``check_liveness``, ``expire_streams``) and answers with *actions*: replies
+to send, requests for the node to carry out, or a close. It never touches a
+socket, the backplane or the real clock, so it is tested by feeding literal
+frames (``tests/unit/test_session.py``).
+
+What the session decides on its own: decoding and validation, rate limiting,
+liveness, heartbeat replies, identity checks (``agent.register`` id,
+``data.from``), membership and read-only rules for publishing, and the
+publisher's side of client streams (open/done/cancel bookkeeping, the per-agent
+stream limit). Everything that needs cluster state (space existence,
+capacity, member lists, sequencing) is an action for the node.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from hub.ratelimit import TokenBucket, Verdict
+from protocol import codec
+from protocol.errors import CloseCode, ErrorCode, ProtocolError
+from protocol.messages import (
+    AgentInfo,
+    AgentRegister,
+    ClientCancel,
+    ClientDelta,
+    ClientDone,
+    ClientHeartbeat,
+    SpaceJoin,
+    SpaceLeave,
+    SpaceListRequest,
+    SpacePublish,
+)
+from protocol.names import SpaceKind, check_event_id, space_kind
+
+RequestId = str | int | None
+
+# How many finished stream ids a session remembers to refuse late deltas.
+FINISHED_STREAMS_REMEMBERED = 256
+
+
+class SessionState(Enum):
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+# ── actions ─────────────────────────────────────────────────────────────────
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Send these bytes to this connection."""
+
+    frame: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    """Answer with an ``error`` event; the connection stays open."""
+
+    error: ProtocolError
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """Send the error event, then close with ``code``."""
+
+    code: CloseCode
+    error: ErrorCode
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Register:
+    info: AgentInfo
+    request_id: RequestId
+
+
+@dataclass(frozen=True, slots=True)
+class Join:
+    space: str
+    request_id: RequestId
+
+
+@dataclass(frozen=True, slots=True)
+class Leave:
+    space: str
+    request_id: RequestId
+    cancelled: tuple[StreamCancel, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    space: str
+    data: dict[str, Any]
+    echo: bool
+    request_id: RequestId
+
+
+@dataclass(frozen=True, slots=True)
+class Denied:
+    """Publish/stream to a space this agent is not a member of.
+
+    The node answers ``SPACE_NOT_FOUND`` or ``UNAUTHORIZED`` depending on
+    whether the space exists, which only it can tell.
+    """
+
+    space: str
+    request_id: RequestId
+
+
+@dataclass(frozen=True, slots=True)
+class ListSpaces:
+    request_id: RequestId
+
+
+@dataclass(frozen=True, slots=True)
+class StreamDelta:
+    space: str
+    stream_id: str
+    data: dict[str, Any]
+    echo: bool
+    first: bool
+    request_id: RequestId
+
+
+@dataclass(frozen=True, slots=True)
+class StreamDone:
+    space: str
+    stream_id: str
+    request_id: RequestId
+
+
+@dataclass(frozen=True, slots=True)
+class StreamCancel:
+    """The publisher's own stream ends early (by itself or by the hub)."""
+
+    space: str
+    stream_id: str
+    reason: str
+    request_id: RequestId = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiverCancel:
+    """A receiver no longer wants the rest of someone else's stream."""
+
+    space: str
+    stream_id: str
+    request_id: RequestId
+
+
+Action = (
+    Send
+    | Reject
+    | Close
+    | Register
+    | Join
+    | Leave
+    | Publish
+    | Denied
+    | ListSpaces
+    | StreamDelta
+    | StreamDone
+    | StreamCancel
+    | ReceiverCancel
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionLimits:
+    heartbeat_timeout: float = 60.0
+    rate_limit: float = 100.0
+    rate_burst: float = 200.0
+    rate_abuse_seconds: float = 5.0
+    max_streams: int = 16
+
+
+@dataclass(slots=True)
+class OpenStream:
+    space: str
+    stream_id: str
+    last_active: float
+
+
+@dataclass(slots=True)
+class _Streams:
+    """Publisher-side stream bookkeeping, created on first use."""
+
+    open: dict[str, OpenStream] = field(default_factory=dict)
+    finished: OrderedDict[str, None] = field(default_factory=OrderedDict)
+
+    def finish(self, event_id: str) -> OpenStream | None:
+        stream = self.open.pop(event_id, None)
+        self.finished[event_id] = None
+        while len(self.finished) > FINISHED_STREAMS_REMEMBERED:
+            self.finished.popitem(last=False)
+        return stream
+
+
+# ── the state machine ───────────────────────────────────────────────────────
+
+
+class Session:
+    """Protocol state of one agent connection."""
+
+    __slots__ = (
+        "_bucket",
+        "_limits",
+        "_streams",
+        "agent_id",
+        "connection_id",
+        "last_seen",
+        "messages_in",
+        "spaces",
+        "state",
+    )
+
+    def __init__(self, agent_id: str, connection_id: str, limits: SessionLimits, now: float):
+        self.agent_id = agent_id
+        self.connection_id = connection_id
+        self.state = SessionState.OPEN
+        self.last_seen = now
+        self.messages_in = 0
+        self.spaces: set[str] = set()
+        self._limits = limits
+        self._bucket = TokenBucket(
+            limits.rate_limit, limits.rate_burst, limits.rate_abuse_seconds, now
+        )
+        self._streams: _Streams | None = None
+
+    # The one place state changes.
+    def _transition(self, new: SessionState) -> None:
+        if self.state is SessionState.CLOSED or self.state is new:
+            return
+        self.state = new
+
+    # ── input ────────────────────────────────────────────────────────────
+
+    def receive(self, frame: str | bytes, now: float) -> list[Action]:
+        """Handle one inbound frame."""
+        if self.state is not SessionState.OPEN:
+            return []
+        self.last_seen = now
+        self.messages_in += 1
+        verdict = self._bucket.take(now)
+        if verdict is Verdict.ABUSE:
+            return [
+                self._close(
+                    CloseCode.RATE_LIMIT_ABUSE, ErrorCode.RATE_LIMITED, "sustained rate limit abuse"
+                )
+            ]
+        try:
+            msg = codec.decode(frame)
+            if verdict is Verdict.LIMIT:
+                raise ProtocolError(
+                    ErrorCode.RATE_LIMITED, "rate limit exceeded: message not processed", msg.id
+                )
+            return self._dispatch(msg, now)
+        except ProtocolError as exc:
+            if verdict is Verdict.LIMIT and exc.code is not ErrorCode.RATE_LIMITED:
+                exc = ProtocolError(
+                    ErrorCode.RATE_LIMITED,
+                    "rate limit exceeded: message not processed",
+                    exc.request_id,
+                )
+            return [Reject(exc)]
+
+    def check_liveness(self, now: float) -> Close | None:
+        """Close when nothing arrived for ``heartbeat_timeout`` seconds."""
+        if (
+            self.state is SessionState.OPEN
+            and now - self.last_seen > self._limits.heartbeat_timeout
+        ):
+            return self._close(
+                CloseCode.HEARTBEAT_TIMEOUT,
+                ErrorCode.HEARTBEAT_TIMEOUT,
+                f"no message for {self._limits.heartbeat_timeout:g} s",
+            )
+        return None
+
+    def expire_streams(self, now: float, idle_timeout: float) -> list[StreamCancel]:
+        """Hub-cancel this publisher's streams idle for longer than ``idle_timeout``."""
+        if not self._streams or not self._streams.open:
+            return []
+        idle = [eid for eid, s in self._streams.open.items() if now - s.last_active > idle_timeout]
+        return [self._hub_cancel(eid, "idle_timeout") for eid in idle]
+
+    def closed(self) -> list[StreamCancel]:
+        """The connection is gone: returns hub cancels for its open streams."""
+        self._transition(SessionState.CLOSED)
+        if not self._streams:
+            return []
+        return [self._hub_cancel(eid, "publisher_disconnected") for eid in list(self._streams.open)]
+
+    def begin_close(self) -> None:
+        self._transition(SessionState.CLOSING)
+
+    # ── notifications from the node ─────────────────────────────────────
+
+    def on_joined(self, space: str) -> None:
+        self.spaces.add(space)
+
+    def on_left(self, space: str) -> None:
+        self.spaces.discard(space)
+
+    @property
+    def open_streams(self) -> int:
+        return len(self._streams.open) if self._streams else 0
+
+    # ── dispatch ─────────────────────────────────────────────────────────
+
+    def _dispatch(self, msg: Any, now: float) -> list[Action]:
+        rid = msg.id
+        match msg:
+            case ClientHeartbeat():
+                return [Send(codec.heartbeat(rid))]
+            case SpacePublish():
+                return [self._publish(msg)]
+            case ClientDelta():
+                return [self._delta(msg, now)]
+            case ClientDone():
+                return [self._done(msg)]
+            case ClientCancel():
+                return [self._cancel(msg)]
+            case SpaceJoin():
+                return [Join(self._checked_space(msg.space, rid), rid)]
+            case SpaceLeave():
+                space = self._checked_space(msg.space, rid)
+                if space not in self.spaces:
+                    raise ProtocolError(
+                        ErrorCode.INVALID_REQUEST, f"not a member of space {space!r}", rid
+                    )
+                cancels = tuple(self._cancel_streams_in(space, "publisher_left_space"))
+                return [Leave(space, rid, cancels)]
+            case SpaceListRequest():
+                return [ListSpaces(rid)]
+            case AgentRegister():
+                if msg.agent.id != self.agent_id:
+                    raise ProtocolError(
+                        ErrorCode.INVALID_REQUEST,
+                        f"agent.id {msg.agent.id[:128]!r} differs from the connection's "
+                        f"agent_id {self.agent_id!r}",
+                        rid,
+                    )
+                return [Register(msg.agent, rid)]
+        raise ProtocolError(ErrorCode.INVALID_REQUEST, "unsupported message", rid)
+
+    def _checked_space(self, space: str, rid: RequestId) -> str:
+        self._checked_kind(space, rid)
+        return space
+
+    def _may_publish(self, space: str, data: dict[str, Any], rid: RequestId) -> Denied | None:
+        """Common checks for a publish and for a stream's first delta."""
+        kind = self._checked_kind(space, rid)
+        sender = data.get("from", self.agent_id)
+        if sender != self.agent_id:
+            raise ProtocolError(
+                ErrorCode.INVALID_REQUEST,
+                f"data.from must be the connection's agent_id {self.agent_id!r}",
+                rid,
+            )
+        if space not in self.spaces:
+            return Denied(space, rid)
+        if kind is SpaceKind.SYSTEM:
+            raise ProtocolError(ErrorCode.UNAUTHORIZED, f"system space {space!r} is read-only", rid)
+        return None
+
+    @staticmethod
+    def _checked_kind(space: str, rid: RequestId) -> SpaceKind:
+        try:
+            return space_kind(space)
+        except ProtocolError as exc:
+            raise exc.with_request_id(rid) from None
+
+    def _publish(self, msg: SpacePublish) -> Action:
+        denied = self._may_publish(msg.space, msg.data, msg.id)
+        if denied:
+            return denied
+        return Publish(msg.space, msg.data, msg.echo, msg.id)
+
+    # ── publisher side of client streams ────────────────────────────────
+
+    def _stream_id(self, event_id: str) -> str:
+        return f"{self.agent_id}/{event_id}"
+
+    def _own_event_id(self, event_id: str) -> str | None:
+        """The client-side id if ``event_id`` names one of this agent's open streams."""
+        if not self._streams:
+            return None
+        if event_id in self._streams.open:
+            return event_id
+        prefix = f"{self.agent_id}/"
+        if event_id.startswith(prefix) and event_id[len(prefix) :] in self._streams.open:
+            return event_id[len(prefix) :]
+        return None
+
+    def _delta(self, msg: ClientDelta, now: float) -> Action:
+        rid = msg.id
+        try:
+            event_id = check_event_id(msg.event_id)
+        except ProtocolError as exc:
+            raise exc.with_request_id(rid) from None
+        if not isinstance(msg.data.get("text"), str):
+            raise ProtocolError(ErrorCode.INVALID_REQUEST, "data.text must be a string", rid)
+        streams = self._streams
+        stream = streams.open.get(event_id) if streams else None
+        if stream is None:
+            if streams and event_id in streams.finished:
+                raise ProtocolError(
+                    ErrorCode.INVALID_REQUEST, f"stream {event_id!r} already ended", rid
+                )
+            denied = self._may_publish(msg.space, msg.data, rid)
+            if denied:
+                return denied
+            if streams is None:
+                streams = self._streams = _Streams()
+            if len(streams.open) >= self._limits.max_streams:
+                raise ProtocolError(
+                    ErrorCode.RATE_LIMITED,
+                    f"too many open streams (limit {self._limits.max_streams})",
+                    rid,
+                )
+            stream = OpenStream(msg.space, self._stream_id(event_id), now)
+            streams.open[event_id] = stream
+            return StreamDelta(msg.space, stream.stream_id, msg.data, msg.echo, True, rid)
+        if stream.space != msg.space:
+            raise ProtocolError(
+                ErrorCode.INVALID_REQUEST,
+                f"stream {event_id!r} belongs to space {stream.space!r}",
+                rid,
+            )
+        if msg.data.get("from", self.agent_id) != self.agent_id:
+            raise ProtocolError(
+                ErrorCode.INVALID_REQUEST,
+                f"data.from must be the connection's agent_id {self.agent_id!r}",
+                rid,
+            )
+        stream.last_active = now
+        return StreamDelta(msg.space, stream.stream_id, msg.data, msg.echo, False, rid)
+
+    def _done(self, msg: ClientDone) -> Action:
+        own = self._own_event_id(msg.event_id)
+        if own is None or self._streams is None:
+            raise ProtocolError(
+                ErrorCode.INVALID_REQUEST, f"no open stream {msg.event_id[:128]!r}", msg.id
+            )
+        stream = self._streams.open[own]
+        if stream.space != msg.space:
+            raise ProtocolError(
+                ErrorCode.INVALID_REQUEST,
+                f"stream {own!r} belongs to space {stream.space!r}",
+                msg.id,
+            )
+        self._streams.finish(own)
+        return StreamDone(stream.space, stream.stream_id, msg.id)
+
+    def _cancel(self, msg: ClientCancel) -> Action:
+        own = self._own_event_id(msg.event_id)
+        if own is not None and self._streams is not None:
+            stream = self._streams.finish(own)
+            assert stream is not None
+            return StreamCancel(stream.space, stream.stream_id, msg.reason or "cancelled", msg.id)
+        if self._streams and msg.event_id in self._streams.finished:
+            raise ProtocolError(
+                ErrorCode.INVALID_REQUEST, f"stream {msg.event_id!r} already ended", msg.id
+            )
+        return ReceiverCancel(self._checked_space(msg.space, msg.id), msg.event_id, msg.id)
+
+    def _hub_cancel(self, event_id: str, reason: str) -> StreamCancel:
+        assert self._streams is not None
+        stream = self._streams.finish(event_id)
+        assert stream is not None
+        return StreamCancel(stream.space, stream.stream_id, reason)
+
+    def _cancel_streams_in(self, space: str, reason: str) -> list[StreamCancel]:
+        if not self._streams:
+            return []
+        ids = [eid for eid, s in self._streams.open.items() if s.space == space]
+        return [self._hub_cancel(eid, reason) for eid in ids]
+
+    def _close(self, code: CloseCode, error: ErrorCode, reason: str) -> Close:
+        self._transition(SessionState.CLOSING)
+        return Close(code, error, reason)

@@ -1,0 +1,200 @@
+"""One settings object for the whole hub.
+
+Every scalar setting is, in order of precedence: a ``serve`` flag
+(``--heartbeat-timeout 10``), an environment variable
+(``AGORA_HUB_HEARTBEAT_TIMEOUT=10``), a key in the TOML file given by
+``--config`` / ``AGORA_HUB_CONFIG``, or the default below. Structured parts
+(declared spaces) live in the TOML file. Durations are seconds (floats),
+sizes are bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, SecretStr, ValidationError, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from hub.errors import ConfigError
+from protocol.names import SpaceKind, space_kind
+
+ENV_PREFIX = "AGORA_HUB_"
+_config_file: ContextVar[Path | None] = ContextVar("agora_hub_config_file", default=None)
+
+
+def _default_node_id() -> str:
+    return f"{socket.gethostname()[:40]}-{os.getpid()}-{secrets.token_hex(2)}"
+
+
+class DeclaredSpace(BaseModel):
+    """A space that exists without members (``[[spaces]]`` in the config file)."""
+
+    model_config = {"extra": "forbid"}
+
+    id: str
+    capacity: int | None = Field(default=None, ge=1)
+    description: str | None = None
+
+    @model_validator(mode="after")
+    def _user_space(self) -> DeclaredSpace:
+        try:
+            kind = space_kind(self.id)
+        except Exception as exc:
+            raise ValueError(str(exc)) from None
+        if kind is not SpaceKind.PUBLIC:
+            raise ValueError(f"declared space {self.id!r} must be a user space, not a system one")
+        return self
+
+
+class Settings(BaseSettings):
+    """All hub settings; see docs/configuration.md for the table."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
+
+    host: str = Field("127.0.0.1", description="Interface to listen on.")
+    port: int = Field(8765, ge=0, le=65535, description="TCP port (0 picks a free one).")
+    redis_url: str | None = Field(
+        None, description="redis://… makes this node part of a cluster; unset = in-memory."
+    )
+    redis_prefix: str = Field("agora", description="Prefix of every Redis key and channel.")
+    node_id: str = Field(
+        default_factory=_default_node_id, description="Unique name of this node in the cluster."
+    )
+    workers: int = Field(1, ge=1, le=64, description="Processes sharing the port (needs Redis).")
+    heartbeat_interval: float = Field(
+        30.0, gt=0, description="How often clients should send agent.heartbeat."
+    )
+    heartbeat_timeout: float = Field(
+        60.0, gt=0, description="Close (4408) a connection silent for this long."
+    )
+    liveness_probe_timeout: float = Field(
+        5.0, gt=0, description="How long a duplicate's holder has to answer a ping."
+    )
+    max_frame_bytes: int = Field(
+        1_048_576, ge=1024, description="Largest inbound frame; bigger closes with 1009."
+    )
+    outbox_max_bytes: int = Field(
+        4_194_304, ge=65536, description="Per-connection outbound bound; over it closes 4008."
+    )
+    rate_limit: float = Field(100.0, gt=0, description="Messages per second per connection.")
+    rate_burst: float = Field(200.0, ge=1, description="Token bucket size.")
+    rate_abuse_seconds: float = Field(
+        5.0, gt=0, description="Rate-limited overshoot, in seconds of rate, that closes 4429."
+    )
+    space_capacity: int = Field(10_000, ge=1, description="Members per space.")
+    members_list_limit: int = Field(
+        1000, ge=0, description="Longest members array sent (member_count stays exact)."
+    )
+    auto_create_spaces: bool = Field(
+        True, description="Create user spaces on first join; off = declared spaces only."
+    )
+    max_streams_per_agent: int = Field(16, ge=1, description="Open streams per connection.")
+    stream_threshold: int = Field(
+        65536, ge=16, description="data.text longer than this (bytes) is streamed."
+    )
+    stream_chunk: int = Field(16384, ge=4, description="Bytes of text per hub-made delta.")
+    stream_idle_timeout: float = Field(
+        30.0, gt=0, description="Cancel a client stream idle this long."
+    )
+    auth_mode: Literal["none", "tokens", "jwt"] = Field("none", description="none|tokens|jwt.")
+    auth_tokens_file: Path | None = Field(
+        None, description='JSON file {"agent-id": "token"} for auth_mode=tokens.'
+    )
+    jwt_secret: SecretStr | None = Field(None, description="HS256 secret for auth_mode=jwt.")
+    tls_certfile: Path | None = Field(None, description="PEM certificate: serve wss://.")
+    tls_keyfile: Path | None = Field(None, description="PEM private key for tls_certfile.")
+    compression: Literal["none", "deflate"] = Field(
+        "none", description="permessage-deflate; costs about 3x CPU per delivery."
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="Log level."
+    )
+    log_format: Literal["auto", "json", "console"] = Field(
+        "auto", description="auto = console on a tty, JSON otherwise."
+    )
+    shutdown_timeout: float = Field(
+        10.0, ge=0, description="On SIGTERM, how long connections get to close."
+    )
+    close_timeout: float = Field(
+        5.0, gt=0, description="Closing handshake limit before the socket is dropped."
+    )
+    spaces: list[DeclaredSpace] = Field(
+        default_factory=list, description="Declared spaces (config file only)."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        if self.heartbeat_timeout <= self.heartbeat_interval:
+            raise ValueError("heartbeat_timeout must be greater than heartbeat_interval")
+        if self.auth_mode == "tokens" and self.auth_tokens_file is None:
+            raise ValueError("auth_mode=tokens needs auth_tokens_file")
+        if self.auth_mode == "jwt" and self.jwt_secret is None:
+            raise ValueError("auth_mode=jwt needs jwt_secret")
+        if (self.tls_certfile is None) != (self.tls_keyfile is None):
+            raise ValueError("tls_certfile and tls_keyfile go together")
+        if self.workers > 1 and not self.redis_url:
+            raise ValueError("workers > 1 needs redis_url (the workers coordinate through Redis)")
+        ids = [s.id for s in self.spaces]
+        if len(ids) != len(set(ids)):
+            raise ValueError("a space is declared twice")
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        config = _config_file.get()
+        if config is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=config))
+        return tuple(sources)
+
+    @property
+    def declared(self) -> dict[str, DeclaredSpace]:
+        return {s.id: s for s in self.spaces}
+
+
+# Settings that only make sense in the config file, not as flags.
+FILE_ONLY = {"spaces"}
+
+
+def load_settings(
+    overrides: dict[str, Any] | None = None, config_file: str | Path | None = None
+) -> Settings:
+    """Build settings from flags (``overrides``), env, config file and defaults."""
+    path = config_file or os.environ.get(f"{ENV_PREFIX}CONFIG")
+    config = Path(path) if path else None
+    if config is not None and not config.is_file():
+        raise ConfigError(f"config file {config} does not exist")
+    token = _config_file.set(config)
+    try:
+        return Settings(**(overrides or {}))
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+    except (OSError, ValueError) as exc:  # unreadable or malformed TOML
+        raise ConfigError(f"cannot read config {config}: {exc}") from None
+    finally:
+        _config_file.reset(token)
+
+
+def _describe(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(p) for p in err["loc"]) or "settings"
+        lines.append(f"{loc}: {err['msg']}")
+    return "invalid settings: " + "; ".join(lines)

@@ -1,0 +1,79 @@
+"""Which spaces exist, and which local connections are in each.
+
+A user space exists while it has members anywhere in the cluster, or always
+when it is declared in the config file. System spaces exist only when the hub
+provides them; ``agent.status`` always does. This module holds the rules and
+this node's membership (``local``), which is what fan-out iterates.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hub.settings import DeclaredSpace
+from protocol.errors import ErrorCode, ProtocolError
+from protocol.names import AGENT_STATUS_SPACE, SpaceKind, space_kind
+
+if TYPE_CHECKING:
+    from hub.connection import HubConnection
+
+
+class SpaceDirectory:
+    def __init__(
+        self, declared: dict[str, DeclaredSpace], default_capacity: int, auto_create: bool
+    ):
+        self.declared = declared
+        self.system: set[str] = {AGENT_STATUS_SPACE}
+        self.default_capacity = default_capacity
+        self.auto_create = auto_create
+        # Insertion-ordered sets of this node's members, per space.
+        self.local: dict[str, dict[HubConnection, None]] = {}
+
+    # ── rules ───────────────────────────────────────────────────────────
+
+    def capacity(self, space: str) -> int:
+        declared = self.declared.get(space)
+        if declared is not None and declared.capacity is not None:
+            return declared.capacity
+        return self.default_capacity
+
+    def persistent(self, space: str) -> bool:
+        """Exists even without members."""
+        return space in self.declared or space in self.system
+
+    def check_joinable(self, space: str, request_id: str | int | None) -> SpaceKind:
+        kind = space_kind(space)
+        if kind is SpaceKind.SYSTEM:
+            if space not in self.system:
+                raise ProtocolError(
+                    ErrorCode.SPACE_NOT_FOUND, f"system space {space!r} does not exist", request_id
+                )
+        elif not self.auto_create and space not in self.declared:
+            raise ProtocolError(
+                ErrorCode.SPACE_NOT_FOUND,
+                f"space {space!r} does not exist (spaces are not created on join here)",
+                request_id,
+            )
+        return kind
+
+    # ── local membership ────────────────────────────────────────────────
+
+    def add_local(self, space: str, conn: HubConnection) -> None:
+        members = self.local.get(space)
+        if members is None:
+            members = self.local[space] = {}
+        members[conn] = None
+
+    def remove_local(self, space: str, conn: HubConnection) -> bool:
+        """Remove; True when that was the node's last member of the space."""
+        members = self.local.get(space)
+        if members is None:
+            return False
+        members.pop(conn, None)
+        if members:
+            return False
+        del self.local[space]
+        return True
+
+    def has_local(self, space: str) -> bool:
+        return space in self.local

@@ -1,0 +1,228 @@
+"""Frames ⇄ messages.
+
+Inbound: :func:`decode` turns any text or binary frame into a validated
+client message or raises :class:`ProtocolError` — never anything else, so a
+bad frame can't escape into the connection loop.
+
+Outbound: small builders return the encoded bytes of each hub message. Frames
+that carry a ``seq`` are built as a *head* and a *tail* around the number, so
+whoever assigns the sequence (the in-memory backplane or a Redis script) can
+finish the frame with one concatenation and every receiver gets the same
+bytes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from protocol.errors import ErrorCode, ProtocolError
+from protocol.messages import CLIENT_MODELS, ClientMessage
+
+dumps = orjson.dumps
+
+
+def now_ms() -> int:
+    """Hub timestamps are Unix epoch milliseconds."""
+    return time.time_ns() // 1_000_000
+
+
+# ── inbound ─────────────────────────────────────────────────────────────────
+
+
+def request_id_of(obj: object) -> str | int | None:
+    if isinstance(obj, dict):
+        rid = obj.get("id")
+        if isinstance(rid, str | int) and not isinstance(rid, bool):
+            return rid
+    return None
+
+
+def decode(frame: str | bytes) -> ClientMessage:
+    """Parse and validate one inbound frame."""
+    if not isinstance(frame, str):
+        raise ProtocolError(
+            ErrorCode.INVALID_REQUEST, "binary frames are not accepted: send JSON text frames"
+        )
+    try:
+        obj = orjson.loads(frame)
+    except orjson.JSONDecodeError as exc:
+        raise ProtocolError(ErrorCode.INVALID_REQUEST, f"invalid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError(ErrorCode.INVALID_REQUEST, "a message must be a JSON object")
+    rid = request_id_of(obj)
+    kind = obj.get("type")
+    if not isinstance(kind, str):
+        raise ProtocolError(ErrorCode.INVALID_REQUEST, "missing string field 'type'", rid)
+    model = CLIENT_MODELS.get(kind)
+    if model is None:
+        raise ProtocolError(ErrorCode.INVALID_REQUEST, f"unknown message type {kind[:64]!r}", rid)
+    try:
+        return model.model_validate(obj)  # type: ignore[return-value]
+    except ValidationError as exc:
+        raise ProtocolError(
+            ErrorCode.INVALID_REQUEST, f"invalid {kind}: {_describe(exc)}", rid
+        ) from None
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors(include_url=False, include_input=False)[:3]:
+        loc = ".".join(str(p) for p in err["loc"]) or "message"
+        parts.append(f"{loc}: {err['msg']}")
+    return "; ".join(parts)
+
+
+# ── outbound ────────────────────────────────────────────────────────────────
+
+
+def _with_id(msg: dict[str, Any], request_id: str | int | None) -> dict[str, Any]:
+    if request_id is not None:
+        msg["id"] = request_id
+    return msg
+
+
+def error(code: ErrorCode | str, message: str, request_id: str | int | None = None) -> bytes:
+    return dumps({"type": "error", "code": str(code), "message": message, "request_id": request_id})
+
+
+def error_from(exc: ProtocolError) -> bytes:
+    return error(exc.code, exc.message, exc.request_id)
+
+
+def registered(
+    request_id: str | int | None,
+    agent_id: str,
+    connection_id: str,
+    heartbeat_interval_ms: int,
+    heartbeat_timeout_ms: int,
+) -> bytes:
+    return dumps(
+        _with_id(
+            {
+                "type": "agent.registered",
+                "agent": {"id": agent_id, "connection_id": connection_id},
+                "heartbeat_interval": heartbeat_interval_ms,
+                "heartbeat_timeout": heartbeat_timeout_ms,
+            },
+            request_id,
+        )
+    )
+
+
+def heartbeat(request_id: str | int | None = None) -> bytes:
+    return dumps(_with_id({"type": "agent.heartbeat", "timestamp": now_ms()}, request_id))
+
+
+def joined(request_id: str | int | None, space: str, members: list[str], count: int) -> bytes:
+    return dumps(
+        _with_id(
+            {"type": "space.joined", "space": space, "members": members, "member_count": count},
+            request_id,
+        )
+    )
+
+
+def left(request_id: str | int | None, space: str) -> bytes:
+    return dumps(_with_id({"type": "space.left", "space": space}, request_id))
+
+
+def members(
+    space: str, member_ids: list[str], count: int, joined: str | None, left: str | None
+) -> bytes:
+    return dumps(
+        {
+            "type": "space.members",
+            "space": space,
+            "members": member_ids,
+            "member_count": count,
+            "joined": joined,
+            "left": left,
+        }
+    )
+
+
+def space_list(request_id: str | int | None, spaces: Iterable[Mapping[str, Any]]) -> bytes:
+    return dumps(_with_id({"type": "space.list", "spaces": list(spaces)}, request_id))
+
+
+def published(request_id: str | int | None, space: str, event_id: str, seq: int) -> bytes:
+    return dumps(
+        _with_id(
+            {"type": "space.published", "space": space, "event_id": event_id, "seq": seq},
+            request_id,
+        )
+    )
+
+
+def sequenced(kind: str, space: str, event_id: str, rest: Mapping[str, Any]) -> tuple[bytes, bytes]:
+    """Head and tail of a frame whose ``seq`` is filled in later.
+
+    ``head + str(seq).encode() + tail`` is the complete frame
+    ``{"type":…,"space":…,"event_id":…,"seq":N, **rest}``.
+    """
+    head = b'{"type":%s,"space":%s,"event_id":%s,"seq":' % (
+        dumps(kind),
+        dumps(space),
+        dumps(event_id),
+    )
+    tail = b"," + dumps(rest)[1:] if rest else b"}"
+    return head, tail
+
+
+def receiver_cancelled(request_id: str | int | None, space: str, event_id: str) -> bytes:
+    """Acknowledges a receiver's cancel; only that receiver gets it."""
+    return dumps(
+        _with_id(
+            {
+                "type": "space.event.cancel",
+                "space": space,
+                "event_id": event_id,
+                "reason": "receiver_cancelled",
+            },
+            request_id,
+        )
+    )
+
+
+def cancel_notice(space: str, event_id: str, publisher: str, reason: str) -> bytes:
+    """A cancel a node makes up locally for a stream whose end never came."""
+    return dumps(
+        {
+            "type": "space.event.cancel",
+            "space": space,
+            "event_id": event_id,
+            "from": publisher,
+            "timestamp": now_ms(),
+            "reason": reason,
+        }
+    )
+
+
+def split_utf8(text: str, size: int) -> list[str]:
+    """Split ``text`` into pieces of at most ``size`` UTF-8 bytes.
+
+    Never splits inside a character (``size`` must be at least 4, the longest
+    UTF-8 sequence); joining the pieces gives ``text`` back exactly.
+    """
+    if size < 4:
+        raise ValueError("size must be at least 4 bytes")
+    raw = text.encode()
+    pieces = []
+    start, end_all = 0, len(raw)
+    while start < end_all:
+        end = min(start + size, end_all)
+        # Back off continuation bytes (10xxxxxx) to a character boundary.
+        while end < end_all and (raw[end] & 0xC0) == 0x80:
+            end -= 1
+        pieces.append(raw[start:end].decode())
+        start = end
+    return pieces
+
+
+def complete(head: bytes, seq: int, tail: bytes) -> bytes:
+    return b"%s%d%s" % (head, seq, tail)

@@ -1,0 +1,276 @@
+"""Pydantic models of every hub message (seed 002 plus the contract).
+
+Two families share the ``type`` discriminator: what a client sends
+(:data:`ClientMessage`) and what the hub sends (:data:`HubMessage`).
+Some types exist in both directions with different fields
+(``agent.heartbeat``, ``space.list``, ``space.event.delta`` …).
+
+The hub validates every inbound frame with these models. For the frames it
+fans out it writes the bytes directly (see :mod:`protocol.codec`); the unit
+tests check that those bytes parse back into the models below.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+RequestId = Annotated[str, Field(min_length=1, max_length=128)]
+SpaceName = Annotated[str, Field(min_length=1, max_length=128)]
+EventId = Annotated[str, Field(min_length=1, max_length=260)]
+Reason = Annotated[str, Field(max_length=256)]
+
+
+class _Message(BaseModel):
+    # Strict: "space": 1 is an error, not "1". Unknown fields are ignored so
+    # newer clients keep working against an older hub.
+    model_config = ConfigDict(strict=True, extra="ignore", populate_by_name=True)
+
+
+class _HubMessage(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+# ── shared parts ────────────────────────────────────────────────────────────
+
+
+class AgentInfo(_Message):
+    id: str
+    type: str | None = Field(default=None, max_length=64)
+    capabilities: list[Annotated[str, Field(max_length=128)]] = Field(
+        default_factory=list, max_length=256
+    )
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class AgentRef(_HubMessage):
+    id: str
+    connection_id: str
+
+
+class SpaceInfo(_HubMessage):
+    id: str
+    type: Literal["public", "system"]
+    member_count: int
+
+
+# ── client → hub ────────────────────────────────────────────────────────────
+
+
+class AgentRegister(_Message):
+    type: Literal["agent.register"]
+    id: RequestId | None = None
+    agent: AgentInfo
+
+
+class ClientHeartbeat(_Message):
+    type: Literal["agent.heartbeat"]
+    id: RequestId | None = None
+    timestamp: int | float | None = None
+
+
+class SpaceJoin(_Message):
+    type: Literal["space.join"]
+    id: RequestId | None = None
+    space: SpaceName
+
+
+class SpaceLeave(_Message):
+    type: Literal["space.leave"]
+    id: RequestId | None = None
+    space: SpaceName
+
+
+class SpacePublish(_Message):
+    type: Literal["space.publish"]
+    id: RequestId | None = None
+    space: SpaceName
+    data: dict[str, Any]
+    echo: bool = True
+
+
+class SpaceListRequest(_Message):
+    type: Literal["space.list"]
+    id: RequestId | None = None
+
+
+class ClientDelta(_Message):
+    """One chunk of a stream the client publishes; the first one opens it."""
+
+    type: Literal["space.event.delta"]
+    id: RequestId | None = None
+    space: SpaceName
+    event_id: EventId
+    data: dict[str, Any]
+    echo: bool = True
+
+
+class ClientDone(_Message):
+    type: Literal["space.event.done"]
+    id: RequestId | None = None
+    space: SpaceName
+    event_id: EventId
+
+
+class ClientCancel(_Message):
+    """Cancel a stream: one's own (publisher) or one being received."""
+
+    type: Literal["space.event.cancel"]
+    id: RequestId | None = None
+    space: SpaceName
+    event_id: EventId
+    reason: Reason | None = None
+
+
+ClientMessage = Annotated[
+    AgentRegister
+    | ClientHeartbeat
+    | SpaceJoin
+    | SpaceLeave
+    | SpacePublish
+    | SpaceListRequest
+    | ClientDelta
+    | ClientDone
+    | ClientCancel,
+    Field(discriminator="type"),
+]
+
+CLIENT_MODELS: dict[str, type[_Message]] = {
+    m.model_fields["type"].annotation.__args__[0]: m  # type: ignore[union-attr]
+    for m in (
+        AgentRegister,
+        ClientHeartbeat,
+        SpaceJoin,
+        SpaceLeave,
+        SpacePublish,
+        SpaceListRequest,
+        ClientDelta,
+        ClientDone,
+        ClientCancel,
+    )
+}
+
+
+# ── hub → client ────────────────────────────────────────────────────────────
+
+
+class AgentRegistered(_HubMessage):
+    type: Literal["agent.registered"] = "agent.registered"
+    id: str | None = None
+    agent: AgentRef
+    heartbeat_interval: int
+    heartbeat_timeout: int
+
+
+class HubHeartbeat(_HubMessage):
+    type: Literal["agent.heartbeat"] = "agent.heartbeat"
+    id: str | None = None
+    timestamp: int
+
+
+class SpaceJoined(_HubMessage):
+    type: Literal["space.joined"] = "space.joined"
+    id: str | None = None
+    space: str
+    members: list[str]
+    member_count: int
+
+
+class SpaceLeft(_HubMessage):
+    type: Literal["space.left"] = "space.left"
+    id: str | None = None
+    space: str
+
+
+class SpaceMembers(_HubMessage):
+    type: Literal["space.members"] = "space.members"
+    space: str
+    members: list[str]
+    member_count: int
+    joined: str | None = None
+    left: str | None = None
+
+
+class SpaceEvent(_HubMessage):
+    type: Literal["space.event"] = "space.event"
+    space: str
+    event_id: str
+    seq: int
+    from_: str = Field(alias="from")
+    timestamp: int
+    data: dict[str, Any]
+    request_id: str | None = None
+
+
+class SpacePublished(_HubMessage):
+    """Acknowledges a ``space.publish`` sent with ``"echo": false``."""
+
+    type: Literal["space.published"] = "space.published"
+    id: str | None = None
+    space: str
+    event_id: str
+    seq: int
+
+
+class HubDelta(_HubMessage):
+    type: Literal["space.event.delta"] = "space.event.delta"
+    space: str
+    event_id: str
+    seq: int
+    from_: str = Field(alias="from")
+    timestamp: int
+    data: dict[str, Any]
+
+
+class HubDone(_HubMessage):
+    type: Literal["space.event.done"] = "space.event.done"
+    space: str
+    event_id: str
+    seq: int
+    from_: str = Field(alias="from")
+    timestamp: int
+
+
+class HubCancel(_HubMessage):
+    type: Literal["space.event.cancel"] = "space.event.cancel"
+    id: str | None = None
+    space: str
+    event_id: str
+    seq: int | None = None
+    from_: str | None = Field(default=None, alias="from")
+    timestamp: int | None = None
+    reason: str | None = None
+
+
+class SpaceList(_HubMessage):
+    type: Literal["space.list"] = "space.list"
+    id: str | None = None
+    spaces: list[SpaceInfo]
+
+
+class Error(_HubMessage):
+    type: Literal["error"] = "error"
+    code: str
+    message: str
+    request_id: str | int | None = None
+
+
+HubMessage = Annotated[
+    AgentRegistered
+    | HubHeartbeat
+    | SpaceJoined
+    | SpaceLeft
+    | SpaceMembers
+    | SpaceEvent
+    | SpacePublished
+    | HubDelta
+    | HubDone
+    | HubCancel
+    | SpaceList
+    | Error,
+    Field(discriminator="type"),
+]
+
+client_message_adapter: TypeAdapter[ClientMessage] = TypeAdapter(ClientMessage)
+hub_message_adapter: TypeAdapter[HubMessage] = TypeAdapter(HubMessage)
