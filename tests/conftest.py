@@ -1,0 +1,92 @@
+"""Shared fixtures: in-process hubs, hub processes and a real redis-server.
+
+Under CI (``CI=true``) a test that needs redis-server must not be skipped:
+the missing binary is an error, and the session fails if any test marked
+``redis`` was skipped anyway.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.servers import HubProcess, RedisServer, redis_server_binary, start_hub
+
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+_skipped_redis: list[str] = []
+
+
+@pytest.fixture
+async def hub() -> AsyncIterator[Any]:
+    """Factory: ``server = await hub(**settings)``; all are closed afterwards."""
+    servers = []
+
+    async def _start(**overrides: Any):
+        server = await start_hub(**overrides)
+        servers.append(server)
+        return server
+
+    yield _start
+    for server in servers:
+        await server.aclose()
+
+
+@pytest.fixture
+def hub_process() -> Iterator[Any]:
+    """Factory: ``proc = hub_process(**settings)`` starts ``agora-hub serve``."""
+    procs: list[HubProcess] = []
+
+    def _start(**settings: Any) -> HubProcess:
+        proc = HubProcess(**settings).start()
+        procs.append(proc)
+        return proc
+
+    yield _start
+    for proc in procs:
+        proc.close()
+
+
+def _redis_binary() -> str:
+    binary = redis_server_binary()
+    if binary is None:
+        if IN_CI:
+            pytest.fail("redis-server is not installed: CI must run the Redis tests")
+        pytest.skip("redis-server is not installed")
+    return binary
+
+
+@pytest.fixture
+def redis_server() -> Iterator[RedisServer]:
+    """A private redis-server on a free port, started for this test."""
+    server = RedisServer(_redis_binary()).start()
+    yield server
+    server.kill()
+
+
+@pytest.fixture
+def redis_factory() -> Iterator[Any]:
+    """Factory for several private redis-servers."""
+    servers: list[RedisServer] = []
+
+    def _start() -> RedisServer:
+        server = RedisServer(_redis_binary()).start()
+        servers.append(server)
+        return server
+
+    yield _start
+    for server in servers:
+        server.kill()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and "redis" in report.keywords:
+        _skipped_redis.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if IN_CI and _skipped_redis:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        print(f"\nCI: {len(_skipped_redis)} Redis-backed test(s) were skipped: {_skipped_redis}")

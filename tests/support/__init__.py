@@ -1,0 +1,1 @@
+"""Test support: real servers (hub, redis-server, nginx) and a raw protocol client."""

@@ -1,0 +1,176 @@
+"""Real servers for tests: an in-process hub, hub processes, redis-server, nginx."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from hub.node import Node
+from hub.server import HubServer
+from hub.settings import load_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# Settings that keep tests fast on a busy machine without tight timing.
+FAST = {
+    "heartbeat_interval": 0.5,
+    "heartbeat_timeout": 5.0,
+    "liveness_probe_timeout": 1.0,
+    "close_timeout": 2.0,
+    "shutdown_timeout": 5.0,
+    "log_format": "json",
+}
+
+
+async def start_hub(**overrides: Any) -> HubServer:
+    """A hub node in this process on a free port."""
+    settings = load_settings({"port": 0, **FAST, **overrides})
+    server = HubServer(Node(settings))
+    await server.start()
+    return server
+
+
+def _env_without_hub_settings() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("AGORA_HUB_")}
+
+
+class HubProcess:
+    """``agora-hub serve`` as a real child process."""
+
+    def __init__(self, **settings: Any):
+        self.settings = {**FAST, "port": free_port(), **settings}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = Path(tempfile.mkstemp(prefix="agora-hub-", suffix=".log")[1])
+        self.url = f"ws://127.0.0.1:{self.settings['port']}/ws"
+        self.http = f"http://127.0.0.1:{self.settings['port']}"
+
+    def start(self, timeout: float = 20.0) -> HubProcess:
+        args = [sys.executable, "-m", "hub", "serve"]
+        for name, value in self.settings.items():
+            flag = "--" + name.replace("_", "-")
+            if isinstance(value, bool):
+                args.append(flag if value else "--no-" + name.replace("_", "-"))
+            else:
+                args += [flag, str(value)]
+        self._log = open(self.log_path, "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            args, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
+            env=_env_without_hub_settings(),
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"hub exited early:\n{self.log()}")
+            if b'"hub started"' in self.log_path.read_bytes():
+                return self
+            time.sleep(0.05)
+        raise TimeoutError(f"hub did not start:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def log_lines(self) -> list[dict[str, Any]]:
+        out = []
+        for line in self.log_path.read_bytes().splitlines():
+            with contextlib.suppress(orjson.JSONDecodeError):
+                out.append(orjson.loads(line))
+        return out
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        """SIGTERM and wait; returns the exit status."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def close(self) -> None:
+        self.kill()
+        with contextlib.suppress(Exception):
+            self._log.close()
+
+
+def redis_server_binary() -> str | None:
+    return shutil.which("redis-server") or (
+        "/usr/bin/redis-server" if os.path.exists("/usr/bin/redis-server") else None
+    )
+
+
+class RedisServer:
+    """A private ``redis-server`` on a free port that tests can stop and restart."""
+
+    def __init__(self, binary: str, port: int | None = None):
+        self.binary = binary
+        self.port = port or free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.dir = tempfile.mkdtemp(prefix="agora-redis-")
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout: float = 10.0) -> RedisServer:
+        self.proc = subprocess.Popen(
+            [
+                self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
+                "--save", "", "--appendonly", "no", "--dir", self.dir,
+                "--protected-mode", "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return self
+            except OSError:
+                time.sleep(0.05)
+        raise TimeoutError("redis-server did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    async def wait_down(self) -> None:
+        while self.proc is not None and self.proc.poll() is None:
+            await asyncio.sleep(0.05)
