@@ -52,6 +52,10 @@ class DeliveryHandler(Protocol):
 
     def backplane_ready(self, ready: bool) -> None: ...
 
+    def node_message(self, payload: bytes) -> None:
+        """A message another node sent to this one (``send_to_node``)."""
+        ...
+
 
 class Backplane(Protocol):
     """Carries space messages between the nodes of a cluster."""
@@ -59,6 +63,11 @@ class Backplane(Protocol):
     @property
     def ready(self) -> bool:
         """Connected and subscribed to every channel asked for."""
+        ...
+
+    @property
+    def lag(self) -> float:
+        """Seconds between publish and receipt of the latest message (0 in memory)."""
         ...
 
     async def start(self, handler: DeliveryHandler) -> None: ...
@@ -77,6 +86,10 @@ class Backplane(Protocol):
 
     async def send(self, envelope: Envelope) -> None:
         """Deliver an unsequenced message (membership changes) everywhere."""
+        ...
+
+    async def send_to_node(self, node_id: str, payload: bytes) -> None:
+        """Deliver ``payload`` to one node's ``node_message`` (at most once)."""
         ...
 
     async def forget(self, space: str) -> None:

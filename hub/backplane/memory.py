@@ -18,6 +18,10 @@ class MemoryBackplane:
     def ready(self) -> bool:
         return self._handler is not None
 
+    @property
+    def lag(self) -> float:
+        return 0.0
+
     async def start(self, handler: DeliveryHandler) -> None:
         self._handler = handler
         handler.backplane_ready(True)
@@ -50,6 +54,10 @@ class MemoryBackplane:
     async def send(self, envelope: Envelope) -> None:
         if self._handler is not None and envelope.space in self._subscribed:
             self._handler.deliver(envelope)
+
+    async def send_to_node(self, node_id: str, payload: bytes) -> None:
+        # One node: a message to "another node" has nowhere to go.
+        return None
 
     async def forget(self, space: str) -> None:
         self._seq.pop(space, None)

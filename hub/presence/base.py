@@ -27,6 +27,14 @@ class AgentRecord:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class ReapedAgent:
+    """An agent removed because its node stopped refreshing its presence."""
+
+    record: AgentRecord
+    spaces: tuple[str, ...]
+
+
 class Presence(Protocol):
     """Cluster-wide registry of agents and space members."""
 
@@ -67,4 +75,35 @@ class Presence(Protocol):
 
     async def space_sizes(self) -> dict[str, int]:
         """Every space with at least one member, and its member count."""
+        ...
+
+    async def touch_node(self) -> bool:
+        """Mark this node alive; called every heartbeat interval.
+
+        Returns True when the node's registration was missing (first call,
+        or the store lost its data, or other nodes reaped this one): the node
+        then calls :meth:`restore` with what it holds locally.
+        """
+        ...
+
+    async def restore(
+        self, agents: list[AgentRecord], memberships: dict[str, list[str]]
+    ) -> list[AgentRecord]:
+        """Re-assert this node's agents and memberships after a data loss.
+
+        Agents now held by another connection are not overwritten; they are
+        returned so the node can close its stale copies.
+        """
+        ...
+
+    async def reap_dead_nodes(self, dead_after: float) -> list[ReapedAgent]:
+        """Remove agents and memberships of nodes silent for ``dead_after`` s.
+
+        Each dead node is reaped by exactly one caller in the cluster; the
+        caller announces the departures.
+        """
+        ...
+
+    async def leave_cluster(self) -> None:
+        """Graceful shutdown: drop this node's registration."""
         ...

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hub.errors import SpaceFull
-from hub.presence.base import AgentRecord
+from hub.presence.base import AgentRecord, ReapedAgent
 
 
 class MemoryPresence:
@@ -77,3 +77,18 @@ class MemoryPresence:
 
     async def space_sizes(self) -> dict[str, int]:
         return {space: len(m) for space, m in self._spaces.items()}
+
+    # A single node is never dead to itself and never loses its data.
+    async def touch_node(self) -> bool:
+        return False
+
+    async def restore(
+        self, agents: list[AgentRecord], memberships: dict[str, list[str]]
+    ) -> list[AgentRecord]:
+        return []
+
+    async def reap_dead_nodes(self, dead_after: float) -> list[ReapedAgent]:
+        return []
+
+    async def leave_cluster(self) -> None:
+        return None
