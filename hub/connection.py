@@ -23,6 +23,7 @@ from protocol.errors import CloseCode, ErrorCode
 
 if TYPE_CHECKING:
     from hub.metrics import Counters
+    from hub.presence import AgentRecord
     from hub.session import Session
 
 OPEN = State.OPEN
@@ -42,6 +43,7 @@ class HubConnection(ServerConnection):
         self.agent_id: str = ""
         self.token: str | None = None
         self.session: Session | None = None
+        self.record: AgentRecord | None = None
         self.opened_at = time.monotonic()
         self.frames_out = 0
         self.hub_close_code: int | None = None

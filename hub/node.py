@@ -24,6 +24,7 @@ from websockets.exceptions import ConnectionClosed
 
 from hub.auth import build_authenticator
 from hub.backplane import Backplane, Draft, Envelope, StreamOp, create_backplane
+from hub.cluster import ClusterLink
 from hub.connection import HubConnection
 from hub.errors import AuthError, BackplaneUnavailable, SpaceFull
 from hub.metrics import Counters, Gauges, HubCollector, build_registry
@@ -120,6 +121,7 @@ class Node:
                 self.node_id,
             )
         )
+        self.cluster = ClusterLink(self)
         self.accepting = True
         self._tag = secrets.token_hex(4)
         self._ids = itertools.count(1)
@@ -150,6 +152,8 @@ class Node:
         self._started = True
         await self.presence.start()
         await self.backplane.start(self)
+        with contextlib.suppress(BackplaneUnavailable):
+            await self.cluster.tick()
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
 
     async def aclose(self) -> None:
@@ -163,6 +167,9 @@ class Node:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
         await self.subscriptions.aclose()
+        await self.cluster.aclose()
+        with contextlib.suppress(Exception):
+            await self.presence.leave_cluster()
         with contextlib.suppress(Exception):
             await self.backplane.aclose()
         with contextlib.suppress(Exception):
@@ -208,6 +215,9 @@ class Node:
     def backplane_ready(self, ready: bool) -> None:
         self.log.info("backplane ready" if ready else "backplane not ready")
 
+    def node_message(self, payload: bytes) -> None:
+        self.cluster.on_message(payload)
+
     # ── one connection ──────────────────────────────────────────────────
 
     def new_connection_id(self) -> str:
@@ -249,6 +259,7 @@ class Node:
             log.info("connection refused", reason="agent exists")
             return
 
+        conn.record = record
         session = conn.session = Session(agent_id, conn_id, self.limits, loop.time())
         self.counters.connections_opened += 1
         s = self.settings
@@ -264,7 +275,7 @@ class Node:
         log.info("connection opened", remote=_remote(conn))
         try:
             with contextlib.suppress(BackplaneUnavailable):
-                await self._agent_status("online", record)
+                await self.agent_status("online", record)
             await self._serve(conn, session)
         finally:
             await self._cleanup(conn, session, record)
@@ -330,7 +341,7 @@ class Node:
                 await self._remove_member(conn, space)
         with contextlib.suppress(BackplaneUnavailable):
             await self.presence.release_agent(record.agent_id, record.connection_id)
-            await self._agent_status("offline", record)
+            await self.agent_status("offline", conn.record or record)
 
     # ── agent ids ───────────────────────────────────────────────────────
 
@@ -338,41 +349,46 @@ class Node:
         holder = await self.presence.claim_agent(record)
         if holder is None:
             return True
-        if await self._holder_alive(holder):
+        remote = holder.node_id != self.node_id
+        if remote:
+            if await self.cluster.holder_alive(holder):
+                return False
+        else:
+            conn = self.connections.get(holder.connection_id)
+            # No local connection with that id: a record left behind.
+            if conn is not None:
+                if await self.local_alive(conn):
+                    return False
+                self.close_connection(
+                    conn,
+                    CloseCode.HEARTBEAT_TIMEOUT,
+                    ErrorCode.HEARTBEAT_TIMEOUT,
+                    "failed a liveness probe: replaced by a new connection",
+                )
+                await conn.wait_cleaned_up(self.settings.close_timeout + 1)
+        if await self.presence.claim_agent(record, replace=holder.connection_id) is not None:
             return False
-        await self._evict(holder)
-        return await self.presence.claim_agent(record, replace=holder.connection_id) is None
+        if remote:
+            await self.cluster.evict_remote(holder)
+        return True
 
-    async def _holder_alive(self, holder: AgentRecord) -> bool:
-        if holder.node_id != self.node_id:
-            return await self.remote_alive(holder)
-        conn = self.connections.get(holder.connection_id)
-        if conn is None:
-            return False  # a record left behind: nobody here holds it
+    async def local_alive(self, conn: HubConnection) -> bool:
+        """Does this node's connection still answer? (Silent too long = no.)"""
         session = conn.session
-        loop = asyncio.get_running_loop()
-        if (
-            session is not None
-            and loop.time() - session.last_seen > self.settings.heartbeat_timeout
-        ):
+        now = asyncio.get_running_loop().time()
+        if session is not None and now - session.last_seen > self.settings.heartbeat_timeout:
             return False
         return await conn.probe(self.settings.liveness_probe_timeout)
 
-    async def remote_alive(self, holder: AgentRecord) -> bool:
-        """Liveness of a holder on another node; the cluster overrides this."""
-        return True
-
-    async def _evict(self, holder: AgentRecord) -> None:
-        conn = self.connections.get(holder.connection_id)
-        if conn is None:
+    def close_connection(
+        self, conn: HubConnection, code: CloseCode, error: ErrorCode, reason: str
+    ) -> None:
+        """Close a connection for a reason: error event, then close code."""
+        if conn.closing:
             return
-        self.counters.closes[int(CloseCode.HEARTBEAT_TIMEOUT)] += 1
-        conn.close_for(
-            CloseCode.HEARTBEAT_TIMEOUT,
-            ErrorCode.HEARTBEAT_TIMEOUT,
-            "failed a liveness probe: replaced by a new connection",
-        )
-        await conn.wait_cleaned_up(self.settings.close_timeout + 1)
+        self.counters.errors[error] += 1
+        self.counters.closes[int(code)] += 1
+        conn.close_for(code, error, reason)
 
     # ── actions ─────────────────────────────────────────────────────────
 
@@ -390,9 +406,7 @@ class Node:
         conn.send_frame(codec.error(code, message, request_id))
 
     def _close(self, conn: HubConnection, a: Close) -> None:
-        self.counters.errors[a.error] += 1
-        self.counters.closes[int(a.code)] += 1
-        conn.close_for(a.code, a.error, a.reason)
+        self.close_connection(conn, a.code, a.error, a.reason)
 
     async def _register(self, conn: HubConnection, a: Register) -> None:
         session = conn.session
@@ -407,6 +421,7 @@ class Node:
             info.metadata,
         )
         await self.presence.update_agent(record)
+        conn.record = record
         s = self.settings
         conn.send_frame(
             codec.registered(
@@ -417,7 +432,7 @@ class Node:
                 round(s.heartbeat_timeout * 1000),
             )
         )
-        await self._agent_status("updated", record)
+        await self.agent_status("updated", record)
 
     async def _publish(self, conn: HubConnection, a: Publish) -> None:
         agent = conn.agent_id
@@ -576,12 +591,14 @@ class Node:
             self.subscriptions.release(space)
         remaining = await self.presence.leave_space(space, conn.agent_id)
         if remaining:
-            members, count = await self.presence.space_members(
-                space, self.settings.members_list_limit
-            )
-            await self._announce(space, members, count, left=conn.agent_id)
+            await self.announce_departure(space, conn.agent_id)
         elif not self.spaces.persistent(space):
             await self.backplane.forget(space)
+
+    async def announce_departure(self, space: str, agent_id: str) -> None:
+        members, count = await self.presence.space_members(space, self.settings.members_list_limit)
+        if count:
+            await self._announce(space, members, count, left=agent_id)
 
     async def _announce(
         self,
@@ -605,7 +622,8 @@ class Node:
         ]
         conn.send_frame(codec.space_list(a.request_id, spaces))
 
-    async def _agent_status(self, event: str, record: AgentRecord) -> None:
+    async def agent_status(self, event: str, record: AgentRecord) -> None:
+        """Publish an ``agent.status`` event (online, offline, updated)."""
         data = {"event": event, "agent": record.public(), "from": HUB_SENDER}
         head, tail = codec.sequenced(
             "space.event",
@@ -622,10 +640,16 @@ class Node:
         s = self.settings
         interval = max(0.02, min(s.heartbeat_timeout / 4, s.stream_idle_timeout / 4, 5.0))
         loop = asyncio.get_running_loop()
+        next_tick = loop.time() + s.heartbeat_interval
         while True:
             await asyncio.sleep(interval)
+            now = loop.time()
             try:
-                await self._sweep_once(loop.time())
+                await self._sweep_once(now)
+                if now >= next_tick:
+                    next_tick = now + s.heartbeat_interval
+                    with contextlib.suppress(BackplaneUnavailable):
+                        await self.cluster.tick()
             except Exception:
                 self.log.exception("sweep failed")
 

@@ -1,0 +1,114 @@
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from protocol import codec
+from protocol.errors import ErrorCode, ProtocolError
+from protocol.messages import SpacePublish, hub_message_adapter
+
+
+def test_decodes_a_valid_message():
+    msg = codec.decode('{"type":"space.publish","id":"m1","space":"general","data":{"text":"hi"}}')
+    assert isinstance(msg, SpacePublish)
+    assert (msg.id, msg.space, msg.data, msg.echo) == ("m1", "general", {"text": "hi"}, True)
+
+
+@pytest.mark.parametrize(
+    ("frame", "fragment", "rid"),
+    [
+        (b'{"type":"agent.heartbeat"}', "binary frames", None),
+        ("not json", "invalid JSON", None),
+        ("[1,2]", "JSON object", None),
+        ('"text"', "JSON object", None),
+        ('{"id":"x"}', "missing string field 'type'", "x"),
+        ('{"type":5,"id":"x"}', "missing string field 'type'", "x"),
+        ('{"type":"space.explode","id":"q"}', "unknown message type", "q"),
+        ('{"type":"space.join","id":"j"}', "space: Field required", "j"),
+        ('{"type":"space.join","id":"j","space":7}', "space: Input should be a valid string", "j"),
+        ('{"type":"space.publish","id":"p","space":"a","data":[1]}', "data", "p"),
+        ('{"type":"space.publish","id":"p","space":"a","data":{},"echo":"no"}', "echo", "p"),
+        ('{"type":"space.join","id":3,"space":"a"}', "id", 3),
+        ("[" * 5000 + "]" * 5000, "invalid JSON", None),
+        ('{"type":"space.join","space":"' + "\\ud800" + '"}', "invalid JSON", None),
+    ],
+)
+def test_bad_frames_become_protocol_errors(frame, fragment, rid):
+    with pytest.raises(ProtocolError) as info:
+        codec.decode(frame)
+    assert info.value.code is ErrorCode.INVALID_REQUEST
+    assert fragment in info.value.message
+    assert info.value.request_id == rid
+
+
+@given(st.binary(max_size=200) | st.text(max_size=200))
+def test_no_input_raises_anything_but_protocol_error(frame):
+    try:
+        codec.decode(frame)
+    except ProtocolError:
+        pass
+
+
+def test_sequenced_frames_parse_as_hub_messages():
+    head, tail = codec.sequenced(
+        "space.event",
+        "general",
+        "evt-1",
+        {"from": "alice", "timestamp": 1, "data": {"text": "x"}, "request_id": "m1"},
+    )
+    frame = codec.complete(head, 42, tail)
+    msg = hub_message_adapter.validate_json(frame)
+    assert msg.type == "space.event" and msg.seq == 42 and msg.from_ == "alice"
+    assert orjson.loads(frame)["request_id"] == "m1"
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        codec.registered("r", "a", "ws-1", 30000, 60000),
+        codec.heartbeat(),
+        codec.joined("j", "general", ["a"], 1),
+        codec.left("l", "general"),
+        codec.members("general", ["a", "b"], 2, "b", None),
+        codec.space_list("s", [{"id": "general", "type": "public", "member_count": 1}]),
+        codec.published("p", "general", "evt-1", 3),
+        codec.error(ErrorCode.SPACE_FULL, "full", "j"),
+        codec.receiver_cancelled("c", "general", "a/e1"),
+        codec.cancel_notice("general", "a/e1", "a", "idle_timeout"),
+        codec.complete(
+            *codec.sequenced("space.event.done", "g", "a/e", {"from": "a", "timestamp": 1})[:1],
+            9,
+            codec.sequenced("space.event.done", "g", "a/e", {"from": "a", "timestamp": 1})[1],
+        ),
+    ],
+)
+def test_every_builder_matches_the_models(frame):
+    hub_message_adapter.validate_json(frame)
+
+
+def test_members_frame_keeps_nulls_like_the_seed():
+    assert orjson.loads(codec.members("g", ["a"], 1, None, "b")) == {
+        "type": "space.members",
+        "space": "g",
+        "members": ["a"],
+        "member_count": 1,
+        "joined": None,
+        "left": "b",
+    }
+
+
+@given(st.text(), st.integers(min_value=4, max_value=64))
+def test_split_utf8_reassembles_exactly(text, size):
+    pieces = codec.split_utf8(text, size)
+    assert "".join(pieces) == text
+    assert all(0 < len(p.encode()) <= size for p in pieces)
+
+
+def test_split_utf8_never_cuts_a_character():
+    text = "a" + "€" * 10 + "😀" * 5  # 1, 3 and 4 byte characters
+    for size in range(4, 12):
+        for piece in codec.split_utf8(text, size):
+            piece.encode()  # a cut character could not be encoded back
+        assert "".join(codec.split_utf8(text, size)) == text
+    with pytest.raises(ValueError):
+        codec.split_utf8(text, 3)
