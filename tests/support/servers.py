@@ -71,9 +71,12 @@ class HubProcess:
                 args.append(flag if value else "--no-" + name.replace("_", "-"))
             else:
                 args += [flag, str(value)]
-        self._log = open(self.log_path, "ab")  # noqa: SIM115
+        self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            args, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
+            args,
+            cwd=ROOT,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
             env=_env_without_hub_settings(),
         )
         deadline = time.monotonic() + timeout
@@ -139,9 +142,19 @@ class RedisServer:
     def start(self, timeout: float = 10.0) -> RedisServer:
         self.proc = subprocess.Popen(
             [
-                self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
-                "--save", "", "--appendonly", "no", "--dir", self.dir,
-                "--protected-mode", "no",
+                self.binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                self.dir,
+                "--protected-mode",
+                "no",
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -172,5 +185,5 @@ class RedisServer:
             self.proc.wait()
 
     async def wait_down(self) -> None:
-        while self.proc is not None and self.proc.poll() is None:
-            await asyncio.sleep(0.05)
+        if self.proc is not None:
+            await asyncio.to_thread(self.proc.wait)
