@@ -365,6 +365,8 @@ class Node:
                     ErrorCode.HEARTBEAT_TIMEOUT,
                     "failed a liveness probe: replaced by a new connection",
                 )
+                # It did not answer a ping: no closing handshake to wait for.
+                conn.transport.abort()
                 await conn.wait_cleaned_up(self.settings.close_timeout + 1)
         if await self.presence.claim_agent(record, replace=holder.connection_id) is not None:
             return False

@@ -1,12 +1,15 @@
 """A raw protocol client for tests that check the wire itself.
 
-Tests of behaviour use the SDK (``hub.client``); this one sends exactly the
-frames a test writes (garbage included) and reads frames as dicts.
+It sends exactly the frames a test writes (garbage included) and reads frames
+as dicts. A background task keeps reading the socket into a local queue, like
+any real client, so unread frames never stall the connection; a test that
+wants a consumer which stops reading calls ``ws.transport.pause_reading()``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from typing import Any
 
@@ -16,6 +19,7 @@ from websockets.exceptions import ConnectionClosed
 
 DEFAULT_TIMEOUT = 10.0
 _ids = itertools.count(1)
+_CLOSED = object()
 
 
 class WsClient:
@@ -24,6 +28,8 @@ class WsClient:
         self.agent_id = agent_id
         self.registered: dict[str, Any] | None = None
         self.backlog: list[dict[str, Any]] = []
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._reader = asyncio.get_running_loop().create_task(self._read())
 
     @classmethod
     async def connect(
@@ -40,11 +46,30 @@ class WsClient:
         kwargs.setdefault("max_size", None)
         kwargs.setdefault("ping_interval", None)
         kwargs.setdefault("compression", None)
+        kwargs.setdefault("close_timeout", 5)
         ws = await connect(f"{url}?{query}", open_timeout=DEFAULT_TIMEOUT, **kwargs)
         client = cls(ws, agent_id)
         if registered:
             client.registered = await client.expect("agent.registered")
         return client
+
+    async def _read(self) -> None:
+        try:
+            async for raw in self.ws:
+                self._queue.put_nowait(raw)
+        except ConnectionClosed:
+            pass
+        finally:
+            self._queue.put_nowait(_CLOSED)
+
+    async def _next(self) -> dict[str, Any]:
+        if self.backlog:
+            return self.backlog.pop(0)
+        raw = await self._queue.get()
+        if raw is _CLOSED:
+            self._queue.put_nowait(_CLOSED)
+            raise self.ws.protocol.close_exc
+        return orjson.loads(raw)
 
     async def send(self, msg: dict[str, Any] | str | bytes) -> None:
         if isinstance(msg, dict):
@@ -53,11 +78,8 @@ class WsClient:
             await self.ws.send(msg)
 
     async def recv(self, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
-        if self.backlog:
-            return self.backlog.pop(0)
         async with asyncio.timeout(timeout):
-            raw = await self.ws.recv()
-        return orjson.loads(raw)
+            return await self._next()
 
     async def expect(self, kind: str, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
         """The next frame, which must be of type ``kind``."""
@@ -69,19 +91,10 @@ class WsClient:
         self, kind: str, timeout: float = DEFAULT_TIMEOUT, **fields: Any
     ) -> dict[str, Any]:
         """Skip frames until one of type ``kind`` whose fields match; others are kept."""
-        skipped: list[dict[str, Any]] = []
-        try:
-            async with asyncio.timeout(timeout):
-                while True:
-                    if self.backlog:
-                        msg = self.backlog.pop(0)
-                    else:
-                        msg = orjson.loads(await self.ws.recv())
-                    if msg.get("type") == kind and all(msg.get(k) == v for k, v in fields.items()):
-                        return msg
-                    skipped.append(msg)
-        finally:
-            self.backlog[:0] = skipped
+        return await self._until(
+            lambda m: m.get("type") == kind and all(m.get(k) == v for k, v in fields.items()),
+            timeout,
+        )
 
     async def request(
         self, msg: dict[str, Any], timeout: float = DEFAULT_TIMEOUT
@@ -89,17 +102,26 @@ class WsClient:
         """Send with a fresh ``id``; return the reply or error carrying that id."""
         rid = msg.setdefault("id", f"r{next(_ids)}")
         await self.send(msg)
+
+        def is_reply(m: dict[str, Any]) -> bool:
+            if m.get("id") != rid and m.get("request_id") != rid:
+                return False
+            # An event carrying someone else's request id is not our reply.
+            return m.get("type") == "error" or m.get("from", self.agent_id) == self.agent_id
+
+        return await self._until(is_reply, timeout)
+
+    async def _until(self, match: Any, timeout: float) -> dict[str, Any]:
         skipped: list[dict[str, Any]] = []
         try:
             async with asyncio.timeout(timeout):
                 while True:
-                    reply = orjson.loads(await self.ws.recv())
-                    if reply.get("id") == rid or reply.get("request_id") == rid:
-                        if reply.get("type") != "space.event" or reply.get("from") == self.agent_id:
-                            return reply
-                    skipped.append(reply)
+                    msg = await self._next()
+                    if match(msg):
+                        return msg
+                    skipped.append(msg)
         finally:
-            self.backlog.extend(skipped)
+            self.backlog[:0] = skipped
 
     async def join(self, space: str) -> dict[str, Any]:
         reply = await self.request({"type": "space.join", "space": space})
@@ -108,16 +130,15 @@ class WsClient:
 
     async def closed(self, timeout: float = DEFAULT_TIMEOUT) -> tuple[int | None, list[dict]]:
         """Read until the hub closes; returns (close code, frames read on the way)."""
-        frames = list(self.backlog)
-        self.backlog.clear()
-        try:
+        frames: list[dict[str, Any]] = []
+        with contextlib.suppress(ConnectionClosed):
             async with asyncio.timeout(timeout):
                 while True:
-                    frames.append(orjson.loads(await self.ws.recv()))
-        except ConnectionClosed:
-            pass
-        rcvd = self.ws.close_rcvd
+                    frames.append(await self._next())
+        rcvd = self.ws.protocol.close_rcvd
         return (rcvd.code if rcvd is not None else None), frames
 
     async def close(self) -> None:
         await self.ws.close()
+        with contextlib.suppress(Exception):
+            await self._reader

@@ -1,0 +1,117 @@
+"""Publishing: membership, stamps, echo, order, fan-out."""
+
+import asyncio
+
+from tests.support.wsclient import WsClient
+
+
+async def test_event_stamps_and_echo(hub):
+    server = await hub()
+    a = await WsClient.connect(server.url, "alice")
+    b = await WsClient.connect(server.url, "bob")
+    await a.join("general")
+    await b.join("general")
+    echo = await a.request(
+        {
+            "type": "space.publish",
+            "id": "msg_004",
+            "space": "general",
+            "data": {"text": "Hello everyone", "timestamp": 1234567890},
+        }
+    )
+    got = await b.wait_for("space.event")
+    assert got == echo
+    assert set(got) == {
+        "type",
+        "space",
+        "event_id",
+        "seq",
+        "from",
+        "timestamp",
+        "data",
+        "request_id",
+    }
+    assert got["from"] == "alice" and got["data"]["from"] == "alice"
+    assert got["data"]["timestamp"] == 1234567890  # what was published is kept
+    assert isinstance(got["timestamp"], int) and got["timestamp"] > 1_600_000_000_000
+    second = await a.request({"type": "space.publish", "space": "general", "data": {"n": 2}})
+    assert second["seq"] > echo["seq"] and second["event_id"] != echo["event_id"]
+    await a.close()
+    await b.close()
+
+
+async def test_echo_false_acks_without_echo(hub):
+    server = await hub()
+    a = await WsClient.connect(server.url, "alice")
+    b = await WsClient.connect(server.url, "bob")
+    await a.join("general")
+    await b.join("general")
+    ack = await a.request(
+        {"type": "space.publish", "space": "general", "echo": False, "data": {"text": "quiet"}}
+    )
+    assert ack["type"] == "space.published"
+    got = await b.wait_for("space.event")
+    assert (got["event_id"], got["seq"]) == (ack["event_id"], ack["seq"])
+    # The sender sees its next echoed event, not the silent one.
+    echo = await a.request({"type": "space.publish", "space": "general", "data": {"n": 2}})
+    assert echo["seq"] == ack["seq"] + 1
+    assert all(m.get("event_id") != ack["event_id"] for m in a.backlog)
+    await a.close()
+    await b.close()
+
+
+async def test_publish_rules(hub):
+    server = await hub()
+    a = await WsClient.connect(server.url, "alice")
+    b = await WsClient.connect(server.url, "bob")
+    await b.join("general")
+    err = await a.request({"type": "space.publish", "space": "general", "data": {}})
+    assert err["code"] == "UNAUTHORIZED"
+    err = await a.request({"type": "space.publish", "space": "nowhere", "data": {}})
+    assert err["code"] == "SPACE_NOT_FOUND"
+    await a.join("general")
+    err = await a.request({"type": "space.publish", "space": "general", "data": {"from": "bob"}})
+    assert err["code"] == "INVALID_REQUEST" and "from" in err["message"]
+    err = await a.request({"type": "space.publish", "space": "general", "data": "text"})
+    assert err["code"] == "INVALID_REQUEST"
+    await a.close()
+    await b.close()
+
+
+async def test_two_hundred_agents_receive_every_event_in_seq_order(hub):
+    server = await hub(rate_limit=10_000, rate_burst=10_000)
+    clients = await asyncio.gather(
+        *(WsClient.connect(server.url, f"agent-{i:03}") for i in range(200))
+    )
+    for c in clients:
+        await c.join("all")
+    publishers = clients[:4]
+    per_publisher = 25
+
+    async def publish(c):
+        for n in range(per_publisher):
+            await c.send(
+                {"type": "space.publish", "space": "all", "data": {"n": n, "by": c.agent_id}}
+            )
+
+    await asyncio.gather(*(publish(p) for p in publishers))
+    total = len(publishers) * per_publisher
+
+    async def collect(c):
+        events = []
+        while len(events) < total:
+            msg = await c.recv(timeout=30)
+            if msg["type"] == "space.event":
+                events.append(msg)
+        return events
+
+    results = await asyncio.gather(*(collect(c) for c in clients))
+    reference = [e["event_id"] for e in results[0]]
+    for events in results:
+        seqs = [e["seq"] for e in events]
+        assert seqs == sorted(seqs) and len(set(seqs)) == total
+        assert [e["event_id"] for e in events] == reference  # one order for everyone
+    for p in publishers:  # each publisher's events keep its own order
+        ns = [e["data"]["n"] for e in results[-1] if e["from"] == p.agent_id]
+        assert ns == list(range(per_publisher))
+    await asyncio.gather(*(c.close() for c in clients))

@@ -1,0 +1,84 @@
+import pytest
+
+from hub.cli import build_parser, settings_from_args
+from hub.errors import ConfigError
+from hub.settings import Settings, load_settings
+
+
+def test_defaults_match_the_contract(monkeypatch):
+    for key in list(__import__("os").environ):
+        if key.startswith("AGORA_HUB_"):
+            monkeypatch.delenv(key)
+    s = load_settings()
+    assert (s.host, s.port, s.redis_url) == ("127.0.0.1", 8765, None)
+    assert (s.heartbeat_interval, s.heartbeat_timeout) == (30, 60)
+    assert (s.max_frame_bytes, s.outbox_max_bytes) == (1_048_576, 4_194_304)
+    assert (s.rate_limit, s.rate_burst, s.space_capacity, s.members_list_limit) == (
+        100,
+        200,
+        10_000,
+        1000,
+    )
+    assert (s.stream_threshold, s.stream_chunk, s.stream_idle_timeout) == (65536, 16384, 30)
+    assert (s.auth_mode, s.compression, s.auto_create_spaces) == ("none", "none", True)
+    assert s.max_streams_per_agent == 16 and s.shutdown_timeout == 10
+
+
+def test_precedence_flag_over_env_over_file(tmp_path, monkeypatch):
+    config = tmp_path / "hub.toml"
+    config.write_text('port = 1111\nrate_limit = 5\nspace_capacity = 7\n[[spaces]]\nid = "lobby"\n')
+    monkeypatch.setenv("AGORA_HUB_PORT", "2222")
+    monkeypatch.setenv("AGORA_HUB_RATE_LIMIT", "6")
+    args = build_parser().parse_args(
+        ["serve", "--config", str(config), "--port", "3333", "--no-auto-create-spaces"]
+    )
+    s = settings_from_args(args)
+    assert s.port == 3333  # flag
+    assert s.rate_limit == 6  # env beats file
+    assert s.space_capacity == 7  # file beats default
+    assert s.auto_create_spaces is False
+    assert [d.id for d in s.spaces] == ["lobby"]
+
+
+def test_every_setting_is_a_flag():
+    parser = build_parser()
+    serve = parser._subparsers._group_actions[0].choices["serve"]
+    flags = {opt for action in serve._actions for opt in action.option_strings}
+    for name in Settings.model_fields:
+        if name == "spaces":
+            continue
+        assert "--" + name.replace("_", "-") in flags, name
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        ({"heartbeat_interval": 10, "heartbeat_timeout": 5}, "heartbeat_timeout"),
+        ({"port": 70000}, "port"),
+        ({"tls_certfile": "/x.pem"}, "tls"),
+        ({"workers": 2}, "redis_url"),
+        ({"compression": "gzip"}, "compression"),
+        ({"stream_chunk": 2}, "stream_chunk"),
+    ],
+)
+def test_invalid_settings_are_clear_errors(overrides, fragment):
+    with pytest.raises(ConfigError) as info:
+        load_settings(overrides)
+    assert fragment in str(info.value)
+
+
+def test_bad_config_files(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_settings(config_file=tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("port = [")
+    with pytest.raises(ConfigError):
+        load_settings(config_file=bad)
+    typo = tmp_path / "typo.toml"
+    typo.write_text("prot = 1\n")
+    with pytest.raises(ConfigError, match="prot"):
+        load_settings(config_file=typo)
+    system = tmp_path / "system.toml"
+    system.write_text('[[spaces]]\nid = "agent.mine"\n')
+    with pytest.raises(ConfigError, match="user space"):
+        load_settings(config_file=system)
