@@ -83,8 +83,8 @@ async def test_big_publish_without_echo_is_acknowledged(hub):
         {"type": "space.publish", "space": "room", "echo": False, "data": {"text": "y" * 200}}
     )
     assert ack["type"] == "space.published"
-    deltas, done = await read_stream(sub)
-    assert done["event_id"] == ack["event_id"] and done["seq"] == ack["seq"]
+    _, end = await read_stream(sub)
+    assert end["event_id"] == ack["event_id"] and end["seq"] == ack["seq"]
     assert not [m for m in pub.backlog if m["type"].startswith("space.event")]
 
 
