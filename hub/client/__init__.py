@@ -1,0 +1,78 @@
+"""Python client SDK for Agora Hub.
+
+::
+
+    from hub.client import Client
+
+    async with Client("ws://127.0.0.1:8765/ws", "alice") as c:
+        await c.join("general")
+        await c.publish("general", {"text": "hello"})
+        async for event in c.events("general"):
+            print(event.sender, event.text)
+
+See ``docs/client.md`` for the full guide: streams, reconnects, errors and
+the command-line tools (:mod:`hub.client.cli`).
+"""
+
+from hub.client.client import Backoff, Client
+from hub.client.errors import (
+    AgentExists,
+    ConnectionClosed,
+    ConnectionFailed,
+    HubClientError,
+    HubConnectionError,
+    HubRejected,
+    InternalError,
+    InvalidRequest,
+    RateLimited,
+    RequestTimeout,
+    SpaceFull,
+    SpaceNotFound,
+    StreamCancelled,
+    Unauthorized,
+    Unavailable,
+)
+from hub.client.models import (
+    AssembledEvent,
+    Event,
+    JoinResult,
+    MembersChanged,
+    Message,
+    Registration,
+    SpaceInfo,
+    StreamChunk,
+)
+from hub.client.streams import AssembledEvents, OutgoingStream, StreamAssembler
+from hub.client.subscriptions import Subscription
+
+__all__ = [
+    "AgentExists",
+    "AssembledEvent",
+    "AssembledEvents",
+    "Backoff",
+    "Client",
+    "ConnectionClosed",
+    "ConnectionFailed",
+    "Event",
+    "HubClientError",
+    "HubConnectionError",
+    "HubRejected",
+    "InternalError",
+    "InvalidRequest",
+    "JoinResult",
+    "MembersChanged",
+    "Message",
+    "OutgoingStream",
+    "RateLimited",
+    "Registration",
+    "RequestTimeout",
+    "SpaceFull",
+    "SpaceInfo",
+    "SpaceNotFound",
+    "StreamAssembler",
+    "StreamCancelled",
+    "StreamChunk",
+    "Subscription",
+    "Unauthorized",
+    "Unavailable",
+]

@@ -1,0 +1,257 @@
+"""What the SDK hands to its user: small immutable records built from hub frames.
+
+The hub is trusted but not blindly: a frame that lacks a field this module
+needs is dropped (``parse_*`` return ``None``) and logged by the caller,
+never allowed to crash the client's reader.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+ChunkKind = Literal["delta", "done", "cancel"]
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One ``space.event``: something published to a space.
+
+    ``sender`` is the wire's ``from`` (the authenticated publisher, or
+    ``"@hub"`` for hub-generated events such as ``agent.status``).
+    ``timestamp`` is the hub's, in Unix milliseconds; it is ``None`` only for
+    the result of ``publish(..., echo=False)``, which the hub acknowledges
+    without the event itself. ``streamed`` is true when ``publish()`` resolved
+    on the ``space.event.done`` of a text too big for one frame (the hub sent
+    it to the others as deltas); ``data`` is then what was published.
+    """
+
+    space: str
+    event_id: str
+    seq: int
+    sender: str
+    timestamp: int | None
+    data: dict[str, Any]
+    request_id: str | int | None = None
+    streamed: bool = False
+
+    @property
+    def text(self) -> str | None:
+        """``data["text"]`` when it is a string."""
+        text = self.data.get("text")
+        return text if isinstance(text, str) else None
+
+
+@dataclass(frozen=True, slots=True)
+class MembersChanged:
+    """``space.members``: somebody else joined or left a space this client is in."""
+
+    space: str
+    members: list[str]
+    member_count: int
+    joined: str | None = None
+    left: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamChunk:
+    """One frame of a stream: a ``delta``, its ``done``, or a ``cancel``.
+
+    ``event_id`` is the hub-side id (``"<publisher>/<id>"``), the same on
+    every frame of a stream. ``reason`` is set on cancels (``cancelled``,
+    ``publisher_disconnected``, ``idle_timeout``, ``publisher_left_space``,
+    ``receiver_cancelled`` …). The acknowledgement of a receiver-side cancel
+    has no ``seq`` and no ``sender``.
+    """
+
+    kind: ChunkKind
+    space: str
+    event_id: str
+    seq: int | None
+    sender: str | None
+    timestamp: int | None
+    data: dict[str, Any] = field(default_factory=dict)
+    reason: str | None = None
+    request_id: str | int | None = None
+
+    @property
+    def text(self) -> str:
+        """The delta's ``data["text"]`` (``""`` for done and cancel)."""
+        text = self.data.get("text")
+        return text if isinstance(text, str) else ""
+
+
+@dataclass(frozen=True, slots=True)
+class JoinResult:
+    """The answer to ``join()``: the space's members (capped by the hub) and their exact count."""
+
+    space: str
+    members: list[str]
+    member_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class SpaceInfo:
+    """One entry of ``spaces()``."""
+
+    id: str
+    type: str
+    member_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """``agent.registered``: who the hub says this connection is.
+
+    Heartbeat values are in seconds (the wire carries milliseconds).
+    """
+
+    agent_id: str
+    connection_id: str
+    heartbeat_interval: float
+    heartbeat_timeout: float
+
+
+Message = Event | MembersChanged | StreamChunk
+
+
+# ── parsing ─────────────────────────────────────────────────────────────────
+
+
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _rid(v: Any) -> str | int | None:
+    return v if isinstance(v, str | int) and not isinstance(v, bool) else None
+
+
+def parse_event(f: dict[str, Any]) -> Event | None:
+    space, event_id, seq, sender = (
+        _str(f.get("space")),
+        _str(f.get("event_id")),
+        f.get("seq"),
+        f.get("from"),
+    )
+    data = f.get("data")
+    if space is None or event_id is None or _int(seq) is None or not isinstance(data, dict):
+        return None
+    return Event(
+        space=space,
+        event_id=event_id,
+        seq=seq,
+        sender=sender if isinstance(sender, str) else "",
+        timestamp=_int(f.get("timestamp")),
+        data=data,
+        request_id=_rid(f.get("request_id")),
+    )
+
+
+def parse_members(f: dict[str, Any]) -> MembersChanged | None:
+    space, members, count = _str(f.get("space")), f.get("members"), _int(f.get("member_count"))
+    if space is None or not isinstance(members, list) or count is None:
+        return None
+    return MembersChanged(
+        space=space,
+        members=[m for m in members if isinstance(m, str)],
+        member_count=count,
+        joined=_str(f.get("joined")),
+        left=_str(f.get("left")),
+    )
+
+
+_KINDS: dict[str, ChunkKind] = {
+    "space.event.delta": "delta",
+    "space.event.done": "done",
+    "space.event.cancel": "cancel",
+}
+
+
+def parse_chunk(f: dict[str, Any]) -> StreamChunk | None:
+    kind = _KINDS.get(f.get("type"))  # type: ignore[arg-type]
+    space, event_id = _str(f.get("space")), _str(f.get("event_id"))
+    if kind is None or space is None or event_id is None:
+        return None
+    data = f.get("data")
+    if kind == "delta" and not isinstance(data, dict):
+        return None
+    return StreamChunk(
+        kind=kind,
+        space=space,
+        event_id=event_id,
+        seq=_int(f.get("seq")),
+        sender=_str(f.get("from")),
+        timestamp=_int(f.get("timestamp")),
+        data=data if isinstance(data, dict) else {},
+        reason=_str(f.get("reason")),
+        request_id=_rid(f.get("request_id")),
+    )
+
+
+def parse_registration(f: dict[str, Any]) -> Registration | None:
+    agent = f.get("agent")
+    if not isinstance(agent, dict):
+        return None
+    agent_id, conn_id = _str(agent.get("id")), _str(agent.get("connection_id"))
+    interval, timeout = f.get("heartbeat_interval"), f.get("heartbeat_timeout")
+    if (
+        agent_id is None
+        or conn_id is None
+        or not isinstance(interval, int | float)
+        or not isinstance(timeout, int | float)
+    ):
+        return None
+    return Registration(agent_id, conn_id, interval / 1000.0, timeout / 1000.0)
+
+
+def parse_spaces(f: dict[str, Any]) -> list[SpaceInfo]:
+    out = []
+    for s in f.get("spaces") or ():
+        if isinstance(s, dict) and isinstance(s.get("id"), str):
+            out.append(SpaceInfo(s["id"], str(s.get("type", "")), _int(s.get("member_count")) or 0))
+    return out
+
+
+StreamStatus = Literal["complete", "cancelled", "incomplete"]
+
+
+@dataclass(frozen=True, slots=True)
+class AssembledEvent:
+    """A stream put back together by :class:`~hub.client.streams.StreamAssembler`.
+
+    ``data`` is the first delta's fields with ``text`` replaced by the
+    concatenation of every delta's text. ``status`` says how it ended:
+
+    - ``complete``: its ``space.event.done`` arrived; ``seq`` is the done's.
+    - ``cancelled``: a ``space.event.cancel`` ended it; ``reason`` is the
+      publisher's or the hub's (``publisher_disconnected``, ``idle_timeout``,
+      ``receiver_cancelled`` …) and ``text`` holds what arrived before.
+    - ``incomplete``: this client gave up on it; ``reason`` is
+      ``incomplete_timeout`` (no frame for too long), ``missed_start`` (its
+      first delta never reached this consumer), ``dropped`` (the consumer's
+      queue overflowed), ``too_large`` or ``connection_lost``.
+    """
+
+    space: str
+    event_id: str
+    sender: str | None
+    timestamp: int | None
+    seq: int | None
+    data: dict[str, Any]
+    status: StreamStatus
+    reason: str | None = None
+    request_id: str | int | None = None
+    chunks: int = 0
+
+    @property
+    def text(self) -> str:
+        text = self.data.get("text")
+        return text if isinstance(text, str) else ""
+
+    @property
+    def complete(self) -> bool:
+        return self.status == "complete"
