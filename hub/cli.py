@@ -13,7 +13,6 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
 
 from hub import __version__
 from hub.errors import ConfigError, HubError
@@ -102,7 +101,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return run(settings)
 
 
-def run(settings: Settings) -> int:
+def run(settings: Settings, *, reuse_port: bool = False) -> int:
     """Run one node until SIGTERM/SIGINT; returns the exit status."""
     from hub.logging import configure_logging
 
@@ -115,10 +114,10 @@ def run(settings: Settings) -> int:
     except ImportError:
         pass
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        return runner.run(serve_until_stopped(settings))
+        return runner.run(serve_until_stopped(settings, reuse_port=reuse_port))
 
 
-async def serve_until_stopped(settings: Settings, sock: Any = None) -> int:
+async def serve_until_stopped(settings: Settings, *, reuse_port: bool = False) -> int:
     import structlog
 
     from hub.node import Node
@@ -130,7 +129,7 @@ async def serve_until_stopped(settings: Settings, sock: Any = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     node = Node(settings)
-    server = HubServer(node, sock=sock)
+    server = HubServer(node, reuse_port=reuse_port)
     try:
         await server.start()
     except OSError as exc:

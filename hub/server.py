@@ -35,9 +35,9 @@ from protocol.names import is_valid_agent_id
 class HubServer:
     """A node served on a socket. ``async with HubServer(node):`` runs it."""
 
-    def __init__(self, node: Node, *, sock: Any = None):
+    def __init__(self, node: Node, *, reuse_port: bool = False):
         self.node = node
-        self._sock = sock
+        self._reuse_port = reuse_port
         self._server: Server | None = None
         self._closed = False
 
@@ -60,17 +60,12 @@ class HubServer:
             ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             ctx.load_cert_chain(s.tls_certfile, s.tls_keyfile)
             kwargs["ssl"] = ctx
-        if self._sock is not None:
-            kwargs["sock"] = self._sock
-            host = port = None
-        else:
-            host, port = s.host, s.port
-            if s.workers > 1:
-                kwargs["reuse_port"] = True
+        if self._reuse_port:
+            kwargs["reuse_port"] = True
         self._server = await serve(
             self.node.handle,
-            host,
-            port,
+            s.host,
+            s.port,
             process_request=self._process_request,
             create_connection=self.node.connection_class,
             compression="deflate" if s.compression == "deflate" else None,
