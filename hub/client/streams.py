@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -40,6 +40,10 @@ StreamState = Literal["new", "open", "done", "cancelled", "failed"]
 
 # How long a cancel sent on the way out of a failing ``async with`` may take.
 _EXIT_CANCEL_TIMEOUT = 5.0
+
+# How many streams an assembler remembers having given up on, so that their
+# late frames are ignored rather than reported a second time.
+_GIVEN_UP_REMEMBERED = 1024
 
 
 class OutgoingStream:
@@ -76,6 +80,7 @@ class OutgoingStream:
         self._n = 0
         self._error: HubClientError | None = None
         self._generation = -1
+        self._cancelled_here = False  # by cancel(), not by the hub or a lost connection
 
     def __repr__(self) -> str:
         return f"<OutgoingStream {self.hub_event_id} in {self.space} {self.state}>"
@@ -122,9 +127,11 @@ class OutgoingStream:
         With ``echo=True`` this waits for the hub to relay the done back;
         with ``echo=False`` the hub sends nothing back, so only a refusal is
         waited for and ``None`` is returned. Closing a stream that never sent
-        a delta does nothing. Idempotent.
+        a delta, or that :meth:`cancel` ended, does nothing. Raises
+        :class:`~hub.client.errors.StreamCancelled` when the hub or a lost
+        connection ended it. Idempotent.
         """
-        if self.state == "done":
+        if self.state == "done" or (self.state == "cancelled" and self._cancelled_here):
             return self.seq
         if self.state == "new":
             self.state = "done"
@@ -160,11 +167,11 @@ class OutgoingStream:
         Does nothing when the stream already ended.
         """
         if self.state == "new":
-            self.state, self.reason = "cancelled", reason
+            self.state, self.reason, self._cancelled_here = "cancelled", reason, True
             return
         if self.state != "open":
             return
-        self.state, self.reason = "cancelled", reason
+        self.state, self.reason, self._cancelled_here = "cancelled", reason, True
         try:
             if self._generation == self._client._generation:
                 reply = await self._client._request(
@@ -285,7 +292,8 @@ class StreamAssembler:
     A first delta is recognised by its ``data.from`` (the hub fills it in on
     every stream's first delta); a delta of an unknown stream without it
     means the start was missed, and the stream is reported ``incomplete``
-    with reason ``missed_start``.
+    with reason ``missed_start``. Frames that arrive for a stream already
+    reported (given up on by :meth:`expire` or :meth:`abandon`) are ignored.
     """
 
     def __init__(
@@ -299,6 +307,7 @@ class StreamAssembler:
         self.max_chars = max_chars
         self.clock = clock
         self._open: dict[str, _Partial] = {}
+        self._given_up: OrderedDict[str, None] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._open)
@@ -306,6 +315,10 @@ class StreamAssembler:
     def feed(self, chunk: StreamChunk, now: float | None = None) -> AssembledEvent | None:
         now = self.clock() if now is None else now
         partial = self._open.get(chunk.event_id)
+        if partial is None and chunk.event_id in self._given_up:
+            if chunk.kind != "delta":
+                del self._given_up[chunk.event_id]
+            return None
         if chunk.kind == "delta":
             if partial is None:
                 fields = {k: v for k, v in chunk.data.items() if k != "text"}
@@ -358,13 +371,17 @@ class StreamAssembler:
         stale = [
             eid for eid, p in self._open.items() if now - p.last_active >= self.incomplete_timeout
         ]
-        return [self._open.pop(eid).result("incomplete", "incomplete_timeout") for eid in stale]
+        return [self._give_up(eid, "incomplete_timeout") for eid in stale]
 
     def abandon(self, reason: str) -> list[AssembledEvent]:
         """Give up on every open stream (the frames they need will not come)."""
-        out = [p.result("incomplete", reason) for p in self._open.values()]
-        self._open.clear()
-        return out
+        return [self._give_up(eid, reason) for eid in list(self._open)]
+
+    def _give_up(self, event_id: str, reason: str) -> AssembledEvent:
+        self._given_up[event_id] = None
+        while len(self._given_up) > _GIVEN_UP_REMEMBERED:
+            self._given_up.popitem(last=False)
+        return self._open.pop(event_id).result("incomplete", reason)
 
 
 class AssembledEvents:
