@@ -121,12 +121,7 @@ class ClusterLink:
         elif op == "evict":
             conn = self._node.connections.get(msg.get("connection_id", ""))
             if conn is not None:
-                self._node.close_connection(
-                    conn,
-                    CloseCode.HEARTBEAT_TIMEOUT,
-                    ErrorCode.HEARTBEAT_TIMEOUT,
-                    "failed a liveness probe: replaced by a new connection",
-                )
+                self._node.evict(conn)
 
     async def _answer_probe(self, msg: dict[str, Any]) -> None:
         node = self._node

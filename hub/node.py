@@ -128,6 +128,8 @@ class Node:
         self._sweeper: asyncio.Task[None] | None = None
         self._started = False
         self._closed = False
+        self._settled = False
+        self._background: set[asyncio.Task[None]] = set()
         self._handlers: dict[type, Callable[[HubConnection, Any], Awaitable[None] | None]] = {
             Publish: self._publish,
             StreamDelta: self._stream_delta,
@@ -152,8 +154,7 @@ class Node:
         self._started = True
         await self.presence.start()
         await self.backplane.start(self)
-        with contextlib.suppress(BackplaneUnavailable):
-            await self.cluster.tick()
+        await self._settle()
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
 
     async def aclose(self) -> None:
@@ -166,6 +167,8 @@ class Node:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
+        for task in list(self._background):
+            task.cancel()
         await self.subscriptions.aclose()
         await self.cluster.aclose()
         with contextlib.suppress(Exception):
@@ -184,7 +187,8 @@ class Node:
 
     @property
     def ready(self) -> bool:
-        return self.backplane.ready and not self._closed
+        """Backplane connected and subscribed, and presence in step with it."""
+        return self.backplane.ready and self._settled and not self._closed
 
     # ── backplane handler: the fan-out ──────────────────────────────────
 
@@ -214,6 +218,18 @@ class Node:
 
     def backplane_ready(self, ready: bool) -> None:
         self.log.info("backplane ready" if ready else "backplane not ready")
+        self._settled = False
+        if ready and self._sweeper is not None and not self._closed:
+            # Back from an outage: re-register (Redis may have lost everything)
+            # before reporting ready again.
+            task = asyncio.get_running_loop().create_task(self._settle())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _settle(self) -> None:
+        with contextlib.suppress(BackplaneUnavailable):
+            await self.cluster.tick()
+            self._settled = True
 
     def node_message(self, payload: bytes) -> None:
         self.cluster.on_message(payload)
@@ -359,14 +375,7 @@ class Node:
             if conn is not None:
                 if await self.local_alive(conn):
                     return False
-                self.close_connection(
-                    conn,
-                    CloseCode.HEARTBEAT_TIMEOUT,
-                    ErrorCode.HEARTBEAT_TIMEOUT,
-                    "failed a liveness probe: replaced by a new connection",
-                )
-                # It did not answer a ping: no closing handshake to wait for.
-                conn.transport.abort()
+                self.evict(conn)
                 await conn.wait_cleaned_up(self.settings.close_timeout + 1)
         if await self.presence.claim_agent(record, replace=holder.connection_id) is not None:
             return False
@@ -381,6 +390,17 @@ class Node:
         if session is not None and now - session.last_seen > self.settings.heartbeat_timeout:
             return False
         return await conn.probe(self.settings.liveness_probe_timeout)
+
+    def evict(self, conn: HubConnection) -> None:
+        """Drop a connection that failed a liveness probe: its id goes to a newcomer."""
+        self.close_connection(
+            conn,
+            CloseCode.HEARTBEAT_TIMEOUT,
+            ErrorCode.HEARTBEAT_TIMEOUT,
+            "failed a liveness probe: replaced by a new connection",
+        )
+        # It did not answer a ping: no closing handshake to wait for.
+        conn.transport.abort()
 
     def close_connection(
         self, conn: HubConnection, code: CloseCode, error: ErrorCode, reason: str
@@ -650,8 +670,7 @@ class Node:
                 await self._sweep_once(now)
                 if now >= next_tick:
                     next_tick = now + s.heartbeat_interval
-                    with contextlib.suppress(BackplaneUnavailable):
-                        await self.cluster.tick()
+                    await self._settle()
             except Exception:
                 self.log.exception("sweep failed")
 

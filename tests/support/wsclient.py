@@ -30,6 +30,23 @@ class WsClient:
         self.backlog: list[dict[str, Any]] = []
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self._reader = asyncio.get_running_loop().create_task(self._read())
+        self._heartbeat: asyncio.Task[None] | None = None
+
+    def start_heartbeat(self) -> None:
+        """Send ``agent.heartbeat`` on the hub's interval, like a real client.
+
+        Its replies (no ``id``) are dropped by the reader so tests don't see them.
+        """
+        assert self.registered is not None
+        interval = self.registered["heartbeat_interval"] / 1000
+
+        async def beat() -> None:
+            with contextlib.suppress(ConnectionClosed):
+                while True:
+                    await asyncio.sleep(interval)
+                    await self.ws.send('{"type":"agent.heartbeat"}')
+
+        self._heartbeat = asyncio.get_running_loop().create_task(beat())
 
     @classmethod
     async def connect(
@@ -39,9 +56,13 @@ class WsClient:
         *,
         token: str | None = None,
         registered: bool = True,
+        heartbeat: bool = False,
         **kwargs: Any,
     ) -> WsClient:
-        """Connect to ``url`` (the hub's /ws URL, no query) as ``agent_id``."""
+        """Connect to ``url`` (the hub's /ws URL, no query) as ``agent_id``.
+
+        ``heartbeat=True`` keeps the connection alive on the hub's interval.
+        """
         query = f"agent_id={agent_id}" + (f"&token={token}" if token is not None else "")
         kwargs.setdefault("max_size", None)
         kwargs.setdefault("ping_interval", None)
@@ -51,11 +72,19 @@ class WsClient:
         client = cls(ws, agent_id)
         if registered:
             client.registered = await client.expect("agent.registered")
+            if heartbeat:
+                client.start_heartbeat()
         return client
 
     async def _read(self) -> None:
         try:
             async for raw in self.ws:
+                if (
+                    self._heartbeat is not None
+                    and raw.startswith('{"type":"agent.heartbeat"')
+                    and '"id":' not in raw
+                ):
+                    continue  # a reply to our own automatic heartbeat
                 self._queue.put_nowait(raw)
         except ConnectionClosed:
             pass
@@ -139,6 +168,8 @@ class WsClient:
         return (rcvd.code if rcvd is not None else None), frames
 
     async def close(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
         await self.ws.close()
         with contextlib.suppress(Exception):
             await self._reader
