@@ -432,7 +432,8 @@ class TailPrinter:
         self._interrupt_live()
         who, what = (change.joined, "joined") if change.joined else (change.left, "left")
         self.out.line(
-            f"{_clock(None)} * {who} {what} {change.space} ({change.member_count} members)"
+            f"{_clock(None)} * {who} {what} {change.space} "
+            f"({change.member_count} member{'' if change.member_count == 1 else 's'})"
         )
 
     def chunk(self, chunk: StreamChunk) -> None:

@@ -596,6 +596,8 @@ class Client:
                     log.warning("could not rejoin %s after reconnecting: %s", space, exc)
                     self._joined.pop(space, None)
         except BaseException:
+            # Not a loss to recover from: whoever called _open() handles it.
+            self._ws = None
             heartbeat.cancel()
             ws.transport.abort()
             raise
@@ -799,6 +801,10 @@ class Client:
             except (Unauthorized, AgentExists, HubRejected) as exc:
                 log.warning("reconnect refused: %s", exc)
                 self._finish(exc)
+                return
+            except Exception as exc:
+                log.exception("reconnecting failed")
+                self._finish(ConnectionClosed(f"reconnecting failed: {exc!r}"))
                 return
             self.reconnects += 1
             self._reconnector = None

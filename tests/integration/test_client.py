@@ -157,6 +157,13 @@ async def test_hub_errors_become_typed_exceptions(hub, clients):
 
     # Errors did not disturb the connection.
     assert await a.ping()
+
+    # A refused registration fails connect() and leaves nothing running.
+    bad = Client(server.url, "carol", agent_type="t" * 100, reconnect=True)
+    with pytest.raises(InvalidRequest):
+        await bad.connect()
+    assert not bad.connected
+    await bad.aclose()
     await a.join("general")
     assert (await a.publish("general", "now a member")).sender == "alice"
 
