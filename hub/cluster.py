@@ -80,7 +80,11 @@ class ClusterLink:
     # ── node messages ───────────────────────────────────────────────────
 
     async def holder_alive(self, holder: AgentRecord) -> bool:
-        """Ask the holder's node to probe it; no answer in time means dead."""
+        """Ask the holder's node to probe it; no answer in time means dead.
+
+        A holder found dead is evicted (and cleaned up) by its node before the
+        answer comes back.
+        """
         node = self._node
         token = secrets.token_hex(8)
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
@@ -93,7 +97,9 @@ class ClusterLink:
         }
         try:
             await node.backplane.send_to_node(holder.node_id, orjson.dumps(msg))
-            async with asyncio.timeout(node.settings.liveness_probe_timeout + 1.0):
+            async with asyncio.timeout(
+                node.settings.liveness_probe_timeout + node.settings.close_timeout + 1.0
+            ):
                 return await future
         except TimeoutError:
             return False
@@ -127,6 +133,11 @@ class ClusterLink:
         node = self._node
         conn = node.connections.get(msg.get("connection_id", ""))
         alive = conn is not None and await node.local_alive(conn)
+        if conn is not None and not alive:
+            # Evict before answering, so the asker's newcomer never races the
+            # departure of the dead connection (its memberships, its id).
+            node.evict(conn)
+            await conn.wait_cleaned_up(node.settings.close_timeout)
         reply = {"op": "probe_result", "token": msg.get("token"), "alive": alive}
         with contextlib.suppress(BackplaneUnavailable):
             await node.backplane.send_to_node(str(msg.get("reply_to")), orjson.dumps(reply))

@@ -130,6 +130,7 @@ class Node:
         self._closed = False
         self._settled = False
         self._background: set[asyncio.Task[None]] = set()
+        self._pending_departures: list[tuple[AgentRecord, list[str]]] = []
         self._handlers: dict[type, Callable[[HubConnection, Any], Awaitable[None] | None]] = {
             Publish: self._publish,
             StreamDelta: self._stream_delta,
@@ -229,6 +230,7 @@ class Node:
     async def _settle(self) -> None:
         with contextlib.suppress(BackplaneUnavailable):
             await self.cluster.tick()
+            await self._retry_departures()
             self._settled = True
 
     def node_message(self, payload: bytes) -> None:
@@ -352,12 +354,38 @@ class Node:
             with contextlib.suppress(BackplaneUnavailable, ConnectionClosed):
                 await self._stream_cancel(conn, cancel)
         self.connections.pop(session.connection_id, None)
-        for space in list(session.spaces):
-            with contextlib.suppress(BackplaneUnavailable):
-                await self._remove_member(conn, space)
-        with contextlib.suppress(BackplaneUnavailable):
-            await self.presence.release_agent(record.agent_id, record.connection_id)
-            await self.agent_status("offline", conn.record or record)
+        spaces = list(session.spaces)
+        for space in spaces:
+            self._drop_local(conn, space)
+        departure = (conn.record or record, spaces)
+        try:
+            await self._depart(*departure)
+        except BackplaneUnavailable:
+            # The cluster must still learn of it: retried until the backplane is back.
+            self._pending_departures.append(departure)
+
+    async def _depart(self, record: AgentRecord, spaces: list[str], retry: bool = False) -> None:
+        """Tell the cluster an agent's connection is gone. Safe to retry."""
+        if retry:
+            holder = await self.presence.get_agent(record.agent_id)
+            if holder is not None and holder.connection_id != record.connection_id:
+                # The agent came back meanwhile: its memberships are the new ones.
+                spaces.clear()
+        while spaces:
+            remaining = await self.presence.leave_space(spaces[0], record.agent_id)
+            await self._after_departure(spaces.pop(0), record.agent_id, remaining)
+        await self.presence.release_agent(record.agent_id, record.connection_id)
+        await self.agent_status("offline", record)
+
+    async def _retry_departures(self) -> None:
+        pending, self._pending_departures = self._pending_departures, []
+        while pending:
+            try:
+                await self._depart(*pending[0], retry=True)
+            except BackplaneUnavailable:
+                self._pending_departures.extend(pending)
+                raise
+            pending.pop(0)
 
     # ── agent ids ───────────────────────────────────────────────────────
 
@@ -600,20 +628,26 @@ class Node:
 
     async def _leave(self, conn: HubConnection, a: Leave) -> None:
         for cancel in a.cancelled:
-            await self._stream_cancel(conn, cancel)
-        await self._remove_member(conn, a.space)
+            with contextlib.suppress(BackplaneUnavailable):
+                await self._stream_cancel(conn, cancel)
+        # Cluster first: when it is unreachable the agent stays a member.
+        remaining = await self.presence.leave_space(a.space, conn.agent_id)
+        self._drop_local(conn, a.space)
         conn.send_frame(codec.left(a.request_id, a.space))
+        with contextlib.suppress(BackplaneUnavailable):
+            await self._after_departure(a.space, conn.agent_id, remaining)
 
-    async def _remove_member(self, conn: HubConnection, space: str) -> None:
-        session = conn.session
-        assert session is not None
-        session.on_left(space)
+    def _drop_local(self, conn: HubConnection, space: str) -> None:
+        """This node stops delivering ``space`` to ``conn``."""
+        if conn.session is not None:
+            conn.session.on_left(space)
         self.streams.forget_member(space, conn)
         if self.spaces.remove_local(space, conn):
             self.subscriptions.release(space)
-        remaining = await self.presence.leave_space(space, conn.agent_id)
+
+    async def _after_departure(self, space: str, agent_id: str, remaining: int) -> None:
         if remaining:
-            await self.announce_departure(space, conn.agent_id)
+            await self.announce_departure(space, agent_id)
         elif not self.spaces.persistent(space):
             await self.backplane.forget(space)
 
