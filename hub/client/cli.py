@@ -139,6 +139,7 @@ def _run(
     from hub.client.client import Backoff, Client
     from hub.client.errors import (
         AgentExists,
+        ConnectionClosed,
         HubClientError,
         HubConnectionError,
         HubRejected,
@@ -185,6 +186,8 @@ def _run(
         return EXIT_OK
     except StreamCancelled as exc:
         return _fail(f"stream cancelled: {exc.reason}", EXIT_CONNECTION)
+    except ConnectionClosed as exc:
+        return _fail(f"connection lost: {exc}", EXIT_CONNECTION)
     except (HubConnectionError, RequestTimeout) as exc:
         return _fail(exc.message, EXIT_CONNECTION)
     except HubRejected as exc:

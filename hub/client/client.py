@@ -30,7 +30,7 @@ import random
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, overload
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import orjson
@@ -232,13 +232,15 @@ class Client:
         if ws is not None:
             with contextlib.suppress(Exception):
                 await ws.close()
-        if self._reader is not None and self._reader is not asyncio.current_task():
-            with contextlib.suppress(BaseException):
-                await self._reader
-        for task in (self._reconnector, self._heartbeat):
-            if task is not None and task is not asyncio.current_task():
-                with contextlib.suppress(BaseException):
-                    await task
+        # asyncio.wait() neither raises the tasks' exceptions nor swallows
+        # our own cancellation.
+        tasks = {
+            t
+            for t in (self._reader, self._reconnector, self._heartbeat)
+            if t is not None and t is not asyncio.current_task()
+        }
+        if tasks:
+            await asyncio.wait(tasks)
         self._closed = True
         self._stopped.set()
         self._fail_pending(ConnectionClosed("client closed"))
@@ -367,9 +369,19 @@ class Client:
 
     # ── receiving ────────────────────────────────────────────────────────
 
+    @overload
+    def events(
+        self, space: str | None = None, *, members: Literal[False] = False
+    ) -> Subscription[Event]: ...
+
+    @overload
+    def events(
+        self, space: str | None = None, *, members: Literal[True]
+    ) -> Subscription[Event | MembersChanged]: ...
+
     def events(
         self, space: str | None = None, *, members: bool = False
-    ) -> Subscription[Event | MembersChanged]:
+    ) -> Subscription[Event] | Subscription[Event | MembersChanged]:
         """Iterate ``space.event`` deliveries (of one space, or all).
 
         With ``members=True`` it also yields :class:`MembersChanged`. Streams
@@ -378,11 +390,11 @@ class Client:
         matching items that arrived while nobody was reading.
         """
         kinds = EVENT_KINDS | {"members"} if members else EVENT_KINDS
-        return self.subscribe(space, kinds)
+        return self._subscribe(space, kinds)
 
     def stream_events(self, space: str | None = None) -> Subscription[StreamChunk]:
         """Iterate stream frames (deltas, dones, cancels) as they arrive."""
-        return self.subscribe(space, STREAM_KINDS)
+        return self._subscribe(space, STREAM_KINDS)
 
     def assembled_events(
         self,
@@ -417,7 +429,10 @@ class Client:
         unknown = set(kinds) - ALL_KINDS
         if unknown:
             raise ValueError(f"unknown kinds {sorted(unknown)}")
-        sub: Subscription[Message] = Subscription(space, frozenset(kinds), self.queue_size)
+        return self._subscribe(space, frozenset(kinds))
+
+    def _subscribe(self, space: str | None, kinds: frozenset[str]) -> Subscription[Any]:
+        sub: Subscription[Any] = Subscription(space, kinds, self.queue_size)
         self._router.subscribe(sub)
         return sub
 
@@ -509,7 +524,10 @@ class Client:
         await self._request({"type": "agent.heartbeat"})
 
     def _closed_error(self, exc: WsClosed | None = None) -> ConnectionClosed:
-        rcvd = exc.rcvd if exc is not None else (self._ws.close_rcvd if self._ws else None)
+        if exc is not None:
+            rcvd = exc.rcvd
+        else:
+            rcvd = self._ws.protocol.close_rcvd if self._ws is not None else None
         code = rcvd.code if rcvd is not None else None
         reason = rcvd.reason if rcvd is not None else ""
         err = self._last_error
@@ -538,6 +556,7 @@ class Client:
             "ping_interval": None,  # the protocol's own heartbeat does this
             "compression": None,
             "user_agent_header": f"agora-hub-client/{__version__}",
+            "close_timeout": 5.0,
             **self._connect_kwargs,
         }
         try:
@@ -771,7 +790,7 @@ class Client:
             self._router.reset()
             self._reconnector = asyncio.get_running_loop().create_task(self._reconnect(err))
             return
-        log.warning("%s", err)
+        log.info("%s", err)  # raised to whoever uses the client next
         self._finish(err)
 
     def _finish(self, err: HubClientError) -> None:

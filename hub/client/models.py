@@ -131,14 +131,9 @@ def _rid(v: Any) -> str | int | None:
 
 
 def parse_event(f: dict[str, Any]) -> Event | None:
-    space, event_id, seq, sender = (
-        _str(f.get("space")),
-        _str(f.get("event_id")),
-        f.get("seq"),
-        f.get("from"),
-    )
-    data = f.get("data")
-    if space is None or event_id is None or _int(seq) is None or not isinstance(data, dict):
+    space, event_id, seq = _str(f.get("space")), _str(f.get("event_id")), _int(f.get("seq"))
+    sender, data = f.get("from"), f.get("data")
+    if space is None or event_id is None or seq is None or not isinstance(data, dict):
         return None
     return Event(
         space=space,

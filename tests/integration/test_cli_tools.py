@@ -194,3 +194,16 @@ def test_tail_on_a_terminal_shows_streams_live():
     assert lines[3].endswith("bob ▸ … world")
     assert lines[4].endswith("#6 dan ▸ half [cancelled: publisher_disconnected]")
     assert len(lines) == 5
+
+
+async def test_tail_exits_when_the_hub_goes_away(hub_process, observer):
+    proc = hub_process()
+    changes = await observer(proc.url, "general")
+    tail = await start_cli(
+        "tail", "general", "--url", proc.url, "--agent-id", "tailer", "--no-reconnect"
+    )
+    await joined(changes, "tailer")
+    await asyncio.to_thread(proc.stop)
+    status, _, err = await finish(tail)
+    assert status == 1 and "connection lost" in err and "1001" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
