@@ -495,14 +495,15 @@ class Node:
             await self._publish_streamed(conn, a, text)
             return
         event_id = self.new_event_id()
-        rest: dict[str, Any] = {"from": agent, "timestamp": codec.now_ms(), "data": data}
+        ts = codec.now_ms()
+        rest: dict[str, Any] = {"from": agent, "timestamp": ts, "data": data}
         if a.request_id is not None:
             rest["request_id"] = a.request_id
         head, tail = codec.sequenced("space.event", a.space, event_id, rest)
         seq = await self.backplane.publish(a.space, Draft(head, tail, None if a.echo else agent))
         self.counters.published += 1
         if not a.echo:
-            conn.send_frame(codec.published(a.request_id, a.space, event_id, seq))
+            conn.send_frame(codec.published(a.request_id, a.space, event_id, seq, ts))
 
     async def _publish_streamed(self, conn: HubConnection, a: Publish, text: str) -> None:
         """A publish too big for one event goes out as deltas and a done."""
@@ -530,7 +531,7 @@ class Node:
         )
         self.counters.published += 1
         if not a.echo:
-            conn.send_frame(codec.published(a.request_id, a.space, stream_id, seq))
+            conn.send_frame(codec.published(a.request_id, a.space, stream_id, seq, ts))
 
     async def _denied(self, conn: HubConnection, a: Denied) -> None:
         if await self.space_exists(a.space):

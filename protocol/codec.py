@@ -150,10 +150,18 @@ def space_list(request_id: str | int | None, spaces: Iterable[Mapping[str, Any]]
     return dumps(_with_id({"type": "space.list", "spaces": list(spaces)}, request_id))
 
 
-def published(request_id: str | int | None, space: str, event_id: str, seq: int) -> bytes:
+def published(
+    request_id: str | int | None, space: str, event_id: str, seq: int, timestamp: int
+) -> bytes:
     return dumps(
         _with_id(
-            {"type": "space.published", "space": space, "event_id": event_id, "seq": seq},
+            {
+                "type": "space.published",
+                "space": space,
+                "event_id": event_id,
+                "seq": seq,
+                "timestamp": timestamp,
+            },
             request_id,
         )
     )

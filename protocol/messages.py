@@ -211,6 +211,7 @@ class SpacePublished(_HubMessage):
     space: str
     event_id: str
     seq: int
+    timestamp: int
 
 
 class HubDelta(_HubMessage):

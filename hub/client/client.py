@@ -336,7 +336,7 @@ class Client:
             event_id=str(reply.get("event_id")),
             seq=_int(reply.get("seq")),
             sender=self.agent_id,
-            timestamp=None,
+            timestamp=reply.get("timestamp") if isinstance(reply.get("timestamp"), int) else None,
             data=sent,
             request_id=reply.get("id"),
             streamed=isinstance(reply.get("event_id"), str) and "/" in reply["event_id"],

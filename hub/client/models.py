@@ -19,10 +19,10 @@ class Event:
 
     ``sender`` is the wire's ``from`` (the authenticated publisher, or
     ``"@hub"`` for hub-generated events such as ``agent.status``).
-    ``timestamp`` is the hub's, in Unix milliseconds; it is ``None`` only for
-    the result of ``publish(..., echo=False)``, which the hub acknowledges
-    without the event itself. ``streamed`` is true when ``publish()`` resolved
-    on the ``space.event.done`` of a text too big for one frame (the hub sent
+    ``timestamp`` is the hub's, in Unix milliseconds (``None`` only when an
+    older hub acknowledged ``publish(..., echo=False)`` without one).
+    ``streamed`` is true when ``publish()`` resolved on the
+    ``space.event.done`` of a text too big for one frame (the hub sent
     it to the others as deltas); ``data`` is then what was published.
     """
 

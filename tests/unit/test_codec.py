@@ -71,7 +71,7 @@ def test_sequenced_frames_parse_as_hub_messages():
         codec.left("l", "general"),
         codec.members("general", ["a", "b"], 2, "b", None),
         codec.space_list("s", [{"id": "general", "type": "public", "member_count": 1}]),
-        codec.published("p", "general", "evt-1", 3),
+        codec.published("p", "general", "evt-1", 3, 1),
         codec.error(ErrorCode.SPACE_FULL, "full", "j"),
         codec.receiver_cancelled("c", "general", "a/e1"),
         codec.cancel_notice("general", "a/e1", "a", "idle_timeout"),
