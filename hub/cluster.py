@@ -50,11 +50,11 @@ class ClusterLink:
                 dead_node=reaped.record.node_id,
             )
             for space in reaped.spaces:
-                await node.announce_departure(space, reaped.record.agent_id)
+                await node.membership.announce_departure(space, reaped.record.agent_id)
             holder = await presence.get_agent(reaped.record.agent_id)
             if holder is None or holder.connection_id == reaped.record.connection_id:
                 # (An agent that already reconnected elsewhere is not offline.)
-                await node.agent_status("offline", reaped.record)
+                await node.membership.agent_status("offline", reaped.record)
 
     async def _restore(self) -> None:
         node = self._node

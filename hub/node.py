@@ -23,13 +23,15 @@ import structlog
 from websockets.exceptions import ConnectionClosed
 
 from hub.auth import build_authenticator
-from hub.backplane import Backplane, Draft, Envelope, StreamOp, create_backplane
+from hub.backplane import Backplane, Envelope, create_backplane
 from hub.cluster import ClusterLink
 from hub.connection import HubConnection
 from hub.errors import AuthError, BackplaneUnavailable, SpaceFull
+from hub.membership import Membership
 from hub.metrics import Counters, Gauges, HubCollector, build_registry
 from hub.outbox import Flusher, OutFrame
 from hub.presence import AgentRecord, Presence, create_presence
+from hub.publishing import Publishing
 from hub.session import (
     Action,
     Close,
@@ -54,10 +56,6 @@ from hub.streams import StreamRouter
 from hub.subscriptions import Subscriptions
 from protocol import codec
 from protocol.errors import CloseCode, ErrorCode, ProtocolError
-from protocol.names import AGENT_STATUS_SPACE, SpaceKind, space_kind
-
-# ``from`` of events the hub itself generates; not a valid agent id.
-HUB_SENDER = "@hub"
 
 
 class Node:
@@ -122,6 +120,8 @@ class Node:
             )
         )
         self.cluster = ClusterLink(self)
+        self.publishing = Publishing(self)
+        self.membership = Membership(self)
         self.accepting = True
         self._tag = secrets.token_hex(4)
         self._ids = itertools.count(1)
@@ -130,20 +130,19 @@ class Node:
         self._closed = False
         self._settled = False
         self._background: set[asyncio.Task[None]] = set()
-        self._pending_departures: list[tuple[AgentRecord, list[str]]] = []
         self._handlers: dict[type, Callable[[HubConnection, Any], Awaitable[None] | None]] = {
-            Publish: self._publish,
-            StreamDelta: self._stream_delta,
+            Publish: self.publishing.publish,
+            StreamDelta: self.publishing.stream_delta,
             Send: self._send,
             Reject: self._reject,
-            StreamDone: self._stream_done,
-            StreamCancel: self._stream_cancel,
-            ReceiverCancel: self._receiver_cancel,
-            Join: self._join,
-            Leave: self._leave,
-            ListSpaces: self._list_spaces,
-            Register: self._register,
-            Denied: self._denied,
+            StreamDone: self.publishing.stream_done,
+            StreamCancel: self.publishing.stream_cancel,
+            ReceiverCancel: self.publishing.receiver_cancel,
+            Join: self.membership.join,
+            Leave: self.membership.leave,
+            ListSpaces: self.membership.list_spaces,
+            Register: self.membership.register,
+            Denied: self.publishing.denied,
             Close: self._close,
         }
 
@@ -230,7 +229,7 @@ class Node:
     async def _settle(self) -> None:
         with contextlib.suppress(BackplaneUnavailable):
             await self.cluster.tick()
-            await self._retry_departures()
+            await self.membership.retry_departures()
             self._settled = True
 
     def node_message(self, payload: bytes) -> None:
@@ -293,7 +292,7 @@ class Node:
         log.info("connection opened", remote=_remote(conn))
         try:
             with contextlib.suppress(BackplaneUnavailable):
-                await self.agent_status("online", record)
+                await self.membership.agent_status("online", record)
             await self._serve(conn, session)
         finally:
             await self._cleanup(conn, session, record)
@@ -352,40 +351,17 @@ class Node:
     async def _cleanup(self, conn: HubConnection, session: Session, record: AgentRecord) -> None:
         for cancel in session.closed():
             with contextlib.suppress(BackplaneUnavailable, ConnectionClosed):
-                await self._stream_cancel(conn, cancel)
+                await self.publishing.stream_cancel(conn, cancel)
         self.connections.pop(session.connection_id, None)
         spaces = list(session.spaces)
         for space in spaces:
-            self._drop_local(conn, space)
+            self.membership.drop_local(conn, space)
         departure = (conn.record or record, spaces)
         try:
-            await self._depart(*departure)
+            await self.membership.depart(*departure)
         except BackplaneUnavailable:
             # The cluster must still learn of it: retried until the backplane is back.
-            self._pending_departures.append(departure)
-
-    async def _depart(self, record: AgentRecord, spaces: list[str], retry: bool = False) -> None:
-        """Tell the cluster an agent's connection is gone. Safe to retry."""
-        if retry:
-            holder = await self.presence.get_agent(record.agent_id)
-            if holder is not None and holder.connection_id != record.connection_id:
-                # The agent came back meanwhile: its memberships are the new ones.
-                spaces.clear()
-        while spaces:
-            remaining = await self.presence.leave_space(spaces[0], record.agent_id)
-            await self._after_departure(spaces.pop(0), record.agent_id, remaining)
-        await self.presence.release_agent(record.agent_id, record.connection_id)
-        await self.agent_status("offline", record)
-
-    async def _retry_departures(self) -> None:
-        pending, self._pending_departures = self._pending_departures, []
-        while pending:
-            try:
-                await self._depart(*pending[0], retry=True)
-            except BackplaneUnavailable:
-                self._pending_departures.extend(pending)
-                raise
-            pending.pop(0)
+            self.membership.pending_departures.append(departure)
 
     # ── agent ids ───────────────────────────────────────────────────────
 
@@ -458,237 +434,9 @@ class Node:
     def _close(self, conn: HubConnection, a: Close) -> None:
         self.close_connection(conn, a.code, a.error, a.reason)
 
-    async def _register(self, conn: HubConnection, a: Register) -> None:
-        session = conn.session
-        assert session is not None
-        info = a.info
-        record = AgentRecord(
-            conn.agent_id,
-            self.node_id,
-            session.connection_id,
-            info.type,
-            tuple(info.capabilities),
-            info.metadata,
-        )
-        await self.presence.update_agent(record)
-        conn.record = record
-        s = self.settings
-        conn.send_frame(
-            codec.registered(
-                a.request_id,
-                conn.agent_id,
-                session.connection_id,
-                round(s.heartbeat_interval * 1000),
-                round(s.heartbeat_timeout * 1000),
-            )
-        )
-        await self.agent_status("updated", record)
-
-    async def _publish(self, conn: HubConnection, a: Publish) -> None:
-        agent = conn.agent_id
-        data = a.data
-        if "from" not in data:
-            data["from"] = agent
-        text = data.get("text")
-        threshold = self.settings.stream_threshold
-        if type(text) is str and len(text) * 4 > threshold and len(text.encode()) > threshold:
-            await self._publish_streamed(conn, a, text)
-            return
-        event_id = self.new_event_id()
-        ts = codec.now_ms()
-        rest: dict[str, Any] = {"from": agent, "timestamp": ts, "data": data}
-        if a.request_id is not None:
-            rest["request_id"] = a.request_id
-        head, tail = codec.sequenced("space.event", a.space, event_id, rest)
-        seq = await self.backplane.publish(a.space, Draft(head, tail, None if a.echo else agent))
-        self.counters.published += 1
-        if not a.echo:
-            conn.send_frame(codec.published(a.request_id, a.space, event_id, seq, ts))
-
-    async def _publish_streamed(self, conn: HubConnection, a: Publish, text: str) -> None:
-        """A publish too big for one event goes out as deltas and a done."""
-        agent = conn.agent_id
-        stream_id = f"{agent}/{self.new_event_id()}"
-        exclude = None if a.echo else agent
-        ts = codec.now_ms()
-        first = {k: v for k, v in a.data.items() if k != "text"}
-        for i, chunk in enumerate(codec.split_utf8(text, self.settings.stream_chunk)):
-            data = {**first, "text": chunk} if i == 0 else {"text": chunk}
-            head, tail = codec.sequenced(
-                "space.event.delta",
-                a.space,
-                stream_id,
-                {"from": agent, "timestamp": ts, "data": data},
-            )
-            op = StreamOp.OPEN if i == 0 else StreamOp.DELTA
-            await self.backplane.publish(a.space, Draft(head, tail, exclude, stream_id, op))
-        rest: dict[str, Any] = {"from": agent, "timestamp": ts}
-        if a.request_id is not None:
-            rest["request_id"] = a.request_id
-        head, tail = codec.sequenced("space.event.done", a.space, stream_id, rest)
-        seq = await self.backplane.publish(
-            a.space, Draft(head, tail, exclude, stream_id, StreamOp.END)
-        )
-        self.counters.published += 1
-        if not a.echo:
-            conn.send_frame(codec.published(a.request_id, a.space, stream_id, seq, ts))
-
-    async def _denied(self, conn: HubConnection, a: Denied) -> None:
-        if await self.space_exists(a.space):
-            raise ProtocolError(
-                ErrorCode.UNAUTHORIZED, f"not a member of space {a.space!r}", a.request_id
-            )
-        raise ProtocolError(
-            ErrorCode.SPACE_NOT_FOUND, f"space {a.space!r} does not exist", a.request_id
-        )
-
-    async def space_exists(self, space: str) -> bool:
-        if self.spaces.persistent(space) or self.spaces.has_local(space):
-            return True
-        if space_kind(space) is SpaceKind.SYSTEM:
-            return False
-        _, count = await self.presence.space_members(space, 0)
-        return count > 0
-
     # ── streams ─────────────────────────────────────────────────────────
 
-    async def _stream_delta(self, conn: HubConnection, a: StreamDelta) -> None:
-        agent = conn.agent_id
-        data = a.data
-        if a.first and "from" not in data:
-            data["from"] = agent
-        head, tail = codec.sequenced(
-            "space.event.delta",
-            a.space,
-            a.stream_id,
-            {"from": agent, "timestamp": codec.now_ms(), "data": data},
-        )
-        op = StreamOp.OPEN if a.first else StreamOp.DELTA
-        exclude = None if a.echo else agent
-        await self.backplane.publish(a.space, Draft(head, tail, exclude, a.stream_id, op))
-
-    async def _stream_done(self, conn: HubConnection, a: StreamDone) -> None:
-        rest: dict[str, Any] = {"from": conn.agent_id, "timestamp": codec.now_ms()}
-        if a.request_id is not None:
-            rest["request_id"] = a.request_id
-        head, tail = codec.sequenced("space.event.done", a.space, a.stream_id, rest)
-        await self.backplane.publish(a.space, Draft(head, tail, None, a.stream_id, StreamOp.END))
-        self.counters.published += 1
-
-    async def _stream_cancel(self, conn: HubConnection, a: StreamCancel) -> None:
-        """End a publisher's stream early; the publisher always hears of it."""
-        agent = conn.agent_id
-        rest: dict[str, Any] = {"from": agent, "timestamp": codec.now_ms(), "reason": a.reason}
-        if a.request_id is not None:
-            rest["request_id"] = a.request_id
-        head, tail = codec.sequenced("space.event.cancel", a.space, a.stream_id, rest)
-        seq = await self.backplane.publish(
-            a.space, Draft(head, tail, agent, a.stream_id, StreamOp.END)
-        )
-        if not conn.closing:
-            conn.send_frame(codec.complete(head, seq, tail))
-
-    def _receiver_cancel(self, conn: HubConnection, a: ReceiverCancel) -> None:
-        if not self.streams.stop_receiving(conn, a.stream_id):
-            raise ProtocolError(
-                ErrorCode.INVALID_REQUEST,
-                f"not receiving a stream {a.stream_id[:260]!r}",
-                a.request_id,
-            )
-        conn.send_frame(codec.receiver_cancelled(a.request_id, a.space, a.stream_id))
-
     # ── spaces ──────────────────────────────────────────────────────────
-
-    async def _join(self, conn: HubConnection, a: Join) -> None:
-        session = conn.session
-        assert session is not None
-        space, rid = a.space, a.request_id
-        limit = self.settings.members_list_limit
-        if space in session.spaces:  # joining twice just answers again
-            members, count = await self.presence.space_members(space, limit)
-            conn.send_frame(codec.joined(rid, space, members, count))
-            return
-        self.spaces.check_joinable(space, rid)
-        await self.presence.join_space(space, conn.agent_id, self.spaces.capacity(space))
-        try:
-            await self.subscriptions.ensure(space)
-            members, count = await self.presence.space_members(space, limit)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await self.presence.leave_space(space, conn.agent_id)
-            raise
-        if conn.closing:
-            return  # closed meanwhile: cleanup has already run for its spaces
-        # From here the joiner receives the space's messages; the reply goes
-        # out first so nothing of the space overtakes space.joined.
-        conn.send_frame(codec.joined(rid, space, members, count))
-        self.spaces.add_local(space, conn)
-        session.on_joined(space)
-        with contextlib.suppress(BackplaneUnavailable):
-            await self._announce(space, members, count, joined=conn.agent_id)
-
-    async def _leave(self, conn: HubConnection, a: Leave) -> None:
-        for cancel in a.cancelled:
-            with contextlib.suppress(BackplaneUnavailable):
-                await self._stream_cancel(conn, cancel)
-        # Cluster first: when it is unreachable the agent stays a member.
-        remaining = await self.presence.leave_space(a.space, conn.agent_id)
-        self._drop_local(conn, a.space)
-        conn.send_frame(codec.left(a.request_id, a.space))
-        with contextlib.suppress(BackplaneUnavailable):
-            await self._after_departure(a.space, conn.agent_id, remaining)
-
-    def _drop_local(self, conn: HubConnection, space: str) -> None:
-        """This node stops delivering ``space`` to ``conn``."""
-        if conn.session is not None:
-            conn.session.on_left(space)
-        self.streams.forget_member(space, conn)
-        if self.spaces.remove_local(space, conn):
-            self.subscriptions.release(space)
-
-    async def _after_departure(self, space: str, agent_id: str, remaining: int) -> None:
-        if remaining:
-            await self.announce_departure(space, agent_id)
-        elif not self.spaces.persistent(space):
-            await self.backplane.forget(space)
-
-    async def announce_departure(self, space: str, agent_id: str) -> None:
-        members, count = await self.presence.space_members(space, self.settings.members_list_limit)
-        if count:
-            await self._announce(space, members, count, left=agent_id)
-
-    async def _announce(
-        self,
-        space: str,
-        members: list[str],
-        count: int,
-        joined: str | None = None,
-        left: str | None = None,
-    ) -> None:
-        """Tell a space's other members who joined or left."""
-        frame = codec.members(space, members, count, joined, left)
-        await self.backplane.send(Envelope(space, frame, exclude=joined))
-
-    async def _list_spaces(self, conn: HubConnection, a: ListSpaces) -> None:
-        sizes = await self.presence.space_sizes()
-        for space in (*self.spaces.declared, *self.spaces.system):
-            sizes.setdefault(space, 0)
-        spaces = [
-            {"id": space, "type": str(space_kind(space)), "member_count": n}
-            for space, n in sorted(sizes.items())
-        ]
-        conn.send_frame(codec.space_list(a.request_id, spaces))
-
-    async def agent_status(self, event: str, record: AgentRecord) -> None:
-        """Publish an ``agent.status`` event (online, offline, updated)."""
-        data = {"event": event, "agent": record.public(), "from": HUB_SENDER}
-        head, tail = codec.sequenced(
-            "space.event",
-            AGENT_STATUS_SPACE,
-            self.new_event_id(),
-            {"from": HUB_SENDER, "timestamp": codec.now_ms(), "data": data},
-        )
-        await self.backplane.publish(AGENT_STATUS_SPACE, Draft(head, tail))
 
     # ── housekeeping ────────────────────────────────────────────────────
 
@@ -722,7 +470,7 @@ class Node:
             if session.open_streams:
                 for cancel in session.expire_streams(now, idle):
                     with contextlib.suppress(BackplaneUnavailable):
-                        await self._stream_cancel(conn, cancel)
+                        await self.publishing.stream_cancel(conn, cancel)
         # Streams whose publisher's node went away without a last frame.
         for record in self.streams.expire(now, idle * 2):
             frame = codec.cancel_notice(
