@@ -1,23 +1,19 @@
-"""Real nginx and HAProxy, with the configs from deploy/, in front of two nodes."""
+"""Real nginx and HAProxy, with the configs from deploy/, in front of two nodes.
+
+The agents are the project's own SDK (`hub.client.Client`), heartbeating on
+the hub's interval like any real agent.
+"""
 
 import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 
+from hub.client import Client
 from tests.support.proxies import HAProxy, Nginx, find_binary
-from tests.support.wsclient import WsClient as _WsClient
 
 pytestmark = pytest.mark.redis
-
-
-class WsClient(_WsClient):
-    """Cluster tests run for seconds: their clients heartbeat like real ones."""
-
-    @classmethod
-    async def connect(cls, *args, **kwargs):
-        kwargs.setdefault("heartbeat", True)
-        return await super().connect(*args, **kwargs)
-
 
 CLUSTER = {"heartbeat_interval": 0.5, "heartbeat_timeout": 3.0}
 
@@ -34,8 +30,22 @@ def proxy_class(request):
     return request.param, binary
 
 
+@pytest.fixture
+async def connect() -> AsyncIterator[Callable[..., Any]]:
+    """Factory: ``c = await connect(url, agent_id)``; all closed afterwards."""
+    opened: list[Client] = []
+
+    async def _connect(url: str, agent_id: str, **options: Any) -> Client:
+        client = Client(url, agent_id, **options)
+        opened.append(client)
+        return await client.connect()
+
+    yield _connect
+    await asyncio.gather(*(c.aclose() for c in opened))
+
+
 async def test_clients_through_the_balancer_reach_each_other(
-    proxy_class, redis_server, hub_process
+    proxy_class, redis_server, hub_process, connect
 ):
     cls, binary = proxy_class
     nodes = [hub_process(redis_url=redis_server.url, node_id=f"lb{i}", **CLUSTER) for i in range(2)]
@@ -43,20 +53,19 @@ async def test_clients_through_the_balancer_reach_each_other(
     try:
         if cls is HAProxy:
             assert proxy.check().returncode == 0, proxy.check().stderr
-        clients = [await WsClient.connect(proxy.url, f"via-lb-{i}") for i in range(6)]
-        tags = {c.registered["agent"]["connection_id"].split("-")[1] for c in clients}
+        clients = [await connect(proxy.url, f"via-lb-{i}") for i in range(6)]
+        tags = {c.registration.connection_id.split("-")[1] for c in clients}
         assert len(tags) == 2, "the balancer should use both nodes"
         for c in clients:
             await c.join("general")
-        echo = await clients[0].request(
-            {"type": "space.publish", "space": "general", "data": {"text": "through the balancer"}}
-        )
-        got = await asyncio.gather(
-            *(c.wait_for("space.event", event_id=echo["event_id"]) for c in clients[1:])
-        )
-        assert {g["seq"] for g in got} == {echo["seq"]}
+        received = [c.events("general") for c in clients[1:]]
+        echo = await clients[0].publish("general", {"text": "through the balancer"})
+        got = await asyncio.gather(*(sub.get(timeout=10) for sub in received))
+        assert {g.event_id for g in got} == {echo.event_id}
+        assert {g.seq for g in got} == {echo.seq}
+        assert {g.sender for g in got} == {"via-lb-0"}
         # A quiet connection survives the proxy's idle timeout thanks to heartbeats.
-        hb = await clients[-1].request({"type": "agent.heartbeat"})
-        assert hb["type"] == "agent.heartbeat"
+        assert isinstance(await clients[-1].ping(), int)
+        assert all(c.connected for c in clients)
     finally:
         proxy.stop()

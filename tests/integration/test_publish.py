@@ -2,6 +2,7 @@
 
 import asyncio
 
+from hub.client import Client, Event
 from tests.support.wsclient import WsClient
 
 
@@ -79,39 +80,40 @@ async def test_publish_rules(hub):
 
 
 async def test_two_hundred_agents_receive_every_event_in_seq_order(hub):
+    # 200 SDK agents (hub.client), heartbeating like real ones.
     server = await hub(rate_limit=10_000, rate_burst=10_000)
-    clients = await asyncio.gather(
-        *(WsClient.connect(server.url, f"agent-{i:03}") for i in range(200))
-    )
-    for c in clients:
-        await c.join("all")
-    publishers = clients[:4]
-    per_publisher = 25
+    clients = [Client(server.url, f"agent-{i:03}") for i in range(200)]
+    try:
+        await asyncio.gather(*(c.connect() for c in clients))
+        for c in clients:
+            await c.join("all")
+        received = [c.events("all") for c in clients]
+        publishers = clients[:4]
+        per_publisher = 25
 
-    async def publish(c):
-        for n in range(per_publisher):
-            await c.send(
-                {"type": "space.publish", "space": "all", "data": {"n": n, "by": c.agent_id}}
+        async def publish(c: Client) -> list[Event]:
+            # All of one publisher's messages are in flight at once (sent in
+            # this order before any answer): the hub has to keep their order.
+            return await asyncio.gather(
+                *(c.publish("all", {"n": n, "by": c.agent_id}) for n in range(per_publisher))
             )
 
-    await asyncio.gather(*(publish(p) for p in publishers))
-    total = len(publishers) * per_publisher
+        published = await asyncio.gather(*(publish(p) for p in publishers))
+        total = len(publishers) * per_publisher
 
-    async def collect(c):
-        events = []
-        while len(events) < total:
-            msg = await c.recv(timeout=30)
-            if msg["type"] == "space.event":
-                events.append(msg)
-        return events
+        async def collect(sub) -> list[Event]:
+            return [await sub.get(timeout=30) for _ in range(total)]
 
-    results = await asyncio.gather(*(collect(c) for c in clients))
-    reference = [e["event_id"] for e in results[0]]
-    for events in results:
-        seqs = [e["seq"] for e in events]
-        assert seqs == sorted(seqs) and len(set(seqs)) == total
-        assert [e["event_id"] for e in events] == reference  # one order for everyone
-    for p in publishers:  # each publisher's events keep its own order
-        ns = [e["data"]["n"] for e in results[-1] if e["from"] == p.agent_id]
-        assert ns == list(range(per_publisher))
-    await asyncio.gather(*(c.close() for c in clients))
+        results = await asyncio.gather(*(collect(sub) for sub in received))
+        reference = [e.event_id for e in results[0]]
+        for events in results:
+            seqs = [e.seq for e in events]
+            assert seqs == sorted(seqs) and len(set(seqs)) == total
+            assert [e.event_id for e in events] == reference  # one order for everyone
+        seq_of = {e.event_id: e.seq for e in results[0]}
+        for p, acks in zip(publishers, published, strict=True):  # each keeps its own order
+            ns = [e.data["n"] for e in results[-1] if e.sender == p.agent_id]
+            assert ns == list(range(per_publisher))
+            assert all(seq_of[e.event_id] == e.seq for e in acks)
+    finally:
+        await asyncio.gather(*(c.aclose() for c in clients))

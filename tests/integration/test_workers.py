@@ -1,26 +1,46 @@
-"""`agora-hub serve --workers 2`: two processes on one port, coordinated by Redis."""
+"""`agora-hub serve --workers 2`: two processes on one port, coordinated by Redis.
+
+The agents are the project's own SDK (`hub.client.Client`), heartbeating on
+the hub's interval like any real agent.
+"""
 
 import asyncio
 import signal
 import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 
-from tests.support.wsclient import WsClient as _WsClient
+from hub.client import Client, ConnectionClosed
 
 pytestmark = pytest.mark.redis
 
 
-class WsClient(_WsClient):
-    """Cluster tests run for seconds: their clients heartbeat like real ones."""
+@pytest.fixture
+async def connect() -> AsyncIterator[Callable[..., Any]]:
+    """Factory: ``c = await connect(url, agent_id)``; all closed afterwards."""
+    opened: list[Client] = []
 
-    @classmethod
-    async def connect(cls, *args, **kwargs):
-        kwargs.setdefault("heartbeat", True)
-        return await super().connect(*args, **kwargs)
+    async def _connect(url: str, agent_id: str, **options: Any) -> Client:
+        client = Client(url, agent_id, **options)
+        opened.append(client)
+        return await client.connect()
+
+    yield _connect
+    await asyncio.gather(*(c.aclose() for c in opened))
 
 
-async def test_two_workers_share_the_port_and_the_spaces(redis_server, hub_process):
+async def closed_by_hub(sub: Any, timeout: float = 20) -> ConnectionClosed:
+    """Read ``sub`` until the connection is lost; the error it ends with."""
+    with pytest.raises(ConnectionClosed) as info:
+        async with asyncio.timeout(timeout):
+            async for _ in sub:
+                pass
+    return info.value
+
+
+async def test_two_workers_share_the_port_and_the_spaces(redis_server, hub_process, connect):
     proc = hub_process(
         redis_url=redis_server.url,
         workers=2,
@@ -32,19 +52,20 @@ async def test_two_workers_share_the_port_and_the_spaces(redis_server, hub_proce
     while sum(e.get("event") == "hub started" for e in proc.log_lines()) < 2:
         assert time.monotonic() < deadline, proc.log()
         await asyncio.sleep(0.1)  # polling the log file of another process
-    clients = [await WsClient.connect(proc.url, f"w-{i}") for i in range(16)]
-    tags = {c.registered["agent"]["connection_id"].split("-")[1] for c in clients}
+    clients = [await connect(proc.url, f"w-{i}") for i in range(16)]
+    tags = {c.registration.connection_id.split("-")[1] for c in clients}
     assert len(tags) == 2, "the kernel spreads connections over both workers"
     for c in clients:
         await c.join("shared")
-    echo = await clients[0].request({"type": "space.publish", "space": "shared", "data": {}})
-    await asyncio.gather(
-        *(c.wait_for("space.event", event_id=echo["event_id"]) for c in clients[1:])
-    )
+    received = [c.events("shared") for c in clients]
+    echo = await clients[0].publish("shared", {})
+    got = await asyncio.gather(*(sub.get(timeout=10) for sub in received[1:]))
+    assert {(g.event_id, g.seq) for g in got} == {(echo.event_id, echo.seq)}
     nodes = {e["node"] for e in proc.log_lines() if e.get("event") == "hub started"}
     assert nodes == {"multi-w0", "multi-w1"}
 
     proc.proc.send_signal(signal.SIGTERM)
-    codes = await asyncio.gather(*(c.closed(timeout=20) for c in clients))
-    assert {code for code, _ in codes} == {1001}
+    errors = await asyncio.gather(*(closed_by_hub(sub) for sub in received))
+    assert {e.close_code for e in errors} == {1001}
+    assert {e.code for e in errors} == {"UNAVAILABLE"}  # the hub said why: shutting down
     assert await asyncio.to_thread(proc.proc.wait, 30) == 0
