@@ -172,3 +172,26 @@ async def test_binary_and_garbage_frames_keep_the_connection(hub):
     assert reply["type"] == "space.list"
     assert orjson.loads(orjson.dumps(reply))  # still a well-formed conversation
     await c.close()
+
+
+async def test_an_internal_error_is_reported_and_the_connection_survives(hub):
+    from hub.session import ListSpaces
+
+    server = await hub()
+    node = server.node
+
+    async def broken(conn, action):
+        raise RuntimeError("boom")
+
+    node._handlers[ListSpaces] = broken
+    c = await WsClient.connect(server.url, "alice")
+    err = await c.request({"type": "space.list", "id": "l1"})
+    assert err == {
+        "type": "error",
+        "code": "INTERNAL_ERROR",
+        "message": "internal error",
+        "request_id": "l1",
+    }
+    assert (await c.request({"type": "agent.heartbeat"}))["type"] == "agent.heartbeat"
+    assert node.counters.errors["INTERNAL_ERROR"] == 1
+    await c.close()
