@@ -1,0 +1,5 @@
+import sys
+
+from tests.benchmarks.runner import main
+
+sys.exit(main())

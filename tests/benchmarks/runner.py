@@ -1,0 +1,212 @@
+"""``make bench``: run the scenarios, print one table, write a JSON file.
+
+    .venv/bin/python -m tests.benchmarks [--quick] [--only fanout,latency,...]
+        [--compression both|none|deflate] [--json PATH] [--profile]
+
+Scenarios: fanout, latency, idle, stream, cluster, workers (cluster and
+workers need a redis-server and the hub's Redis backplane; they are skipped,
+with the reason, when a Redis-mode hub does not come up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime
+import json
+import os
+import platform
+import signal
+import subprocess
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from tests.benchmarks import procs, profiling, report
+from tests.benchmarks.suite import QUIET_PCT, Bench, log, raise_fd_limit
+
+ALL = ("fanout", "latency", "idle", "stream", "cluster", "workers")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m tests.benchmarks",
+        description="Agora Hub benchmarks, each figure beside a websockets.broadcast baseline.",
+    )
+    p.add_argument("--quick", action="store_true", help="small sizes: a smoke run under a minute")
+    p.add_argument(
+        "--only",
+        default=",".join(ALL),
+        help=f"comma-separated scenarios (default all: {','.join(ALL)})",
+    )
+    p.add_argument(
+        "--compression",
+        choices=("both", "none", "deflate"),
+        default=None,
+        help="permessage-deflate off, on, or both (default both; none with --quick)",
+    )
+    p.add_argument(
+        "--json", type=Path, default=None, help="output file (default bench-results/latest.json)"
+    )
+    p.add_argument(
+        "--window",
+        type=int,
+        default=None,
+        help="publishes in flight in throughput runs (default 50): how bursty the publisher is",
+    )
+    p.add_argument(
+        "--retries",
+        type=int,
+        default=None,
+        help=f"repeat a run disturbed by other processes (> {QUIET_PCT:g}%% CPU) up to N times"
+        " (default 2; 0 with --quick)",
+    )
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="also profile a hub with py-spy during extra fan-out, latency and cluster runs",
+    )
+    args = p.parse_args(argv)
+    only = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = [s for s in only if s not in ALL]
+    if unknown:
+        p.error(f"unknown scenario(s) {unknown}; choose from {', '.join(ALL)}")
+    args.scenarios = [s for s in ALL if s in only]
+    if args.compression is None:
+        args.compression = "none" if args.quick else "both"
+    if args.retries is None:
+        args.retries = 0 if args.quick else 2
+    args.compressions = ["none", "deflate"] if args.compression == "both" else [args.compression]
+    return args
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(
+            ["git", *args], cwd=procs.ROOT, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+    except Exception:
+        return ""
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def meta(bench: Bench) -> dict[str, Any]:
+    import websockets
+
+    try:
+        import uvloop
+
+        uv = uvloop.__version__
+    except ImportError:
+        uv = None
+    return {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "git_commit": _git("rev-parse", "--short", "HEAD"),
+        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no", "hub", "protocol")),
+        "machine": {
+            "cpu": _cpu_model(),
+            "cores": os.cpu_count(),
+            "kernel": platform.release(),
+        },
+        "python": platform.python_version(),
+        "websockets": websockets.__version__,
+        "uvloop": uv,
+        "pinning": bench.pinning.describe(),
+        "quick": bench.args.quick,
+        "compressions": bench.args.compressions,
+        "scenarios": bench.args.scenarios,
+        "sizes": asdict(bench.sizes),
+        "loadgen": "one process, uvloop, raw RFC 6455 frame parser (tests/benchmarks/wsload.py)",
+    }
+
+
+async def amain(bench: Bench) -> None:
+    bench.pinning.pin_self(bench.pinning.client_cores)
+    for scenario in bench.args.scenarios:
+        for comp in bench.args.compressions:
+            await getattr(bench, scenario)(comp)
+    if bench.args.profile:
+        out = bench.args.json.parent if bench.args.json else procs.ROOT / "bench-results"
+        out.mkdir(parents=True, exist_ok=True)
+        for scenario in profiling.PROFILED:
+            await profiling.run_profile(bench, out, scenario)
+
+
+def write_json(bench: Bench, rows: list[report.Row], path: Path, interrupted: bool) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "meta": meta(bench),
+        "interrupted": interrupted,
+        "targets": {
+            "deliveries_per_cpu_s_vs_baseline": report.CPU_RATIO_TARGET,
+            "deliveries_per_cpu_s_vs_baseline_stretch": report.CPU_RATIO_STRETCH,
+            "p99_ms_at_50k_offered": report.P99_TARGET_MS,
+            "rss_kib_per_idle_connection": report.RSS_TARGET_KIB,
+            "cluster_p50_added_ms": report.CLUSTER_P50_EXTRA_MS,
+            "workers_2_vs_1": report.WORKERS_TARGET,
+        },
+        "results": bench.records,
+        "table": [asdict(r) for r in rows],
+        "summary": report.summary(rows),
+        "profiles": bench.profiles,
+    }
+    text = json.dumps(doc, indent=2, default=str)
+    path.write_text(text + "\n")
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    if path.name == "latest.json":
+        (path.parent / f"run-{stamp}.json").write_text(text + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    bench = Bench(args)
+    path = args.json or procs.ROOT / "bench-results" / "latest.json"
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    raise_fd_limit(bench.sizes.idle_connections + 1000)
+    log(
+        f"agora-hub bench: {', '.join(args.scenarios)} × compression {'/'.join(args.compressions)}"
+        f"{' (quick)' if args.quick else ''}; pinning: {bench.pinning.method}, server cores"
+        f" {bench.pinning.server_cores}, load generator cores {bench.pinning.client_cores}"
+    )
+    interrupted = False
+    started = time.monotonic()
+    try:
+        loop_factory = None
+        with contextlib.suppress(ImportError):
+            import uvloop
+
+            loop_factory = uvloop.new_event_loop
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(amain(bench))
+    except KeyboardInterrupt:
+        interrupted = True
+        log("interrupted: stopping servers, writing what was measured")
+    finally:
+        procs.stop_all()
+    rows = report.build_rows(bench.records, args.compressions)
+    print()
+    print(report.render(rows))
+    for note in report.notes(bench.records, QUIET_PCT):
+        print(note)
+    for scenario, prof in bench.profiles.items():
+        if "self_pct" not in prof:
+            continue
+        print(f"\npy-spy profile of the hub during {scenario} ({prof['samples']} samples):")
+        for name, pct in prof["self_pct"][:15]:
+            print(f"  {pct:5.1f}% self  {name}")
+    write_json(bench, rows, path, interrupted)
+    print(f"\n{len(bench.records)} runs in {time.monotonic() - started:.0f} s; results: {path}")
+    return 130 if interrupted else 0
