@@ -7,6 +7,7 @@ the missing binary is an error, and the session fails if any test marked
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -32,6 +33,27 @@ async def hub() -> AsyncIterator[Any]:
     yield _start
     for server in servers:
         await server.aclose()
+
+
+@pytest.fixture
+async def clients() -> AsyncIterator[Any]:
+    """Factory of SDK clients: ``c = await clients(server_or_url, "alice", **options)``.
+
+    All are closed at teardown — before the hubs they talk to, when the test
+    asks for the hub fixtures first.
+    """
+    from hub.client import Client
+
+    opened: list[Client] = []
+
+    async def _connect(target: Any, agent_id: str, **options: Any) -> Client:
+        url = target if isinstance(target, str) else target.url
+        client = Client(url, agent_id, **options)
+        opened.append(client)
+        return await client.connect()
+
+    yield _connect
+    await asyncio.gather(*(c.aclose() for c in opened), return_exceptions=True)
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -27,21 +27,6 @@ from tests.support.servers import free_port
 from tests.support.wsclient import WsClient
 
 TIMEOUT = 10.0
-
-
-@pytest.fixture
-async def clients() -> AsyncIterator[Callable[..., Any]]:
-    """Factory: ``c = await clients(server, "alice", **options)``; all closed afterwards."""
-    opened: list[Client] = []
-
-    async def _connect(server: Any, agent_id: str, **options: Any) -> Client:
-        client = Client(server.url, agent_id, **options)
-        opened.append(client)
-        return await client.connect()
-
-    yield _connect
-    for client in opened:
-        await client.aclose()
 
 
 async def next_matching(sub: Any, predicate: Callable[[Any], bool], timeout: float = TIMEOUT):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -19,20 +18,6 @@ from hub.client import (
 )
 
 TIMEOUT = 10.0
-
-
-@pytest.fixture
-async def clients() -> AsyncIterator[Callable[..., Any]]:
-    opened: list[Client] = []
-
-    async def _connect(server: Any, agent_id: str, **options: Any) -> Client:
-        client = Client(server.url, agent_id, **options)
-        opened.append(client)
-        return await client.connect()
-
-    yield _connect
-    for client in opened:
-        await client.aclose()
 
 
 async def members_of(server: Any, clients: Any, space: str, *names: str) -> list[Client]:

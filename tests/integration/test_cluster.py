@@ -10,7 +10,7 @@ import os
 import signal
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -52,20 +52,6 @@ def cluster(redis_server, hub_process):
     return start
 
 
-@pytest.fixture
-async def connect(cluster) -> AsyncIterator[Callable[..., Any]]:
-    """Factory: ``c = await connect(url, agent_id, **options)``; closed before the nodes stop."""
-    opened: list[Client] = []
-
-    async def _connect(url: str, agent_id: str, **options: Any) -> Client:
-        client = Client(url, agent_id, **options)
-        opened.append(client)
-        return await client.connect()
-
-    yield _connect
-    await asyncio.gather(*(c.aclose() for c in opened))
-
-
 async def next_matching(sub: Any, predicate: Callable[[Any], bool], timeout: float = TIMEOUT):
     """The first item of ``sub`` for which ``predicate`` holds (earlier ones are consumed)."""
     async with asyncio.timeout(timeout):
@@ -104,9 +90,9 @@ async def wait_ready(proc, want: int, timeout: float = 30) -> None:
             await asyncio.sleep(0.1)  # polling an HTTP endpoint: there is no event to wait on
 
 
-async def test_cross_node_fan_out_in_one_order(cluster, connect):
+async def test_cross_node_fan_out_in_one_order(cluster, clients):
     nodes = cluster(3)
-    clients = [await connect(nodes[i % 3].url, f"agent-{i}") for i in range(9)]
+    clients = [await clients(nodes[i % 3].url, f"agent-{i}") for i in range(9)]
     assert len({node_tag(c) for c in clients}) == 3
     for c in clients:
         await c.join("general")
@@ -139,10 +125,10 @@ async def test_cross_node_fan_out_in_one_order(cluster, connect):
         assert all(seq_of[e.event_id] == e.seq for e in acks)  # each publish() got its own event
 
 
-async def test_members_and_list_are_cluster_wide(cluster, connect):
+async def test_members_and_list_are_cluster_wide(cluster, clients):
     a_node, b_node = cluster(2)
-    a = await connect(a_node.url, "alice")
-    b = await connect(b_node.url, "bob")
+    a = await clients(a_node.url, "alice")
+    b = await clients(b_node.url, "bob")
     await a.join("general")
     seen_by_a = a.events("general", members=True)
     result = await b.join("general")
@@ -161,11 +147,11 @@ async def test_members_and_list_are_cluster_wide(cluster, connect):
     assert note.members == ["alice"]
 
 
-async def test_capacity_is_cluster_wide(cluster, connect):
+async def test_capacity_is_cluster_wide(cluster, clients):
     nodes = cluster(2, space_capacity=2)
-    a = await connect(nodes[0].url, "a")
-    b = await connect(nodes[1].url, "b")
-    c = await connect(nodes[0].url, "c")
+    a = await clients(nodes[0].url, "a")
+    b = await clients(nodes[1].url, "b")
+    c = await clients(nodes[0].url, "c")
     await a.join("pair")
     await b.join("pair")
     with pytest.raises(SpaceFull) as refused:
@@ -173,11 +159,11 @@ async def test_capacity_is_cluster_wide(cluster, connect):
     assert refused.value.code == "SPACE_FULL"
 
 
-async def test_agent_exists_across_nodes(cluster, connect):
+async def test_agent_exists_across_nodes(cluster, clients):
     n0, n1 = cluster(2)
-    first = await connect(n0.url, "alice")
+    first = await clients(n0.url, "alice")
     with pytest.raises(AgentExists) as refused:
-        await connect(n1.url, "alice")
+        await clients(n1.url, "alice")
     assert refused.value.code == "AGENT_EXISTS"
     # The SDK raises the refusal's error event but does not expose the close
     # code that follows it: the raw client checks that it is 4409.
@@ -188,9 +174,9 @@ async def test_agent_exists_across_nodes(cluster, connect):
     await first.spaces()  # the holder is still answered
 
 
-async def test_dead_holder_on_another_node_is_replaced(cluster, connect):
+async def test_dead_holder_on_another_node_is_replaced(cluster, clients):
     n0, n1 = cluster(2)
-    watcher = await connect(n1.url, "watcher")
+    watcher = await clients(n1.url, "watcher")
     await watcher.join("general")
     seen = watcher.events("general", members=True)
     # The dead holder is a raw client: it keeps sending heartbeats but stops
@@ -201,7 +187,7 @@ async def test_dead_holder_on_another_node_is_replaced(cluster, connect):
     await ghost.join("general")
     await next_matching(seen, joined("alice"))
     ghost.ws.transport.pause_reading()  # stops answering pings
-    fresh = await connect(n1.url, "alice")
+    fresh = await clients(n1.url, "alice")
     assert node_tag(fresh) != ghost.registered["agent"]["connection_id"].split("-")[1]
     await next_matching(seen, left("alice"))
     await fresh.join("general")
@@ -210,11 +196,11 @@ async def test_dead_holder_on_another_node_is_replaced(cluster, connect):
     ghost.ws.transport.abort()
 
 
-async def test_streams_and_cancels_across_nodes(cluster, connect):
+async def test_streams_and_cancels_across_nodes(cluster, clients):
     n0, n1 = cluster(2)
-    pub = await connect(n0.url, "pub")
-    r1 = await connect(n1.url, "r1")
-    r2 = await connect(n1.url, "r2")
+    pub = await clients(n0.url, "pub")
+    r1 = await clients(n1.url, "r1")
+    r2 = await clients(n1.url, "r2")
     for c in (pub, r1, r2):
         await c.join("room")
     at_r1 = r1.stream_events("room")
@@ -259,14 +245,14 @@ async def test_streams_and_cancels_across_nodes(cluster, connect):
     assert rest[-1].reason == "publisher_disconnected"
 
 
-async def test_killed_node_is_cleaned_up_by_the_others(cluster, connect):
+async def test_killed_node_is_cleaned_up_by_the_others(cluster, clients):
     n0, n1 = cluster(2)
-    survivor = await connect(n1.url, "survivor")
+    survivor = await clients(n1.url, "survivor")
     await survivor.join("general")
     await survivor.join("agent.status")
     members = survivor.events("general", members=True)
     status = survivor.events("agent.status")
-    doomed = await connect(n0.url, "doomed")
+    doomed = await clients(n0.url, "doomed")
     await doomed.join("general")
     await next_matching(members, joined("doomed"))
     loop = asyncio.get_running_loop()
@@ -282,14 +268,14 @@ async def test_killed_node_is_cleaned_up_by_the_others(cluster, connect):
     assert elapsed < 2 * CLUSTER["heartbeat_timeout"] + 2.0  # generous: a busy machine
     assert SpaceInfo("general", "public", 1) in await survivor.spaces()
     # The id is free again, on the surviving node.
-    back = await connect(n1.url, "doomed")
+    back = await clients(n1.url, "doomed")
     assert back.registration is not None and back.registration.agent_id == "doomed"
 
 
-async def test_redis_outage_is_survived_without_silent_loss(redis_server, cluster, connect):
+async def test_redis_outage_is_survived_without_silent_loss(redis_server, cluster, clients):
     n0, n1 = cluster(2)
-    pub = await connect(n0.url, "pub", request_timeout=20)
-    sub = await connect(n1.url, "sub", request_timeout=20)
+    pub = await clients(n0.url, "pub", request_timeout=20)
+    sub = await clients(n1.url, "sub", request_timeout=20)
     await pub.join("general")
     await sub.join("general")
     received = sub.events("general")
@@ -316,7 +302,7 @@ async def test_redis_outage_is_survived_without_silent_loss(redis_server, cluste
     assert got.event_id == after.event_id and got.data["i"] == 2
     assert got.seq > before.seq  # strictly increasing across the restart
     # Members were restored in the empty Redis: a newcomer sees both.
-    late = await connect(n0.url, "late")
+    late = await clients(n0.url, "late")
     result = await late.join("general")
     assert set(result.members) == {"pub", "sub", "late"}
     # Neither connection dropped (without reconnect, a drop would be final).

@@ -7,28 +7,13 @@ the hub's interval like any real agent.
 import asyncio
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
-from hub.client import Client, ConnectionClosed
+from hub.client import ConnectionClosed
 
 pytestmark = pytest.mark.redis
-
-
-@pytest.fixture
-async def connect() -> AsyncIterator[Callable[..., Any]]:
-    """Factory: ``c = await connect(url, agent_id)``; all closed afterwards."""
-    opened: list[Client] = []
-
-    async def _connect(url: str, agent_id: str, **options: Any) -> Client:
-        client = Client(url, agent_id, **options)
-        opened.append(client)
-        return await client.connect()
-
-    yield _connect
-    await asyncio.gather(*(c.aclose() for c in opened))
 
 
 async def closed_by_hub(sub: Any, timeout: float = 20) -> ConnectionClosed:
@@ -40,7 +25,7 @@ async def closed_by_hub(sub: Any, timeout: float = 20) -> ConnectionClosed:
     return info.value
 
 
-async def test_two_workers_share_the_port_and_the_spaces(redis_server, hub_process, connect):
+async def test_two_workers_share_the_port_and_the_spaces(redis_server, hub_process, clients):
     proc = hub_process(
         redis_url=redis_server.url,
         workers=2,
@@ -52,13 +37,13 @@ async def test_two_workers_share_the_port_and_the_spaces(redis_server, hub_proce
     while sum(e.get("event") == "hub started" for e in proc.log_lines()) < 2:
         assert time.monotonic() < deadline, proc.log()
         await asyncio.sleep(0.1)  # polling the log file of another process
-    clients = [await connect(proc.url, f"w-{i}") for i in range(16)]
-    tags = {c.registration.connection_id.split("-")[1] for c in clients}
+    agents = [await clients(proc.url, f"w-{i}") for i in range(16)]
+    tags = {c.registration.connection_id.split("-")[1] for c in agents}
     assert len(tags) == 2, "the kernel spreads connections over both workers"
-    for c in clients:
+    for c in agents:
         await c.join("shared")
-    received = [c.events("shared") for c in clients]
-    echo = await clients[0].publish("shared", {})
+    received = [c.events("shared") for c in agents]
+    echo = await agents[0].publish("shared", {})
     got = await asyncio.gather(*(sub.get(timeout=10) for sub in received[1:]))
     assert {(g.event_id, g.seq) for g in got} == {(echo.event_id, echo.seq)}
     nodes = {e["node"] for e in proc.log_lines() if e.get("event") == "hub started"}
