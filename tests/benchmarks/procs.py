@@ -149,6 +149,7 @@ class ServerProcess:
         self.name = name
         self.argv, self._affinity = pinning.wrap(argv, cores or pinning.all_cores)
         self.cores = cores
+        self.workdir: str | None = None  # removed on stop (redis-server's --dir)
         self.proc: subprocess.Popen[bytes] | None = None
         fd, path = tempfile.mkstemp(prefix=f"agora-bench-{name}-", suffix=".log")
         os.close(fd)
@@ -249,6 +250,8 @@ class ServerProcess:
             CHILDREN.remove(self)
         with contextlib.suppress(OSError):
             self.log_path.unlink()
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 def stop_all() -> None:
@@ -423,7 +426,9 @@ def start_redis(pinning: Pinning, cores: list[int] | None = None) -> tuple[Serve
         "--protected-mode",
         "no",
     ]
-    proc = ServerProcess("redis", argv, cores, pinning).start()
+    proc = ServerProcess("redis", argv, cores, pinning)
+    proc.workdir = workdir
+    proc.start()
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if not proc.alive():

@@ -130,6 +130,11 @@ def meta(bench: Bench) -> dict[str, Any]:
 
 
 async def amain(bench: Bench) -> None:
+    # SIGTERM stops the run the way Ctrl-C does: the main task is cancelled,
+    # every finally block on the way stops its servers.
+    task = asyncio.current_task()
+    assert task is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, bench.terminate, task)
     bench.pinning.pin_self(bench.pinning.client_cores)
     for scenario in bench.args.scenarios:
         for comp in bench.args.compressions:
@@ -171,10 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     bench = Bench(args)
     path = args.json or procs.ROOT / "bench-results" / "latest.json"
 
-    def on_sigterm(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_sigterm)
+    # Ctrl-C must stop the run even when started where SIGINT is ignored (a
+    # background job): the servers are cleaned up on the way out.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     raise_fd_limit(bench.sizes.idle_connections + 1000)
     log(
         f"agora-hub bench: {', '.join(args.scenarios)} × compression {'/'.join(args.compressions)}"
@@ -191,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             loop_factory = uvloop.new_event_loop
         with asyncio.Runner(loop_factory=loop_factory) as runner:
             runner.run(amain(bench))
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, asyncio.CancelledError):
         interrupted = True
         log("interrupted: stopping servers, writing what was measured")
     finally:

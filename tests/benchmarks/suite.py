@@ -82,6 +82,10 @@ class Bench:
         self.profiles: dict[str, dict[str, Any]] = {}
         self._prefix = 0
 
+    def terminate(self, task: asyncio.Task[Any]) -> None:
+        log("SIGTERM: stopping")
+        task.cancel()
+
     # ── plumbing ─────────────────────────────────────────────────────────
 
     async def measure(
@@ -104,7 +108,11 @@ class Bench:
         label = f"{scenario:<16} {server:<10} {compression:<8}"
         attempts: list[dict[str, Any]] = []
         for attempt in range(1 + self.args.retries):
-            outcome = await self._attempt(label, start, body, skip_on_start_failure)
+            try:
+                outcome = await self._attempt(label, start, body, skip_on_start_failure)
+            except asyncio.CancelledError:
+                record["error"] = "interrupted"
+                raise
             if "figures" not in outcome:
                 record.update(outcome)
                 break

@@ -275,5 +275,8 @@ class LoadClient(asyncio.Protocol):
 
     def abort(self) -> None:
         """Drop the connection at once (RST: no TIME_WAIT left behind)."""
+        waiter, self._target_waiter = self._target_waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.cancel()  # nobody waits any more (a run that failed or was stopped)
         if self.transport is not None:
             self.transport.abort()
