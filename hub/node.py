@@ -321,12 +321,12 @@ class Node:
                         if result is not None:
                             await result
                     except ProtocolError as exc:
-                        self._error(conn, exc.code, exc.message, exc.request_id)
+                        self.send_error(conn, exc.code, exc.message, exc.request_id)
                     except SpaceFull as exc:
-                        self._error(conn, ErrorCode.SPACE_FULL, str(exc), _rid(action))
+                        self.send_error(conn, ErrorCode.SPACE_FULL, str(exc), _rid(action))
                     except BackplaneUnavailable as exc:
                         counters.backplane_errors += 1
-                        self._error(
+                        self.send_error(
                             conn,
                             ErrorCode.UNAVAILABLE,
                             f"{exc}: request not carried out",
@@ -336,7 +336,9 @@ class Node:
                         raise
                     except Exception:
                         self.log.exception("action failed", action=type(action).__name__)
-                        self._error(conn, ErrorCode.INTERNAL_ERROR, "internal error", _rid(action))
+                        self.send_error(
+                            conn, ErrorCode.INTERNAL_ERROR, "internal error", _rid(action)
+                        )
         except ConnectionClosed:
             pass
 
@@ -423,9 +425,9 @@ class Node:
 
     def _reject(self, conn: HubConnection, a: Reject) -> None:
         e = a.error
-        self._error(conn, e.code, e.message, e.request_id)
+        self.send_error(conn, e.code, e.message, e.request_id)
 
-    def _error(
+    def send_error(
         self, conn: HubConnection, code: ErrorCode, message: str, request_id: str | int | None
     ) -> None:
         self.counters.errors[code] += 1

@@ -8,6 +8,8 @@ member unchanged.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from typing import TYPE_CHECKING, Any
 
 from hub.backplane import Draft, StreamOp
@@ -18,6 +20,10 @@ from protocol.errors import ErrorCode, ProtocolError
 if TYPE_CHECKING:
     from hub.connection import HubConnection
     from hub.node import Node
+
+# Publishes a connection may leave queued on the backplane without waiting
+# for their seq; beyond it the connection waits (backpressure).
+MAX_UNAWAITED = 1024
 
 
 class Publishing:
@@ -44,10 +50,40 @@ class Publishing:
         if a.request_id is not None:
             rest["request_id"] = a.request_id
         head, tail = codec.sequenced("space.event", a.space, event_id, rest)
-        seq = await self.backplane.publish(a.space, Draft(head, tail, None if a.echo else agent))
+        pending = self.backplane.publish_nowait(
+            a.space, Draft(head, tail, None if a.echo else agent)
+        )
         self.counters.published += 1
-        if not a.echo:
-            conn.send_frame(codec.published(a.request_id, a.space, event_id, seq, ts))
+        if a.echo:
+            # The echo is the acknowledgement: the connection's next message
+            # needn't wait for Redis (a failure is still reported).
+            await self._unless_queued(conn, pending, a.request_id)
+            return
+        seq = await pending
+        conn.send_frame(codec.published(a.request_id, a.space, event_id, seq, ts))
+
+    async def _unless_queued(
+        self, conn: HubConnection, pending: asyncio.Future[int], request_id: str | int | None
+    ) -> None:
+        """Await a publish only if it is already settled or the backlog is long."""
+        if pending.done() or self.backplane.backlog > MAX_UNAWAITED:
+            await pending  # BackplaneUnavailable becomes an UNAVAILABLE answer
+        else:
+            pending.add_done_callback(functools.partial(self._report, conn, request_id))
+
+    def _report(
+        self, conn: HubConnection, request_id: str | int | None, pending: asyncio.Future[int]
+    ) -> None:
+        if pending.cancelled() or pending.exception() is None:
+            return
+        self.counters.backplane_errors += 1
+        if not conn.closing:
+            self._node.send_error(
+                conn,
+                ErrorCode.UNAVAILABLE,
+                f"{pending.exception()}: request not carried out",
+                request_id,
+            )
 
     async def _publish_streamed(self, conn: HubConnection, a: Publish, text: str) -> None:
         """A publish too big for one event goes out as deltas and a done."""
@@ -99,7 +135,10 @@ class Publishing:
         )
         op = StreamOp.OPEN if a.first else StreamOp.DELTA
         exclude = None if a.echo else agent
-        await self.backplane.publish(a.space, Draft(head, tail, exclude, a.stream_id, op))
+        pending = self.backplane.publish_nowait(
+            a.space, Draft(head, tail, exclude, a.stream_id, op)
+        )
+        await self._unless_queued(conn, pending, a.request_id)
 
     async def stream_done(self, conn: HubConnection, a: StreamDone) -> None:
         rest: dict[str, Any] = {"from": conn.agent_id, "timestamp": codec.now_ms()}

@@ -8,6 +8,7 @@ atomic step; the finished bytes are what every node hands to its members.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Protocol
@@ -82,6 +83,17 @@ class Backplane(Protocol):
 
     async def publish(self, space: str, draft: Draft) -> int:
         """Assign the next seq, deliver everywhere, return the seq."""
+        ...
+
+    def publish_nowait(self, space: str, draft: Draft) -> asyncio.Future[int]:
+        """Queue a publish behind those already queued; the future gives its
+        seq, or fails with BackplaneUnavailable. Lets one connection's burst
+        travel together (one round trip, one write per member)."""
+        ...
+
+    @property
+    def backlog(self) -> int:
+        """Publishes queued or in flight; the node waits when it grows."""
         ...
 
     async def send(self, envelope: Envelope) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from hub.backplane.base import DeliveryHandler, Draft, Envelope
 from protocol.codec import complete
 
@@ -35,7 +37,19 @@ class MemoryBackplane:
     async def unsubscribe(self, space: str) -> None:
         self._subscribed.discard(space)
 
+    @property
+    def backlog(self) -> int:
+        return 0
+
+    def publish_nowait(self, space: str, draft: Draft) -> asyncio.Future[int]:
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        future.set_result(self._publish(space, draft))
+        return future
+
     async def publish(self, space: str, draft: Draft) -> int:
+        return self._publish(space, draft)
+
+    def _publish(self, space: str, draft: Draft) -> int:
         seq = self._seq.get(space, 0) + 1
         self._seq[space] = seq
         if self._handler is not None and space in self._subscribed:

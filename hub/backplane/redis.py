@@ -31,13 +31,14 @@ import asyncio
 import contextlib
 import random
 import time
+from collections import deque
 
 import structlog
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from hub.backplane.base import DeliveryHandler, Draft, Envelope, StreamOp
 from hub.errors import BackplaneUnavailable
@@ -46,6 +47,8 @@ from hub.errors import BackplaneUnavailable
 REDIS_ERRORS = (RedisError, OSError)
 
 _OPS = tuple(StreamOp)
+# Most publish scripts sent in one pipeline.
+MAX_BATCH = 256
 _NOT_READY_TEXT = "redis unavailable: the node is not connected and subscribed"
 
 # KEYS: seq, history. ARGV: head, tail, channel, header rest, history_len, idle_ttl.
@@ -167,6 +170,10 @@ class RedisBackplane:
         self._reported: bool | None = None
         self._lag = 0.0
         self._received = 0
+        # Publishes not yet sent, in order, and the task that pipelines them.
+        self._outgoing: deque[tuple[str, tuple[object, ...], asyncio.Future[int]]] = deque()
+        self._in_flight = 0
+        self._drainer: asyncio.Task[None] | None = None
 
     # ── properties and lifecycle ────────────────────────────────────────
 
@@ -197,6 +204,12 @@ class RedisBackplane:
                 await task
         self._ready = False
         self._fail_pending()
+        if self._drainer is not None:
+            self._drainer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._drainer
+        self._fail_batch(list(self._outgoing), ConnectionError("backplane closed"))
+        self._outgoing.clear()
         with contextlib.suppress(Exception):
             await self._client.aclose()
 
@@ -271,9 +284,23 @@ class RedisBackplane:
     # (the publisher's echo included) would miss the message, and the seq
     # floors of a reconnect are not in place yet. Not ready means UNAVAILABLE.
 
-    async def publish(self, space: str, draft: Draft) -> int:
+    @property
+    def backlog(self) -> int:
+        """Publishes accepted but not yet answered by Redis."""
+        return len(self._outgoing) + self._in_flight
+
+    def publish_nowait(self, space: str, draft: Draft) -> asyncio.Future[int]:
+        """Queue a publish; the future gives its seq or BackplaneUnavailable.
+
+        Publishes are sent in submission order, as pipelines of up to
+        ``MAX_BATCH`` scripts on one connection with one pipeline in flight, so
+        a burst costs one round trip and reaches every node in one read.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[int] = loop.create_future()
         if not self._ready:
-            raise BackplaneUnavailable(_NOT_READY_TEXT)
+            future.set_exception(BackplaneUnavailable(_NOT_READY_TEXT))
+            return future
         exclude = draft.exclude.encode() if draft.exclude else b""
         stream = draft.stream.encode() if draft.stream else b""
         rest = b" %d %.6f %d %d\n%s%s" % (
@@ -284,25 +311,90 @@ class RedisBackplane:
             exclude,
             stream,
         )
-        try:
-            seq = await self._publish_script(
-                keys=(self._seq_key(space), self._history_key(space)),
-                args=(
-                    draft.head,
-                    draft.tail,
-                    self._space_channel(space),
-                    rest,
-                    self._history_len,
-                    self._idle_ttl,
-                ),
-            )
-        except REDIS_ERRORS as exc:
-            raise unavailable("publish", exc) from exc
-        seq = int(seq)
-        floors = self._floors
-        if seq > floors.get(space, 0) and self._space_channel(space) in self._channels:
-            floors[space] = seq
-        return seq
+        args = (
+            self._seq_key(space),
+            self._history_key(space),
+            draft.head,
+            draft.tail,
+            self._space_channel(space),
+            rest,
+            self._history_len,
+            self._idle_ttl,
+        )
+        self._outgoing.append((space, args, future))
+        if self._drainer is None or self._drainer.done():
+            self._drainer = loop.create_task(self._drain())
+        return future
+
+    async def publish(self, space: str, draft: Draft) -> int:
+        return await self.publish_nowait(space, draft)
+
+    async def _drain(self) -> None:
+        outgoing = self._outgoing
+        while outgoing:
+            batch = [outgoing.popleft() for _ in range(min(len(outgoing), MAX_BATCH))]
+            self._in_flight = len(batch)
+            try:
+                results = await self._run_publishes([args for _, args, _ in batch])
+            except asyncio.CancelledError:
+                self._fail_batch(batch, asyncio.CancelledError())
+                raise
+            finally:
+                self._in_flight = 0
+            floors = self._floors
+            for (space, _, future), result in zip(batch, results, strict=True):
+                if future.done():
+                    continue  # the caller gave up waiting
+                if isinstance(result, BaseException):
+                    future.set_exception(unavailable("publish", result))
+                    continue
+                seq = int(result)
+                if seq > floors.get(space, 0) and self._space_channel(space) in self._channels:
+                    floors[space] = seq
+                future.set_result(seq)
+
+    async def _run_publishes(self, batch: list[tuple[object, ...]]) -> list[object]:
+        """EVALSHA each publish in one pipeline; reload the script after NOSCRIPT.
+
+        A NOSCRIPT reply means that script did not run, so running it again
+        cannot publish twice.
+        """
+        results: list[object] = [None] * len(batch)
+        todo = list(range(len(batch)))
+        for attempt in range(2):
+            pipe = self._client.pipeline(transaction=False)
+            for i in todo:
+                pipe.evalsha(self._publish_script.sha, 2, *batch[i])
+            try:
+                replies = await pipe.execute(raise_on_error=False)
+            except REDIS_ERRORS as exc:
+                for i in todo:
+                    results[i] = exc
+                return results
+            missing = []
+            for i, reply in zip(todo, replies, strict=True):
+                if isinstance(reply, NoScriptError) and attempt == 0:
+                    missing.append(i)
+                else:
+                    results[i] = reply
+            if not missing:
+                break
+            try:
+                await self._client.script_load(PUBLISH_LUA)
+            except REDIS_ERRORS as exc:
+                for i in missing:
+                    results[i] = exc
+                break
+            todo = missing
+        return results
+
+    def _fail_batch(
+        self, batch: list[tuple[str, tuple[object, ...], asyncio.Future[int]]], exc: BaseException
+    ) -> None:
+        for _, _, future in batch:
+            if not future.done():
+                future.set_exception(unavailable("publish", exc))
+                future.exception()
 
     async def send(self, envelope: Envelope) -> None:
         if not self._ready:

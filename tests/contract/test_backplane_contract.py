@@ -19,6 +19,7 @@ import pytest
 
 from hub.backplane import Backplane, Draft, Envelope, MemoryBackplane, StreamOp
 from hub.backplane.redis import RedisBackplane
+from hub.errors import BackplaneUnavailable
 from protocol.codec import complete
 
 WAIT = 15.0  # generous: a slow machine must not fail a correct backplane
@@ -279,3 +280,33 @@ async def test_aclose_is_idempotent(cluster: BackplaneCluster) -> None:
     fresh = MemoryBackplane() if cluster.make is None else cluster.make("never-started")
     await fresh.aclose()
     await fresh.aclose()
+
+
+async def test_publish_nowait_keeps_submission_order(cluster: BackplaneCluster) -> None:
+    a = await cluster.node("a")
+    b = await cluster.node("b")
+    for member in (a, b):
+        await member.backplane.subscribe("burst")
+    drafts = [draft(f"m{i}") for i in range(600)]  # more than one pipeline batch
+    futures = [a.backplane.publish_nowait("burst", d) for d in drafts]
+    assert a.backplane.backlog >= 0
+    seqs = await asyncio.gather(*futures)
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    for member in (a, b):
+        await member.handler.wait_until(lambda m=member: len(m.handler.of("burst")) >= 600)
+        got = member.handler.of("burst")
+        assert [e.seq for e in got] == seqs
+        assert [e.frame for e in got] == [
+            expected_frame(d, s) for d, s in zip(drafts, seqs, strict=True)
+        ]
+    assert a.backplane.backlog == 0
+
+
+async def test_publish_nowait_fails_fast_when_not_ready(cluster: BackplaneCluster) -> None:
+    if not cluster.distributed:
+        pytest.skip("the in-memory backplane is never unready")
+    a = await cluster.node("a")
+    await a.backplane.aclose()
+    future = a.backplane.publish_nowait("gone", draft("x"))
+    with pytest.raises(BackplaneUnavailable):
+        await future
