@@ -50,7 +50,6 @@ class HubConnection(ServerConnection):
         self.cleaned_up = asyncio.Event()
         self._pending: list[bytes] = []
         self._pending_bytes = 0
-        self._buffered = 0
         self._dirty = False
         self._outbox_open = True
         self._deflate = False
@@ -83,7 +82,10 @@ class HubConnection(ServerConnection):
             self._pending.append(wire)
             self._pending_bytes += len(wire)
         self.frames_out += 1
-        if self._pending_bytes + self._buffered > self.outbox_limit and self._over_limit():
+        # The socket's own buffer is only looked at once the transport has
+        # paused writing (its buffer passed the high-water mark): a healthy
+        # connection pays nothing for the bound.
+        if (self.paused or self._pending_bytes > self.outbox_limit) and self._over_limit():
             return False
         if not self._dirty:
             self._dirty = True
@@ -106,12 +108,10 @@ class HubConnection(ServerConnection):
         if transport.is_closing():
             return
         transport.write(data)
-        self._buffered = transport.get_write_buffer_size()
 
     def _over_limit(self) -> bool:
-        # The transport buffer size is refreshed only here, where it matters.
-        self._buffered = self.transport.get_write_buffer_size()
-        if self._pending_bytes + self._buffered <= self.outbox_limit:
+        buffered = self.transport.get_write_buffer_size()
+        if self._pending_bytes + buffered <= self.outbox_limit:
             return False
         self.counters.slow_consumer_closes += 1
         self.counters.dropped += len(self._pending)
