@@ -102,6 +102,8 @@ class HubConnection(ServerConnection):
         if not pending:
             return
         data = pending[0] if len(pending) == 1 else b"".join(pending)
+        # Counted here, once per write: replies, events and stream frames alike.
+        self.counters.messages_out += len(pending)
         pending.clear()
         self._pending_bytes = 0
         transport = self.transport

@@ -73,7 +73,7 @@ class HubCollector:
             "agora_hub_connections_opened", "Connections accepted.", c.connections_opened
         )
         yield _counter("agora_hub_messages_in", "Frames received from agents.", c.messages_in)
-        yield _counter("agora_hub_messages_out", "Frames queued to agents.", c.messages_out)
+        yield _counter("agora_hub_messages_out", "Frames written to agents.", c.messages_out)
         yield _counter("agora_hub_deliveries", "Space messages handed to members.", c.deliveries)
         yield _counter("agora_hub_published", "Space messages this node published.", c.published)
         yield _counter(

@@ -214,7 +214,6 @@ class Node:
                     conn.push(out)
                     n += 1
             self.counters.deliveries += n
-        self.counters.messages_out += len(members)
 
     def backplane_ready(self, ready: bool) -> None:
         self.log.info("backplane ready" if ready else "backplane not ready")

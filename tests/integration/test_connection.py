@@ -127,6 +127,11 @@ async def test_http_endpoints(hub):
     ):
         assert line in text, line
     assert "agora_hub_messages_in_total" in text and "agora_hub_slow_consumer_closes_total" in text
+    # registered + joined + the echoed event, at least, were written to the agent
+    out = next(
+        line for line in text.splitlines() if line.startswith("agora_hub_messages_out_total")
+    )
+    assert float(out.split()[1]) >= 3
     status, _, _ = await asyncio.to_thread(_get, base + "/nope")
     assert status == 404
     await c.close()
