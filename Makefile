@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 ARGS   ?=
 
-.PHONY: run test bench lint venv clean
+.PHONY: run test bench fuzz lint venv clean
 
 venv: $(STAMP)
 
@@ -24,6 +24,10 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m tests.benchmarks $(ARGS)
+
+# Hundreds of thousands of hostile frames against a hub process (ARGS="--frames N --seed S").
+fuzz: $(STAMP)
+	$(BIN)/python -m tests.fuzz $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check hub protocol adapters tests

@@ -27,6 +27,11 @@ if TYPE_CHECKING:
     from hub.session import Session
 
 OPEN = State.OPEN
+_ENDING = (State.CLOSING, State.CLOSED)
+# Closes websockets makes on its own when a peer breaks the protocol.
+_FAILURE_CODES = frozenset(
+    {int(CloseCode.PROTOCOL_ERROR), int(CloseCode.INVALID_DATA), int(CloseCode.MESSAGE_TOO_BIG)}
+)
 
 
 class HubConnection(ServerConnection):
@@ -53,7 +58,8 @@ class HubConnection(ServerConnection):
         self._dirty = False
         self._outbox_open = True
         self._deflate = False
-        self._too_big_reported = False
+        self._failure_reported = False
+        self._writable = True
         self._close_task: asyncio.Task[None] | None = None
 
     def start_outbox(self) -> None:
@@ -106,10 +112,22 @@ class HubConnection(ServerConnection):
         self.counters.messages_out += len(pending)
         pending.clear()
         self._pending_bytes = 0
-        transport = self.transport
-        if transport.is_closing():
-            return
-        transport.write(data)
+        if self._writable:
+            self.transport.write(data)
+
+    def flush_failed(self) -> None:
+        """The transport refused a write: drop this connection, nobody else."""
+        self._stop_writing()
+        self.transport.abort()
+
+    def _stop_writing(self) -> None:
+        """No more data frames: the closing handshake began or the socket is gone."""
+        self._writable = False
+        self._outbox_open = False
+        if self._pending:
+            self.counters.dropped += len(self._pending)
+            self._pending.clear()
+            self._pending_bytes = 0
 
     def _over_limit(self) -> bool:
         buffered = self.transport.get_write_buffer_size()
@@ -130,18 +148,38 @@ class HubConnection(ServerConnection):
         # websockets is about to write (pong, close frame…): our bytes first.
         if self._pending:
             self.flush()
-        exc = self.protocol.parser_exc
-        if exc is not None and not self._too_big_reported and isinstance(exc, PayloadTooBig):
-            # The contract wants an error event before the 1009 close frame
-            # that websockets has just queued.
-            self._too_big_reported = True
-            frame = OutFrame(
-                codec.error(ErrorCode.INVALID_REQUEST, f"frame too big: {exc}"), preframe=True
-            )
-            assert frame.wire is not None
-            if not self.transport.is_closing():
-                self.transport.write(frame.wire)
+        if not self._failure_reported:
+            sent = self.protocol.close_sent
+            if sent is not None and sent.code in _FAILURE_CODES:
+                self._report_failure(int(sent.code))
         super().send_data()
+        # After a close frame (ours or the peer's) only the handshake may
+        # follow, and a server half-closes right after it: never write again.
+        if self._writable and self.protocol.state in _ENDING:
+            self._stop_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_writing()
+        super().connection_lost(exc)
+
+    def _report_failure(self, code: int) -> None:
+        """websockets failed the connection over a bad frame and queued its
+        close (1009, 1007, 1002): the contract wants an ``error`` event first."""
+        self._failure_reported = True
+        exc = self.protocol.parser_exc or self.connection_exc
+        if isinstance(exc, PayloadTooBig):
+            message = f"frame too big: {exc}"
+        elif isinstance(exc, UnicodeDecodeError) or code == CloseCode.INVALID_DATA:
+            message = "invalid UTF-8 in a text frame"
+        else:
+            message = f"WebSocket protocol error: {exc}"
+        self.counters.closes[code] += 1
+        self.counters.errors[ErrorCode.INVALID_REQUEST] += 1
+        self.hub_close_code = code
+        frame = OutFrame(codec.error(ErrorCode.INVALID_REQUEST, message), preframe=True)
+        assert frame.wire is not None
+        if self._writable and not self.transport.is_closing():
+            self.transport.write(frame.wire)
 
     # ── closing ──────────────────────────────────────────────────────────
 
@@ -150,9 +188,16 @@ class HubConnection(ServerConnection):
         return not self._outbox_open
 
     def close_for(self, code: CloseCode, error: ErrorCode, reason: str) -> None:
-        """Send an ``error`` event, then close with ``code``. Does not block."""
+        """Send an ``error`` event, then close with ``code``. Does not block.
+
+        Every close the hub initiates for a reason comes through here (or
+        :meth:`_report_parser_error`), so this is where closes are counted.
+        """
         if not self._outbox_open:
             return
+        self._failure_reported = True  # this close is the hub's own, reported here
+        self.counters.closes[int(code)] += 1
+        self.counters.errors[error] += 1
         if self.protocol.state is OPEN:
             self.send_frame(codec.error(error, reason))
             self.flush()

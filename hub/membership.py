@@ -40,6 +40,8 @@ class Membership:
         self.pending_departures: list[tuple[AgentRecord, list[str]]] = []
 
     async def register(self, conn: HubConnection, a: Register) -> None:
+        """All or nothing: refused (UNAVAILABLE) with nothing changed, or
+        stored, announced and acknowledged."""
         session = conn.session
         assert session is not None
         info = a.info
@@ -51,19 +53,27 @@ class Membership:
             tuple(info.capabilities),
             info.metadata,
         )
-        await self.presence.update_agent(record)
-        conn.record = record
         s = self.settings
-        conn.send_frame(
-            codec.registered(
-                a.request_id,
-                conn.agent_id,
-                session.connection_id,
-                round(s.heartbeat_interval * 1000),
-                round(s.heartbeat_timeout * 1000),
-            )
+        # Encode everything before changing anything.
+        status = self._status_draft("updated", record)
+        reply = codec.registered(
+            a.request_id,
+            conn.agent_id,
+            session.connection_id,
+            round(s.heartbeat_interval * 1000),
+            round(s.heartbeat_timeout * 1000),
         )
-        await self.agent_status("updated", record)
+        previous = conn.record
+        await self.presence.update_agent(record)
+        try:
+            await self.backplane.publish(AGENT_STATUS_SPACE, status)
+        except BaseException:
+            if previous is not None:
+                with contextlib.suppress(Exception):
+                    await self.presence.update_agent(previous)
+            raise
+        conn.record = record
+        conn.send_frame(reply)
 
     async def join(self, conn: HubConnection, a: Join) -> None:
         session = conn.session
@@ -155,6 +165,9 @@ class Membership:
 
     async def agent_status(self, event: str, record: AgentRecord) -> None:
         """Publish an ``agent.status`` event (online, offline, updated)."""
+        await self.backplane.publish(AGENT_STATUS_SPACE, self._status_draft(event, record))
+
+    def _status_draft(self, event: str, record: AgentRecord) -> Draft:
         data = {"event": event, "agent": record.public(), "from": HUB_SENDER}
         head, tail = codec.sequenced(
             "space.event",
@@ -162,7 +175,7 @@ class Membership:
             self._node.new_event_id(),
             {"from": HUB_SENDER, "timestamp": codec.now_ms(), "data": data},
         )
-        await self.backplane.publish(AGENT_STATUS_SPACE, Draft(head, tail))
+        return Draft(head, tail)
 
     async def depart(self, record: AgentRecord, spaces: list[str], retry: bool = False) -> None:
         """Tell the cluster an agent's connection is gone. Safe to retry."""

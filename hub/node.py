@@ -344,8 +344,6 @@ class Node:
     async def _refuse(
         self, conn: HubConnection, code: CloseCode, error: ErrorCode, reason: str
     ) -> None:
-        self.counters.errors[error] += 1
-        self.counters.closes[int(code)] += 1
         conn.close_for(code, error, reason)
         await conn.close_gracefully(code, reason)
 
@@ -411,10 +409,6 @@ class Node:
         self, conn: HubConnection, code: CloseCode, error: ErrorCode, reason: str
     ) -> None:
         """Close a connection for a reason: error event, then close code."""
-        if conn.closing:
-            return
-        self.counters.errors[error] += 1
-        self.counters.closes[int(code)] += 1
         conn.close_for(code, error, reason)
 
     # ── actions ─────────────────────────────────────────────────────────

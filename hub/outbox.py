@@ -57,4 +57,8 @@ class Flusher:
         self._scheduled = False
         dirty, self._dirty = self._dirty, []
         for conn in dirty:
-            conn.flush()
+            # One failing connection must not hold back the rest of the pass.
+            try:
+                conn.flush()
+            except Exception:
+                conn.flush_failed()

@@ -92,8 +92,7 @@ class HubServer:
             server.close(close_connections=False)
             for conn in list(server.connections):
                 hub_conn = conn if isinstance(conn, HubConnection) else None
-                if hub_conn is not None and not hub_conn.closing:
-                    node.counters.closes[int(CloseCode.GOING_AWAY)] += 1
+                if hub_conn is not None:
                     hub_conn.close_for(
                         CloseCode.GOING_AWAY, ErrorCode.UNAVAILABLE, "hub shutting down; reconnect"
                     )
@@ -148,7 +147,10 @@ class HubServer:
             )
         if not self.node.accepting:
             return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, "hub shutting down\n")
-        token = (params.get("token") or [None])[0]
+        tokens = params.get("token", [])
+        if len(tokens) > 1:
+            return _text(http.HTTPStatus.BAD_REQUEST, "token given more than once\n")
+        token = tokens[0] if tokens else None
         if token is None:
             auth = request.headers.get("Authorization", "")
             if auth[:7].lower() == "bearer ":

@@ -13,6 +13,8 @@ bytes.
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -24,6 +26,17 @@ from protocol.errors import ErrorCode, ProtocolError
 from protocol.messages import CLIENT_MODELS, ClientMessage
 
 dumps = orjson.dumps
+
+# Deepest nesting of objects and arrays a message may have (the message
+# itself is level 1). Deeper input is refused before anything happens, so
+# whatever the hub accepts it can also encode again.
+MAX_DEPTH = 64
+# Integers the hub carries exactly: int64 and uint64 (what orjson encodes).
+# Others would silently become floats in flight, so they are refused.
+MIN_INT = -(2**63)
+MAX_INT = 2**64 - 1
+# A run of 19+ digits is the only way to write an integer outside that range.
+_LONG_DIGITS = re.compile(r"\d{19}")
 
 
 def now_ms() -> int:
@@ -55,6 +68,7 @@ def decode(frame: str | bytes) -> ClientMessage:
     if not isinstance(obj, dict):
         raise ProtocolError(ErrorCode.INVALID_REQUEST, "a message must be a JSON object")
     rid = request_id_of(obj)
+    check_json_bounds(frame, obj, rid)
     kind = obj.get("type")
     if not isinstance(kind, str):
         raise ProtocolError(ErrorCode.INVALID_REQUEST, "missing string field 'type'", rid)
@@ -67,6 +81,60 @@ def decode(frame: str | bytes) -> ClientMessage:
         raise ProtocolError(
             ErrorCode.INVALID_REQUEST, f"invalid {kind}: {_describe(exc)}", rid
         ) from None
+
+
+def check_json_bounds(text: str, obj: Any, request_id: str | int | None = None) -> None:
+    """Refuse JSON the hub could not carry unchanged: nesting deeper than
+    :data:`MAX_DEPTH`, integers outside int64/uint64.
+
+    Both checks start with a C-speed scan of the text, so an ordinary message
+    pays two ``str.count`` calls and one regex search.
+    """
+    if text.count("{") + text.count("[") > MAX_DEPTH and _depth(obj, MAX_DEPTH) > MAX_DEPTH:
+        raise ProtocolError(
+            ErrorCode.INVALID_REQUEST,
+            f"JSON nested deeper than {MAX_DEPTH} levels",
+            request_id,
+        )
+    if _LONG_DIGITS.search(text) is not None:
+        try:
+            json.loads(text, parse_int=_bounded_int)
+        except _IntegerOutOfRange as exc:
+            raise ProtocolError(
+                ErrorCode.INVALID_REQUEST,
+                f"integer {exc.args[0][:40]} does not fit in 64 bits: send it as a string",
+                request_id,
+            ) from None
+        except ValueError:  # orjson accepted it; json is stricter on nothing we rely on
+            pass
+
+
+class _IntegerOutOfRange(ValueError):
+    pass
+
+
+def _bounded_int(literal: str) -> int:
+    value = int(literal)
+    if not MIN_INT <= value <= MAX_INT:
+        raise _IntegerOutOfRange(literal)
+    return value
+
+
+def _depth(obj: Any, limit: int) -> int:
+    """Nesting depth of containers in ``obj``, stopping once past ``limit``."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    while stack:
+        node, level = stack.pop()
+        if level > deepest:
+            deepest = level
+            if deepest > limit:
+                return deepest
+        if isinstance(node, dict):
+            stack.extend((v, level + 1) for v in node.values() if isinstance(v, dict | list))
+        elif isinstance(node, list):
+            stack.extend((v, level + 1) for v in node if isinstance(v, dict | list))
+    return deepest
 
 
 def _describe(exc: ValidationError) -> str:
