@@ -8,9 +8,7 @@ taking ``--url``. Every ``serve`` flag is also an ``AGORA_HUB_*`` env var.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
-import signal
 import sys
 from pathlib import Path
 
@@ -98,56 +96,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from hub.workers import run_workers
 
         return run_workers(settings)
+    from hub.runner import run
+
     return run(settings)
-
-
-def run(settings: Settings, *, reuse_port: bool = False) -> int:
-    """Run one node until SIGTERM/SIGINT; returns the exit status."""
-    from hub.logging import configure_logging
-
-    configure_logging(settings.log_level, settings.log_format)
-    loop_factory = None
-    try:
-        import uvloop
-
-        loop_factory = uvloop.new_event_loop
-    except ImportError:
-        pass
-    with asyncio.Runner(loop_factory=loop_factory) as runner:
-        return runner.run(serve_until_stopped(settings, reuse_port=reuse_port))
-
-
-async def serve_until_stopped(settings: Settings, *, reuse_port: bool = False) -> int:
-    import structlog
-
-    from hub.node import Node
-    from hub.server import HubServer
-
-    log = structlog.get_logger("hub")
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    node = Node(settings)
-    server = HubServer(node, reuse_port=reuse_port)
-    try:
-        await server.start()
-    except OSError as exc:
-        await node.aclose()
-        raise ConfigError(f"cannot listen on {settings.host}:{settings.port}: {exc}") from None
-    log.info(
-        "hub started",
-        url=server.url,
-        node=settings.node_id,
-        backplane="redis" if settings.redis_url else "memory",
-        pid=os.getpid(),
-        version=__version__,
-    )
-    await stop.wait()
-    log.info("hub stopping", node=settings.node_id)
-    await server.aclose()
-    log.info("hub stopped", node=settings.node_id)
-    return 0
 
 
 # ── keygen ──────────────────────────────────────────────────────────────────

@@ -17,21 +17,43 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import orjson
+import structlog
 
+from hub.backplane import Backplane
 from hub.errors import BackplaneUnavailable
-from hub.presence import AgentRecord
+from hub.membership import Membership
+from hub.presence import AgentRecord, Presence
+from hub.registry import Registry
+from hub.settings import Settings
 from protocol.errors import CloseCode, ErrorCode
-
-if TYPE_CHECKING:
-    from hub.node import Node
 
 
 class ClusterLink:
-    def __init__(self, node: Node):
-        self._node = node
+    def __init__(
+        self,
+        settings: Settings,
+        node_id: str,
+        registry: Registry[Any],
+        presence: Presence,
+        backplane: Backplane,
+        membership: Membership,
+        *,
+        probe_local: Callable[[str], Awaitable[bool]],
+        evict_local: Callable[[str], None],
+    ):
+        self.settings = settings
+        self.node_id = node_id
+        self.registry = registry
+        self.presence = presence
+        self.backplane = backplane
+        self.membership = membership
+        self._probe_local = probe_local
+        self._evict_local = evict_local
+        self.log = structlog.get_logger("hub").bind(node=node_id)
         self._probes: dict[str, asyncio.Future[bool]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -39,42 +61,39 @@ class ClusterLink:
 
     async def tick(self) -> None:
         """One round of touch / restore / reap; BackplaneUnavailable propagates."""
-        node = self._node
-        presence = node.presence
+        presence = self.presence
         if await presence.touch_node():
             await self._restore()
-        for reaped in await presence.reap_dead_nodes(node.settings.heartbeat_timeout):
-            node.log.info(
+        for reaped in await presence.reap_dead_nodes(self.settings.heartbeat_timeout):
+            self.log.info(
                 "reaped agent of dead node",
                 agent_id=reaped.record.agent_id,
                 dead_node=reaped.record.node_id,
             )
             for space in reaped.spaces:
-                await node.membership.announce_departure(space, reaped.record.agent_id)
+                await self.membership.announce_departure(space, reaped.record.agent_id)
             holder = await presence.get_agent(reaped.record.agent_id)
             if holder is None or holder.connection_id == reaped.record.connection_id:
                 # (An agent that already reconnected elsewhere is not offline.)
-                await node.membership.agent_status("offline", reaped.record)
+                await self.membership.agent_status("offline", reaped.record)
 
     async def _restore(self) -> None:
-        node = self._node
         agents: list[AgentRecord] = []
         memberships: dict[str, list[str]] = {}
-        for conn in list(node.connections.values()):
-            if conn.session is None or conn.closing or conn.record is None:
+        for peer in self.registry:
+            if peer.session is None or peer.closing or peer.record is None:
                 continue
-            agents.append(conn.record)
-            for space in conn.session.spaces:
-                memberships.setdefault(space, []).append(conn.agent_id)
+            agents.append(peer.record)
+            for space in peer.session.spaces:
+                memberships.setdefault(space, []).append(peer.agent_id)
         if not agents:
             return
-        conflicts = await node.presence.restore(agents, memberships)
-        node.log.warning("presence restored", agents=len(agents), conflicts=len(conflicts))
+        conflicts = await self.presence.restore(agents, memberships)
+        self.log.warning("presence restored", agents=len(agents), conflicts=len(conflicts))
         for record in conflicts:
-            for conn in list(node.connections.values()):
-                if conn.agent_id == record.agent_id and conn.record is not None:
-                    node.close_connection(
-                        conn,
+            for peer in self.registry:
+                if peer.agent_id == record.agent_id and peer.record is not None:
+                    peer.close_for(
                         CloseCode.AGENT_EXISTS,
                         ErrorCode.AGENT_EXISTS,
                         "agent connected elsewhere",
@@ -88,7 +107,6 @@ class ClusterLink:
         A holder found dead is evicted (and cleaned up) by its node before the
         answer comes back.
         """
-        node = self._node
         token = secrets.token_hex(8)
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._probes[token] = future
@@ -96,12 +114,13 @@ class ClusterLink:
             "op": "probe",
             "token": token,
             "connection_id": holder.connection_id,
-            "reply_to": node.node_id,
+            "reply_to": self.node_id,
         }
+        settings = self.settings
         try:
-            await node.backplane.send_to_node(holder.node_id, orjson.dumps(msg))
+            await self.backplane.send_to_node(holder.node_id, orjson.dumps(msg))
             async with asyncio.timeout(
-                node.settings.liveness_probe_timeout + node.settings.close_timeout + 1.0
+                settings.liveness_probe_timeout + settings.close_timeout + 1.0
             ):
                 return await future
         except TimeoutError:
@@ -112,14 +131,14 @@ class ClusterLink:
     async def evict_remote(self, holder: AgentRecord) -> None:
         msg = {"op": "evict", "connection_id": holder.connection_id}
         with contextlib.suppress(BackplaneUnavailable):
-            await self._node.backplane.send_to_node(holder.node_id, orjson.dumps(msg))
+            await self.backplane.send_to_node(holder.node_id, orjson.dumps(msg))
 
     def on_message(self, payload: bytes) -> None:
         try:
             msg = orjson.loads(payload)
             op = msg["op"]
         except (orjson.JSONDecodeError, KeyError, TypeError):
-            self._node.log.warning("malformed node message")
+            self.log.warning("malformed node message")
             return
         if op == "probe":
             self._spawn(self._answer_probe(msg))
@@ -128,22 +147,13 @@ class ClusterLink:
             if future is not None and not future.done():
                 future.set_result(bool(msg.get("alive")))
         elif op == "evict":
-            conn = self._node.connections.get(msg.get("connection_id", ""))
-            if conn is not None:
-                self._node.evict(conn)
+            self._evict_local(str(msg.get("connection_id", "")))
 
     async def _answer_probe(self, msg: dict[str, Any]) -> None:
-        node = self._node
-        conn = node.connections.get(msg.get("connection_id", ""))
-        alive = conn is not None and await node.local_alive(conn)
-        if conn is not None and not alive:
-            # Evict before answering, so the asker's newcomer never races the
-            # departure of the dead connection (its memberships, its id).
-            node.evict(conn)
-            await conn.wait_cleaned_up(node.settings.close_timeout)
+        alive = await self._probe_local(str(msg.get("connection_id", "")))
         reply = {"op": "probe_result", "token": msg.get("token"), "alive": alive}
         with contextlib.suppress(BackplaneUnavailable):
-            await node.backplane.send_to_node(str(msg.get("reply_to")), orjson.dumps(reply))
+            await self.backplane.send_to_node(str(msg.get("reply_to")), orjson.dumps(reply))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)

@@ -6,7 +6,8 @@ Exception tree::
     ├── ConfigError           settings or config file are unusable
     ├── AuthError             a connection's credentials were refused
     ├── BackplaneUnavailable  the backplane (Redis) can't carry out a request
-    └── SpaceFull             a join would exceed a space's capacity
+    ├── SpaceFull             a join would exceed a space's capacity
+    └── AgentIdTaken          a virtual member's agent id is held by a live agent
 
 Protocol-level refusals are :class:`protocol.errors.ProtocolError`, which the
 session turns into ``error`` events; these are the hub's internal failures.
@@ -41,3 +42,11 @@ class SpaceFull(HubError):
         super().__init__(f"space {space!r} is full ({capacity} members)")
         self.space = space
         self.capacity = capacity
+
+
+class AgentIdTaken(HubError):
+    """An adapter's agent id is held by a live agent elsewhere."""
+
+    def __init__(self, agent_id: str):
+        super().__init__(f"agent id {agent_id!r} is held by a live agent")
+        self.agent_id = agent_id

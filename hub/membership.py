@@ -9,37 +9,53 @@ be reached the request fails with UNAVAILABLE and nothing changes.
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING
+from typing import Any
 
-from hub.backplane import Draft, Envelope
+from hub.backplane import Backplane, Draft, Envelope
 from hub.errors import BackplaneUnavailable
-from hub.presence import AgentRecord
-from hub.session import Join, Leave, ListSpaces, Register
+from hub.ids import Ids
+from hub.peer import Peer
+from hub.presence import AgentRecord, Presence
+from hub.publishing import Publishing
+from hub.registry import Registry
+from hub.session import Denied, Join, Leave, ListSpaces, Register
+from hub.settings import Settings
+from hub.spaces import SpaceDirectory
+from hub.subscriptions import Subscriptions
 from protocol import codec
+from protocol.errors import ErrorCode, ProtocolError
 from protocol.names import AGENT_STATUS_SPACE, SpaceKind, space_kind
-
-if TYPE_CHECKING:
-    from hub.connection import HubConnection
-    from hub.node import Node
 
 # ``from`` of events the hub itself generates; not a valid agent id.
 HUB_SENDER = "@hub"
 
 
 class Membership:
-    def __init__(self, node: Node):
-        self._node = node
-        self.node_id = node.node_id
-        self.settings = node.settings
-        self.backplane = node.backplane
-        self.presence = node.presence
-        self.spaces = node.spaces
-        self.streams = node.streams
-        self.subscriptions = node.subscriptions
+    def __init__(
+        self,
+        settings: Settings,
+        node_id: str,
+        registry: Registry[Any],
+        spaces: SpaceDirectory,
+        presence: Presence,
+        backplane: Backplane,
+        subscriptions: Subscriptions,
+        ids: Ids,
+        publishing: Publishing,
+    ):
+        self.settings = settings
+        self.node_id = node_id
+        self.registry = registry
+        self.spaces = spaces
+        self.presence = presence
+        self.backplane = backplane
+        self.subscriptions = subscriptions
+        self.ids = ids
+        self.publishing = publishing
         # Departures the cluster has not heard of yet (backplane was down).
         self.pending_departures: list[tuple[AgentRecord, list[str]]] = []
 
-    async def register(self, conn: HubConnection, a: Register) -> None:
+    async def register(self, conn: Peer, a: Register) -> None:
         """All or nothing: refused (UNAVAILABLE) with nothing changed, or
         stored, announced and acknowledged."""
         session = conn.session
@@ -75,7 +91,7 @@ class Membership:
         conn.record = record
         conn.send_frame(reply)
 
-    async def join(self, conn: HubConnection, a: Join) -> None:
+    async def join(self, conn: Peer, a: Join) -> None:
         session = conn.session
         assert session is not None
         space, rid = a.space, a.request_id
@@ -94,19 +110,22 @@ class Membership:
                 await self.presence.leave_space(space, conn.agent_id)
             raise
         if conn.closing:
-            return  # closed meanwhile: cleanup has already run for its spaces
+            # Closed meanwhile: its cleanup does not know of this space.
+            with contextlib.suppress(Exception):
+                await self.presence.leave_space(space, conn.agent_id)
+            return
         # From here the joiner receives the space's messages; the reply goes
         # out first so nothing of the space overtakes space.joined.
         conn.send_frame(codec.joined(rid, space, members, count))
-        self.spaces.add_local(space, conn)
+        self.registry.join(space, conn)
         session.on_joined(space)
         with contextlib.suppress(BackplaneUnavailable):
             await self._announce(space, members, count, joined=conn.agent_id)
 
-    async def leave(self, conn: HubConnection, a: Leave) -> None:
+    async def leave(self, conn: Peer, a: Leave) -> None:
         for cancel in a.cancelled:
             with contextlib.suppress(BackplaneUnavailable):
-                await self._node.publishing.stream_cancel(conn, cancel)
+                await self.publishing.stream_cancel(conn, cancel)
         # Cluster first: when it is unreachable the agent stays a member.
         remaining = await self.presence.leave_space(a.space, conn.agent_id)
         self.drop_local(conn, a.space)
@@ -114,13 +133,35 @@ class Membership:
         with contextlib.suppress(BackplaneUnavailable):
             await self._after_departure(a.space, conn.agent_id, remaining)
 
-    def drop_local(self, conn: HubConnection, space: str) -> None:
+    def drop_local(self, conn: Peer, space: str) -> None:
         """This node stops delivering ``space`` to ``conn``."""
         if conn.session is not None:
             conn.session.on_left(space)
-        self.streams.forget_member(space, conn)
-        if self.spaces.remove_local(space, conn):
+        if self.registry.leave(space, conn):
             self.subscriptions.release(space)
+
+    async def detach(self, conn: Peer, record: AgentRecord | None) -> None:
+        """``conn`` is gone: its streams end, it leaves every space, and the
+        cluster hears of it (retried until the backplane is back)."""
+        session = conn.session
+        spaces: list[str] = []
+        if session is not None:
+            for cancel in session.closed():
+                with contextlib.suppress(BackplaneUnavailable, ConnectionError):
+                    await self.publishing.stream_cancel(conn, cancel)
+            spaces = list(session.spaces)
+        for space in self.registry.evict(conn.connection_id, conn):
+            self.subscriptions.release(space)
+        if session is not None:
+            for space in spaces:
+                session.on_left(space)
+        if record is None:
+            return
+        departure = (conn.record or record, spaces)
+        try:
+            await self.depart(*departure)
+        except BackplaneUnavailable:
+            self.pending_departures.append(departure)
 
     async def _after_departure(self, space: str, agent_id: str, remaining: int) -> None:
         if remaining:
@@ -145,7 +186,7 @@ class Membership:
         frame = codec.members(space, members, count, joined, left)
         await self.backplane.send(Envelope(space, frame, exclude=joined))
 
-    async def list_spaces(self, conn: HubConnection, a: ListSpaces) -> None:
+    async def list_spaces(self, conn: Peer, a: ListSpaces) -> None:
         sizes = await self.presence.space_sizes()
         for space in (*self.spaces.declared, *self.spaces.system):
             sizes.setdefault(space, 0)
@@ -155,8 +196,18 @@ class Membership:
         ]
         conn.send_frame(codec.space_list(a.request_id, spaces))
 
+    async def denied(self, conn: Peer, a: Denied) -> None:
+        """Publish/stream to a space the agent is not in: which refusal?"""
+        if await self.space_exists(a.space):
+            raise ProtocolError(
+                ErrorCode.UNAUTHORIZED, f"not a member of space {a.space!r}", a.request_id
+            )
+        raise ProtocolError(
+            ErrorCode.SPACE_NOT_FOUND, f"space {a.space!r} does not exist", a.request_id
+        )
+
     async def space_exists(self, space: str) -> bool:
-        if self.spaces.persistent(space) or self.spaces.has_local(space):
+        if self.spaces.persistent(space) or self.registry.has_space(space):
             return True
         if space_kind(space) is SpaceKind.SYSTEM:
             return False
@@ -172,7 +223,7 @@ class Membership:
         head, tail = codec.sequenced(
             "space.event",
             AGENT_STATUS_SPACE,
-            self._node.new_event_id(),
+            self.ids.event_id(),
             {"from": HUB_SENDER, "timestamp": codec.now_ms(), "data": data},
         )
         return Draft(head, tail)

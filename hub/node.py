@@ -1,39 +1,45 @@
 """The node: composition root of a hub process.
 
-A :class:`Node` owns the settings, the authenticator, the backplane and
-presence (in-memory by default, Redis for a cluster), this node's spaces,
-streams and connections, and the counters. :meth:`Node.handle` runs one
-connection: it authenticates, claims the agent id, then feeds every frame to
-the connection's :class:`~hub.session.Session` and carries out the actions it
-returns. :meth:`Node.deliver` is the fan-out: the backplane pushes every space
-message here and it is handed, already encoded, to each local member.
+A :class:`Node` builds and owns the parts — settings, authenticator,
+backplane and presence (in memory by default, Redis for a cluster), the local
+:class:`~hub.registry.Registry`, membership, publishing, the cluster link, the
+dispatcher, the HTTP application and the hosted adapters — and hands each
+part only what it uses. It also drives one agent connection from accepted to
+cleaned up (:meth:`handle`), hosts virtual members for adapters
+(:meth:`attach`), and is the backplane's delivery handler (:meth:`deliver`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
-import secrets
+import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import structlog
+from aiohttp import web
 from websockets.exceptions import ConnectionClosed
 
+from hub.agents import AgentIds
 from hub.auth import build_authenticator
 from hub.backplane import Backplane, Envelope, create_backplane
 from hub.cluster import ClusterLink
 from hub.connection import HubConnection
-from hub.errors import AuthError, BackplaneUnavailable, SpaceFull
+from hub.dispatch import Dispatcher, ErrorSender
+from hub.errors import AgentIdTaken, AuthError, BackplaneUnavailable
+from hub.frames import OutFrame
+from hub.http import health_routes
+from hub.ids import Ids
 from hub.membership import Membership
 from hub.metrics import Counters, Gauges, HubCollector, build_registry
-from hub.outbox import Flusher, OutFrame
+from hub.outbox import Flusher
+from hub.peer import Peer
 from hub.presence import AgentRecord, Presence, create_presence
 from hub.publishing import Publishing
+from hub.registry import Registry
 from hub.session import (
-    Action,
     Close,
     Denied,
     Join,
@@ -52,10 +58,10 @@ from hub.session import (
 )
 from hub.settings import Settings
 from hub.spaces import SpaceDirectory
-from hub.streams import StreamRouter
 from hub.subscriptions import Subscriptions
+from hub.virtual import Adapter, MessageHandler, VirtualMember
 from protocol import codec
-from protocol.errors import CloseCode, ErrorCode, ProtocolError
+from protocol.errors import CloseCode, ErrorCode
 
 
 class Node:
@@ -67,6 +73,7 @@ class Node:
         *,
         backplane: Backplane | None = None,
         presence: Presence | None = None,
+        adapters: Iterable[Adapter] = (),
     ):
         s = self.settings = settings
         self.node_id = s.node_id
@@ -79,10 +86,11 @@ class Node:
         self.presence = presence or create_presence(
             s.redis_url, prefix=s.redis_prefix, node_id=s.node_id, ttl=s.heartbeat_timeout
         )
+        self.ids = Ids()
+        self.registry: Registry[Peer] = Registry()
         self.spaces = SpaceDirectory(s.declared, s.space_capacity, s.auto_create_spaces)
-        self.streams = StreamRouter()
         grace = 0.0 if not s.redis_url else min(5.0, s.heartbeat_interval)
-        self.subscriptions = Subscriptions(self.backplane, grace, self.spaces.has_local)
+        self.subscriptions = Subscriptions(self.backplane, grace, self.registry.has_space)
         self.limits = SessionLimits(
             heartbeat_timeout=s.heartbeat_timeout,
             rate_limit=s.rate_limit,
@@ -90,9 +98,15 @@ class Node:
             rate_abuse_seconds=s.rate_abuse_seconds,
             max_streams=s.max_streams_per_agent,
         )
-        # Every local connection by connection id, registered before its
-        # agent id is claimed so a concurrent duplicate can probe it.
-        self.connections: dict[str, HubConnection] = {}
+        # Virtual members send no heartbeats and are never closed for abuse;
+        # the rate limit and the stream limit hold for them as for anyone.
+        self.virtual_limits = SessionLimits(
+            heartbeat_timeout=math.inf,
+            rate_limit=s.rate_limit,
+            rate_burst=s.rate_burst,
+            rate_abuse_seconds=math.inf,
+            max_streams=s.max_streams_per_agent,
+        )
         self.flusher = Flusher()
         self.preframe = s.compression == "none"
         self.connection_class: type[HubConnection] = type(
@@ -106,45 +120,72 @@ class Node:
                 "hub_close_timeout": s.close_timeout,
             },
         )
+        self.send_error = ErrorSender(self.counters)
+        self.publishing = Publishing(
+            s, self.backplane, self.presence, self.registry, self.ids, self.counters,
+            self.send_error,
+        )  # fmt: skip
+        self.membership = Membership(
+            s, self.node_id, self.registry, self.spaces, self.presence, self.backplane,
+            self.subscriptions, self.ids, self.publishing,
+        )  # fmt: skip
+        self.agent_ids = AgentIds(s, self.node_id, self.registry, self.presence)
+        self.cluster = ClusterLink(
+            s, self.node_id, self.registry, self.presence, self.backplane, self.membership,
+            probe_local=self.agent_ids.probe_local, evict_local=self.agent_ids.evict_local,
+        )  # fmt: skip
+        self.agent_ids.remote = self.cluster
+        self.dispatcher = self._dispatcher()
         self.metrics_registry = build_registry(
             HubCollector(
                 self.counters,
                 Gauges(
-                    connections=lambda: len(self.connections),
-                    spaces=lambda: len(self.spaces.local),
-                    streams=lambda: len(self.streams),
+                    connections=lambda: len(self.registry),
+                    spaces=lambda: len(self.registry.spaces),
+                    streams=lambda: len(self.registry.streams),
                     backplane_ready=lambda: self.ready,
                     backplane_lag=lambda: getattr(self.backplane, "lag", 0.0),
                 ),
                 self.node_id,
             )
         )
-        self.cluster = ClusterLink(self)
-        self.publishing = Publishing(self)
-        self.membership = Membership(self)
+        #: The HTTP port's application; adapters add their routes in ``start``.
+        self.http_app = web.Application(client_max_size=s.max_frame_bytes)
+        self.http_app.add_routes(health_routes(self))
+        self.adapters: list[Adapter] = list(adapters)
+        #: Agent ids of shared virtual members (one per node): never a connection's.
+        self.reserved_ids: set[str] = set()
         self.accepting = True
-        self._tag = secrets.token_hex(4)
-        self._ids = itertools.count(1)
         self._sweeper: asyncio.Task[None] | None = None
         self._started = False
         self._closed = False
         self._settled = False
         self._background: set[asyncio.Task[None]] = set()
-        self._handlers: dict[type, Callable[[HubConnection, Any], Awaitable[None] | None]] = {
-            Publish: self.publishing.publish,
-            StreamDelta: self.publishing.stream_delta,
-            Send: self._send,
+
+    def _dispatcher(self) -> Dispatcher:
+        d = Dispatcher(self.counters, self.send_error)
+        publishing, membership = self.publishing, self.membership
+        handlers: dict[type, Callable[[Any, Any], Awaitable[None] | None]] = {
+            Publish: publishing.publish,
+            StreamDelta: publishing.stream_delta,
+            StreamDone: publishing.stream_done,
+            StreamCancel: publishing.stream_cancel,
+            ReceiverCancel: publishing.receiver_cancel,
+            Send: _send,
             Reject: self._reject,
-            StreamDone: self.publishing.stream_done,
-            StreamCancel: self.publishing.stream_cancel,
-            ReceiverCancel: self.publishing.receiver_cancel,
-            Join: self.membership.join,
-            Leave: self.membership.leave,
-            ListSpaces: self.membership.list_spaces,
-            Register: self.membership.register,
-            Denied: self.publishing.denied,
-            Close: self._close,
+            Close: _close,
+            Join: membership.join,
+            Leave: membership.leave,
+            ListSpaces: membership.list_spaces,
+            Register: membership.register,
+            Denied: membership.denied,
         }
+        for action, handler in handlers.items():
+            d.on(action, handler)
+        return d
+
+    def _reject(self, peer: Peer, a: Reject) -> None:
+        self.send_error(peer, a.error.code, a.error.message, a.error.request_id)
 
     # ── lifecycle ────────────────────────────────────────────────────────
 
@@ -156,13 +197,21 @@ class Node:
         await self.backplane.start(self)
         await self._settle()
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+        for adapter in self.adapters:
+            await adapter.start(self)
 
     async def aclose(self) -> None:
-        """Stop background work and release the backplane. Idempotent."""
+        """Stop adapters (last started, first closed), background work and the
+        backplane. Idempotent."""
         if self._closed:
             return
-        self._closed = True
         self.accepting = False
+        for adapter in reversed(self.adapters):
+            try:
+                await adapter.aclose()
+            except Exception:
+                self.log.exception("adapter failed to close", adapter=type(adapter).__name__)
+        self._closed = True
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -193,27 +242,18 @@ class Node:
     # ── backplane handler: the fan-out ──────────────────────────────────
 
     def deliver(self, env: Envelope) -> None:
-        members = self.spaces.local.get(env.space)
-        if not members:
+        if not self.registry.has_space(env.space):
             return
-        out = OutFrame(env.frame, self.preframe)
-        if env.stream is not None:
-            self.counters.deliveries += self.streams.route(
-                env, members, out, asyncio.get_running_loop().time()
-            )
-            return
-        exclude = env.exclude
-        if exclude is None:
-            for conn in members:
-                conn.push(out)
-            self.counters.deliveries += len(members)
-        else:
-            n = 0
-            for conn in members:
-                if conn.agent_id != exclude:
-                    conn.push(out)
-                    n += 1
-            self.counters.deliveries += n
+        now = asyncio.get_running_loop().time() if env.stream is not None else 0.0
+        self.counters.deliveries += self.registry.deliver(
+            env.space,
+            OutFrame(env.frame, self.preframe),
+            exclude=env.exclude,
+            to=env.to,
+            stream=env.stream,
+            op=env.op,
+            now=now,
+        )
 
     def backplane_ready(self, ready: bool) -> None:
         self.log.info("backplane ready" if ready else "backplane not ready")
@@ -221,9 +261,7 @@ class Node:
         if ready and self._sweeper is not None and not self._closed:
             # Back from an outage: re-register (Redis may have lost everything)
             # before reporting ready again.
-            task = asyncio.get_running_loop().create_task(self._settle())
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self._spawn(self._settle())
 
     async def _settle(self) -> None:
         with contextlib.suppress(BackplaneUnavailable):
@@ -234,20 +272,19 @@ class Node:
     def node_message(self, payload: bytes) -> None:
         self.cluster.on_message(payload)
 
-    # ── one connection ──────────────────────────────────────────────────
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
-    def new_connection_id(self) -> str:
-        return f"ws-{self._tag}-{next(self._ids):x}"
-
-    def new_event_id(self) -> str:
-        return f"evt-{self._tag}-{next(self._ids):x}"
+    # ── one WebSocket connection ────────────────────────────────────────
 
     async def handle(self, conn: HubConnection) -> None:
         """Run one agent connection from accepted to cleaned up."""
         loop = asyncio.get_running_loop()
         conn.start_outbox()
         agent_id = conn.agent_id
-        conn_id = self.new_connection_id()
+        conn_id = conn.connection_id = self.ids.connection_id()
         log = self.log.bind(agent_id=agent_id, connection_id=conn_id)
         try:
             self.auth.authenticate(agent_id, conn.token)
@@ -255,17 +292,24 @@ class Node:
             await self._refuse(conn, CloseCode.UNAUTHORIZED, ErrorCode.UNAUTHORIZED, str(exc))
             log.info("connection refused", reason="unauthorized")
             return
+        if agent_id in self.reserved_ids:
+            await self._refuse(
+                conn, CloseCode.AGENT_EXISTS, ErrorCode.AGENT_EXISTS,
+                f"agent id {agent_id!r} is the hub's own",
+            )  # fmt: skip
+            log.info("connection refused", reason="reserved agent id")
+            return
         record = AgentRecord(agent_id, self.node_id, conn_id)
-        self.connections[conn_id] = conn
+        self.registry.add(conn_id, conn)
         try:
-            claimed = await self._claim(record)
+            claimed = await self.agent_ids.claim(record)
         except BackplaneUnavailable as exc:
-            self.connections.pop(conn_id, None)
+            self.registry.evict(conn_id, conn)
             await self._refuse(conn, CloseCode.TRY_AGAIN_LATER, ErrorCode.UNAVAILABLE, str(exc))
             log.info("connection refused", reason="backplane unavailable")
             return
         if not claimed:
-            self.connections.pop(conn_id, None)
+            self.registry.evict(conn_id, conn)
             await self._refuse(
                 conn,
                 CloseCode.AGENT_EXISTS,
@@ -276,25 +320,20 @@ class Node:
             return
 
         conn.record = record
+        self.registry.bind_agent(conn)
         session = conn.session = Session(agent_id, conn_id, self.limits, loop.time())
         self.counters.connections_opened += 1
-        s = self.settings
-        conn.send_frame(
-            codec.registered(
-                None,
-                agent_id,
-                conn_id,
-                round(s.heartbeat_interval * 1000),
-                round(s.heartbeat_timeout * 1000),
-            )
-        )
+        conn.send_frame(self._registered(agent_id, conn_id))
         log.info("connection opened", remote=_remote(conn))
         try:
             with contextlib.suppress(BackplaneUnavailable):
                 await self.membership.agent_status("online", record)
-            await self._serve(conn, session)
+            receive = self.dispatcher.receive
+            with contextlib.suppress(ConnectionClosed):
+                async for frame in conn:
+                    await receive(conn, frame, loop.time())
         finally:
-            await self._cleanup(conn, session, record)
+            await self.membership.detach(conn, record)
             conn.cleaned_up.set()
             log.info(
                 "connection closed",
@@ -306,132 +345,83 @@ class Node:
                 else _close_code(conn),
             )
 
-    async def _serve(self, conn: HubConnection, session: Session) -> None:
-        loop = asyncio.get_running_loop()
-        receive = session.receive
-        handlers = self._handlers
-        counters = self.counters
-        try:
-            async for frame in conn:
-                counters.messages_in += 1
-                for action in receive(frame, loop.time()):
-                    try:
-                        result = handlers[type(action)](conn, action)
-                        if result is not None:
-                            await result
-                    except ProtocolError as exc:
-                        self.send_error(conn, exc.code, exc.message, exc.request_id)
-                    except SpaceFull as exc:
-                        self.send_error(conn, ErrorCode.SPACE_FULL, str(exc), _rid(action))
-                    except BackplaneUnavailable as exc:
-                        counters.backplane_errors += 1
-                        self.send_error(
-                            conn,
-                            ErrorCode.UNAVAILABLE,
-                            f"{exc}: request not carried out",
-                            _rid(action),
-                        )
-                    except ConnectionClosed:
-                        raise
-                    except Exception:
-                        self.log.exception("action failed", action=type(action).__name__)
-                        self.send_error(
-                            conn, ErrorCode.INTERNAL_ERROR, "internal error", _rid(action)
-                        )
-        except ConnectionClosed:
-            pass
+    def _registered(self, agent_id: str, conn_id: str, request_id: str | None = None) -> bytes:
+        s = self.settings
+        return codec.registered(
+            request_id,
+            agent_id,
+            conn_id,
+            round(s.heartbeat_interval * 1000),
+            round(s.heartbeat_timeout * 1000),
+        )
 
     async def _refuse(
         self, conn: HubConnection, code: CloseCode, error: ErrorCode, reason: str
     ) -> None:
         conn.close_for(code, error, reason)
-        await conn.close_gracefully(code, reason)
+        conn.cleaned_up.set()
+        with contextlib.suppress(Exception):
+            await conn.wait_closed()
 
-    async def _cleanup(self, conn: HubConnection, session: Session, record: AgentRecord) -> None:
-        for cancel in session.closed():
-            with contextlib.suppress(BackplaneUnavailable, ConnectionClosed):
-                await self.publishing.stream_cancel(conn, cancel)
-        self.connections.pop(session.connection_id, None)
-        spaces = list(session.spaces)
-        for space in spaces:
-            self.membership.drop_local(conn, space)
-        departure = (conn.record or record, spaces)
-        try:
-            await self.membership.depart(*departure)
-        except BackplaneUnavailable:
-            # The cluster must still learn of it: retried until the backplane is back.
-            self.membership.pending_departures.append(departure)
+    # ── virtual members (adapters) ──────────────────────────────────────
 
-    # ── agent ids ───────────────────────────────────────────────────────
+    async def attach(
+        self,
+        agent_id: str,
+        handler: MessageHandler | None = None,
+        *,
+        shared: bool = False,
+        type: str | None = None,
+        capabilities: tuple[str, ...] = (),
+        metadata: dict[str, Any] | None = None,
+    ) -> VirtualMember:
+        """A virtual member for an adapter: an agent living inside the hub.
 
-    async def _claim(self, record: AgentRecord) -> bool:
-        holder = await self.presence.claim_agent(record)
-        if holder is None:
-            return True
-        remote = holder.node_id != self.node_id
-        if remote:
-            if await self.cluster.holder_alive(holder):
-                return False
-        else:
-            conn = self.connections.get(holder.connection_id)
-            # No local connection with that id: a record left behind.
-            if conn is not None:
-                if await self.local_alive(conn):
-                    return False
-                self.evict(conn)
-                await conn.wait_cleaned_up(self.settings.close_timeout + 1)
-        if await self.presence.claim_agent(record, replace=holder.connection_id) is not None:
-            return False
-        if remote:
-            await self.cluster.evict_remote(holder)
-        return True
-
-    async def local_alive(self, conn: HubConnection) -> bool:
-        """Does this node's connection still answer? (Silent too long = no.)"""
-        session = conn.session
-        now = asyncio.get_running_loop().time()
-        if session is not None and now - session.last_seen > self.settings.heartbeat_timeout:
-            return False
-        return await conn.probe(self.settings.liveness_probe_timeout)
-
-    def evict(self, conn: HubConnection) -> None:
-        """Drop a connection that failed a liveness probe: its id goes to a newcomer."""
-        self.close_connection(
-            conn,
-            CloseCode.HEARTBEAT_TIMEOUT,
-            ErrorCode.HEARTBEAT_TIMEOUT,
-            "failed a liveness probe: replaced by a new connection",
+        ``shared``: every node hosts one under the same id (inbound bridges);
+        the id is reserved (connections with it are refused), not claimed,
+        and the member's space memberships outlive one node's copy. Otherwise
+        the id is claimed cluster-wide like a connection's (raises
+        :class:`~hub.errors.AgentIdTaken` while a live holder has it).
+        """
+        conn_id = self.ids.connection_id("vm")
+        member = VirtualMember(
+            agent_id, conn_id, self.dispatcher.receive, handler,
+            shared=shared, queue_bytes=self.settings.outbox_max_bytes,
+            request_prefix=f"{self.ids.tag}-",
+        )  # fmt: skip
+        record = AgentRecord(
+            agent_id, self.node_id, conn_id, type, tuple(capabilities), metadata or {}
         )
-        # It did not answer a ping: no closing handshake to wait for.
-        conn.transport.abort()
+        self.registry.add(conn_id, member)
+        if shared:
+            self.reserved_ids.add(agent_id)
+        else:
+            try:
+                claimed = await self.agent_ids.claim(record)
+            except BaseException:
+                self.registry.evict(conn_id, member)
+                raise
+            if not claimed:
+                self.registry.evict(conn_id, member)
+                raise AgentIdTaken(agent_id)
+        member.record = record
+        member.session = Session(
+            agent_id, conn_id, self.virtual_limits, asyncio.get_running_loop().time()
+        )
+        member.detach = self._detach
+        self.registry.bind_agent(member)
+        if not shared:
+            with contextlib.suppress(BackplaneUnavailable):
+                await self.membership.agent_status("online", record)
+        member.start()
+        return member
 
-    def close_connection(
-        self, conn: HubConnection, code: CloseCode, error: ErrorCode, reason: str
-    ) -> None:
-        """Close a connection for a reason: error event, then close code."""
-        conn.close_for(code, error, reason)
-
-    # ── actions ─────────────────────────────────────────────────────────
-
-    def _send(self, conn: HubConnection, a: Send) -> None:
-        conn.send_frame(a.frame)
-
-    def _reject(self, conn: HubConnection, a: Reject) -> None:
-        e = a.error
-        self.send_error(conn, e.code, e.message, e.request_id)
-
-    def send_error(
-        self, conn: HubConnection, code: ErrorCode, message: str, request_id: str | int | None
-    ) -> None:
-        self.counters.errors[code] += 1
-        conn.send_frame(codec.error(code, message, request_id))
-
-    def _close(self, conn: HubConnection, a: Close) -> None:
-        self.close_connection(conn, a.code, a.error, a.reason)
-
-    # ── streams ─────────────────────────────────────────────────────────
-
-    # ── spaces ──────────────────────────────────────────────────────────
+    async def _detach(self, member: VirtualMember) -> None:
+        record = None if member.shared else member.record
+        try:
+            await self.membership.detach(member, record)
+        finally:
+            member.cleaned_up.set()
 
     # ── housekeeping ────────────────────────────────────────────────────
 
@@ -454,20 +444,20 @@ class Node:
 
     async def _sweep_once(self, now: float) -> None:
         idle = self.settings.stream_idle_timeout
-        for conn in list(self.connections.values()):
-            session = conn.session
-            if session is None or conn.closing:
+        for peer in self.registry:
+            session = peer.session
+            if session is None or peer.closing:
                 continue
             close = session.check_liveness(now)
             if close is not None:
-                self._close(conn, close)
+                peer.close_for(close.code, close.error, close.reason)
                 continue
             if session.open_streams:
                 for cancel in session.expire_streams(now, idle):
                     with contextlib.suppress(BackplaneUnavailable):
-                        await self.publishing.stream_cancel(conn, cancel)
+                        await self.publishing.stream_cancel(peer, cancel)
         # Streams whose publisher's node went away without a last frame.
-        for record in self.streams.expire(now, idle * 2):
+        for record in self.registry.expire_streams(now, idle * 2):
             frame = codec.cancel_notice(
                 record.space, record.stream_id, record.publisher, "idle_timeout"
             )
@@ -476,8 +466,12 @@ class Node:
                 member.push(out)
 
 
-def _rid(action: Action) -> str | int | None:
-    return getattr(action, "request_id", None)
+def _send(peer: Peer, a: Send) -> None:
+    peer.send_frame(a.frame)
+
+
+def _close(peer: Peer, a: Close) -> None:
+    peer.close_for(a.code, a.error, a.reason)
 
 
 def _remote(conn: HubConnection) -> str | None:
@@ -490,6 +484,6 @@ def _remote(conn: HubConnection) -> str | None:
 
 def _close_code(conn: HubConnection) -> int | None:
     try:
-        return conn.hub_close_code if conn.hub_close_code is not None else conn.protocol.close_code
+        return conn.protocol.close_code
     except Exception:
         return None

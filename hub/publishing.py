@@ -2,24 +2,27 @@
 
 Every frame is encoded once, here, as a head and a tail around its ``seq``
 (see :func:`protocol.codec.sequenced`); the backplane assigns the seq and
-delivers the finished bytes to every node, whose fan-out hands them to each
-member unchanged.
+delivers the finished bytes to every node, whose registry hands them to each
+member of the audience unchanged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from hub.backplane import Draft, StreamOp
-from hub.session import Denied, Publish, ReceiverCancel, StreamCancel, StreamDelta, StreamDone
+from hub.backplane import Backplane, Draft, StreamOp
+from hub.dispatch import ErrorSender
+from hub.ids import Ids
+from hub.metrics import Counters
+from hub.peer import Peer
+from hub.presence import Presence
+from hub.registry import Registry
+from hub.session import Publish, ReceiverCancel, StreamCancel, StreamDelta, StreamDone
+from hub.settings import Settings
 from protocol import codec
 from protocol.errors import ErrorCode, ProtocolError
-
-if TYPE_CHECKING:
-    from hub.connection import HubConnection
-    from hub.node import Node
 
 # Publishes a connection may leave queued on the backplane without waiting
 # for their seq; beyond it the connection waits (backpressure).
@@ -27,31 +30,45 @@ MAX_UNAWAITED = 1024
 
 
 class Publishing:
-    def __init__(self, node: Node):
-        self._node = node
-        self.settings = node.settings
-        self.backplane = node.backplane
-        self.counters = node.counters
-        self.streams = node.streams
+    def __init__(
+        self,
+        settings: Settings,
+        backplane: Backplane,
+        presence: Presence,
+        registry: Registry[Any],
+        ids: Ids,
+        counters: Counters,
+        send_error: ErrorSender,
+    ):
+        self.settings = settings
+        self.backplane = backplane
+        self.presence = presence
+        self.registry = registry
+        self.ids = ids
+        self.counters = counters
+        self.send_error = send_error
 
-    async def publish(self, conn: HubConnection, a: Publish) -> None:
+    async def publish(self, conn: Peer, a: Publish) -> None:
         agent = conn.agent_id
         data = a.data
         if "from" not in data:
             data["from"] = agent
+        audience = await self._addressed(a, agent)
         text = data.get("text")
         threshold = self.settings.stream_threshold
         if type(text) is str and len(text) * 4 > threshold and len(text.encode()) > threshold:
-            await self._publish_streamed(conn, a, text)
+            await self._publish_streamed(conn, a, text, audience)
             return
-        event_id = self._node.new_event_id()
+        event_id = self.ids.event_id()
         ts = codec.now_ms()
         rest: dict[str, Any] = {"from": agent, "timestamp": ts, "data": data}
         if a.request_id is not None:
             rest["request_id"] = a.request_id
+        if audience is not None:
+            rest["to"] = a.to_field
         head, tail = codec.sequenced("space.event", a.space, event_id, rest)
         pending = self.backplane.publish_nowait(
-            a.space, Draft(head, tail, None if a.echo else agent)
+            a.space, Draft(head, tail, None if a.echo else agent, to=audience)
         )
         self.counters.published += 1
         if a.echo:
@@ -63,7 +80,7 @@ class Publishing:
         conn.send_frame(codec.published(a.request_id, a.space, event_id, seq, ts))
 
     async def _unless_queued(
-        self, conn: HubConnection, pending: asyncio.Future[int], request_id: str | int | None
+        self, conn: Peer, pending: asyncio.Future[int], request_id: str | int | None
     ) -> None:
         """Await a publish only if it is already settled or the backlog is long."""
         if pending.done() or self.backplane.backlog > MAX_UNAWAITED:
@@ -71,37 +88,56 @@ class Publishing:
         else:
             pending.add_done_callback(functools.partial(self._report, conn, request_id))
 
+    async def _addressed(self, a: Publish, agent: str) -> tuple[str, ...] | None:
+        """Who receives an addressed publish: the recipients, all members of
+        the space (checked cluster-wide), plus the sender's echo."""
+        if a.to is None:
+            return None
+        missing = await self.presence.missing_members(a.space, a.to)
+        if missing:
+            shown = ", ".join(repr(m) for m in missing[:5])
+            raise ProtocolError(
+                ErrorCode.INVALID_REQUEST,
+                f"to names agents that are not members of space {a.space!r}: {shown}",
+                a.request_id,
+            )
+        if a.echo and agent not in a.to:
+            return (*a.to, agent)
+        return a.to
+
     def _report(
-        self, conn: HubConnection, request_id: str | int | None, pending: asyncio.Future[int]
+        self, conn: Peer, request_id: str | int | None, pending: asyncio.Future[int]
     ) -> None:
         if pending.cancelled() or pending.exception() is None:
             return
         self.counters.backplane_errors += 1
         if not conn.closing:
-            self._node.send_error(
+            self.send_error(
                 conn,
                 ErrorCode.UNAVAILABLE,
                 f"{pending.exception()}: request not carried out",
                 request_id,
             )
 
-    async def _publish_streamed(self, conn: HubConnection, a: Publish, text: str) -> None:
+    async def _publish_streamed(
+        self, conn: Peer, a: Publish, text: str, audience: tuple[str, ...] | None
+    ) -> None:
         """A publish too big for one event goes out as deltas and a done."""
         agent = conn.agent_id
-        stream_id = f"{agent}/{self._node.new_event_id()}"
-        exclude = None if a.echo else agent
+        stream_id = f"{agent}/{self.ids.event_id()}"
+        exclude = None if a.echo or audience is not None else agent
         ts = codec.now_ms()
         first = {k: v for k, v in a.data.items() if k != "text"}
         for i, chunk in enumerate(codec.split_utf8(text, self.settings.stream_chunk)):
             data = {**first, "text": chunk} if i == 0 else {"text": chunk}
-            head, tail = codec.sequenced(
-                "space.event.delta",
-                a.space,
-                stream_id,
-                {"from": agent, "timestamp": ts, "data": data},
-            )
+            rest = {"from": agent, "timestamp": ts, "data": data}
+            if i == 0 and audience is not None:
+                rest["to"] = a.to_field
+            head, tail = codec.sequenced("space.event.delta", a.space, stream_id, rest)
             op = StreamOp.OPEN if i == 0 else StreamOp.DELTA
-            await self.backplane.publish(a.space, Draft(head, tail, exclude, stream_id, op))
+            await self.backplane.publish(
+                a.space, Draft(head, tail, exclude, stream_id, op, audience)
+            )
         rest: dict[str, Any] = {"from": agent, "timestamp": ts}
         if a.request_id is not None:
             rest["request_id"] = a.request_id
@@ -113,16 +149,7 @@ class Publishing:
         if not a.echo:
             conn.send_frame(codec.published(a.request_id, a.space, stream_id, seq, ts))
 
-    async def denied(self, conn: HubConnection, a: Denied) -> None:
-        if await self._node.membership.space_exists(a.space):
-            raise ProtocolError(
-                ErrorCode.UNAUTHORIZED, f"not a member of space {a.space!r}", a.request_id
-            )
-        raise ProtocolError(
-            ErrorCode.SPACE_NOT_FOUND, f"space {a.space!r} does not exist", a.request_id
-        )
-
-    async def stream_delta(self, conn: HubConnection, a: StreamDelta) -> None:
+    async def stream_delta(self, conn: Peer, a: StreamDelta) -> None:
         agent = conn.agent_id
         data = a.data
         if a.first and "from" not in data:
@@ -140,7 +167,7 @@ class Publishing:
         )
         await self._unless_queued(conn, pending, a.request_id)
 
-    async def stream_done(self, conn: HubConnection, a: StreamDone) -> None:
+    async def stream_done(self, conn: Peer, a: StreamDone) -> None:
         rest: dict[str, Any] = {"from": conn.agent_id, "timestamp": codec.now_ms()}
         if a.request_id is not None:
             rest["request_id"] = a.request_id
@@ -148,7 +175,7 @@ class Publishing:
         await self.backplane.publish(a.space, Draft(head, tail, None, a.stream_id, StreamOp.END))
         self.counters.published += 1
 
-    async def stream_cancel(self, conn: HubConnection, a: StreamCancel) -> None:
+    async def stream_cancel(self, conn: Peer, a: StreamCancel) -> None:
         """End a publisher's stream early; the publisher always hears of it."""
         agent = conn.agent_id
         rest: dict[str, Any] = {"from": agent, "timestamp": codec.now_ms(), "reason": a.reason}
@@ -161,8 +188,8 @@ class Publishing:
         if not conn.closing:
             conn.send_frame(codec.complete(head, seq, tail))
 
-    def receiver_cancel(self, conn: HubConnection, a: ReceiverCancel) -> None:
-        if not self.streams.stop_receiving(conn, a.stream_id):
+    def receiver_cancel(self, conn: Peer, a: ReceiverCancel) -> None:
+        if not self.registry.stop_receiving(conn, a.stream_id):
             raise ProtocolError(
                 ErrorCode.INVALID_REQUEST,
                 f"not receiving a stream {a.stream_id[:260]!r}",

@@ -1,14 +1,17 @@
-"""The network face of a node: WebSocket at ``/ws`` and HTTP health/metrics.
+"""The network face of a node: the WebSocket port and the HTTP port.
 
 :class:`HubServer` wraps ``websockets.asyncio.server.serve``. HTTP requests
-are answered in ``process_request`` before any upgrade: ``/healthz``,
-``/readyz`` and ``/metrics``; ``/ws`` validates ``agent_id`` (HTTP 400 when
-missing or invalid) and proceeds to the upgrade.
+to the WebSocket port are answered in ``process_request`` before any upgrade:
+``/healthz``, ``/readyz`` and ``/metrics``; ``/ws`` validates ``agent_id``
+(HTTP 400 when missing or invalid) and proceeds to the upgrade. The HTTP port
+(:mod:`hub.http`, aiohttp) serves the same health routes and the adapters'.
 
-Shutdown order (:meth:`HubServer.aclose`): stop accepting, send every
-connection an ``error`` (UNAVAILABLE) and close 1001, wait up to
-``shutdown_timeout`` for handlers to finish their cleanup, abort what is
-left, then close the node (backplane, presence).
+Start order: the node (backplane, presence, adapters), the WebSocket port,
+the HTTP port. Shutdown order (:meth:`HubServer.aclose`): stop accepting,
+close the HTTP port, send every connection an ``error`` (UNAVAILABLE) and
+close 1001, wait up to ``shutdown_timeout`` for handlers to finish their
+cleanup, abort what is left, then close the node (adapters, backplane,
+presence).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from websockets.http11 import Request, Response
 
 from hub import __version__
 from hub.connection import HubConnection
+from hub.http import HttpServer
 from hub.metrics import CONTENT_TYPE_LATEST, render
 from hub.node import Node
 from protocol.errors import CloseCode, ErrorCode
@@ -39,12 +43,24 @@ class HubServer:
         self.node = node
         self._reuse_port = reuse_port
         self._server: Server | None = None
+        self._http: HttpServer | None = None
         self._closed = False
 
     @property
     def port(self) -> int:
         assert self._server is not None
         return self._server.sockets[0].getsockname()[1]
+
+    @property
+    def http_port(self) -> int:
+        assert self._http is not None
+        return self._http.port
+
+    @property
+    def http_url(self) -> str:
+        s = self.node.settings
+        scheme = "https" if s.tls_certfile else "http"
+        return f"{scheme}://{s.host}:{self.http_port}"
 
     @property
     def url(self) -> str:
@@ -56,6 +72,7 @@ class HubServer:
         s = self.node.settings
         await self.node.start()
         kwargs: dict[str, Any] = {}
+        ctx: ssl.SSLContext | None = None
         if s.tls_certfile:
             ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             ctx.load_cert_chain(s.tls_certfile, s.tls_keyfile)
@@ -79,6 +96,20 @@ class HubServer:
             server_header=f"agora-hub/{__version__}",
             **kwargs,
         )
+        self._http = HttpServer(
+            self.node.http_app,
+            s.host,
+            s.http_port,
+            ssl_context=ctx,
+            reuse_port=self._reuse_port,
+            shutdown_timeout=s.close_timeout,
+        )
+        try:
+            await self._http.start()
+        except BaseException:
+            self._server.close()
+            await self._server.wait_closed()
+            raise
 
     async def aclose(self) -> None:
         """Graceful shutdown; idempotent."""
@@ -87,6 +118,9 @@ class HubServer:
         self._closed = True
         node = self.node
         node.accepting = False
+        if self._http is not None:
+            with contextlib.suppress(Exception):
+                await self._http.aclose()
         server = self._server
         if server is not None:
             server.close(close_connections=False)

@@ -101,6 +101,10 @@ class Publish:
     data: dict[str, Any]
     echo: bool
     request_id: RequestId
+    #: Addressed publish: the recipients (deduplicated) and ``to`` as sent,
+    #: which the event carries unchanged.
+    to: tuple[str, ...] | None = None
+    to_field: str | list[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,7 +387,10 @@ class Session:
         denied = self._may_publish(msg.space, msg.data, msg.id)
         if denied:
             return denied
-        return Publish(msg.space, msg.data, msg.echo, msg.id)
+        if msg.to is None:
+            return Publish(msg.space, msg.data, msg.echo, msg.id)
+        recipients = tuple(dict.fromkeys([msg.to] if isinstance(msg.to, str) else msg.to))
+        return Publish(msg.space, msg.data, msg.echo, msg.id, recipients, msg.to)
 
     # ── publisher side of client streams ────────────────────────────────
 

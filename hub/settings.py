@@ -62,7 +62,13 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
 
     host: str = Field("127.0.0.1", description="Interface to listen on.")
-    port: int = Field(8765, ge=0, le=65535, description="TCP port (0 picks a free one).")
+    port: int = Field(8765, ge=0, le=65535, description="WebSocket port, /ws (0 picks a free one).")
+    http_port: int = Field(
+        8766,
+        ge=0,
+        le=65535,
+        description="HTTP port: bridges, health and metrics (0 picks a free one).",
+    )
     redis_url: str | None = Field(
         None, description="redis://… makes this node part of a cluster; unset = in-memory."
     )

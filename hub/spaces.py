@@ -1,21 +1,16 @@
-"""Which spaces exist, and which local connections are in each.
+"""Which spaces exist, and the rules for joining them.
 
 A user space exists while it has members anywhere in the cluster, or always
 when it is declared in the config file. System spaces exist only when the hub
-provides them; ``agent.status`` always does. This module holds the rules and
-this node's membership (``local``), which is what fan-out iterates.
+provides them; ``agent.status`` always does. Who is in a space on this node is
+the registry's (:mod:`hub.registry`); pure rules here.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from hub.settings import DeclaredSpace
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.names import AGENT_STATUS_SPACE, SpaceKind, space_kind
-
-if TYPE_CHECKING:
-    from hub.connection import HubConnection
 
 
 class SpaceDirectory:
@@ -26,8 +21,6 @@ class SpaceDirectory:
         self.system: set[str] = {AGENT_STATUS_SPACE}
         self.default_capacity = default_capacity
         self.auto_create = auto_create
-        # Insertion-ordered sets of this node's members, per space.
-        self.local: dict[str, dict[HubConnection, None]] = {}
 
     # ── rules ───────────────────────────────────────────────────────────
 
@@ -55,25 +48,3 @@ class SpaceDirectory:
                 request_id,
             )
         return kind
-
-    # ── local membership ────────────────────────────────────────────────
-
-    def add_local(self, space: str, conn: HubConnection) -> None:
-        members = self.local.get(space)
-        if members is None:
-            members = self.local[space] = {}
-        members[conn] = None
-
-    def remove_local(self, space: str, conn: HubConnection) -> bool:
-        """Remove; True when that was the node's last member of the space."""
-        members = self.local.get(space)
-        if members is None:
-            return False
-        members.pop(conn, None)
-        if members:
-            return False
-        del self.local[space]
-        return True
-
-    def has_local(self, space: str) -> bool:
-        return space in self.local

@@ -2,7 +2,8 @@
 
 A stream's *audience* on a node is fixed by its first delta: the node's
 members of the space at that moment (minus the publisher when it asked for no
-echo). Later deltas, the done and the cancel go to that audience only, so
+echo, or only the addressed ones). Later deltas, the done and the cancel go to
+that audience only, so
 
 - a member who joins mid-stream gets nothing of it (contract §5);
 - a member who leaves, disconnects or cancels as a receiver is dropped from
@@ -11,34 +12,42 @@ echo). Later deltas, the done and the cancel go to that audience only, so
   none of it.
 
 Records are removed by the stream's last frame (done or cancel) and, should
-that never come (its publisher's node died), by :meth:`expire`. Memory is
-O(open streams × local audience).
+that never come (its publisher's node died), by :meth:`StreamAudiences.expire`.
+Memory is O(open streams × local audience). Pure state: no I/O.
 """
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from enum import IntEnum
+from typing import Generic, TypeVar
 
-from hub.backplane.base import Envelope, StreamOp
-from hub.outbox import OutFrame
 
-if TYPE_CHECKING:
-    from hub.connection import HubConnection
+class StreamOp(IntEnum):
+    """Where a message sits in a stream; receivers' nodes track eligibility by it."""
+
+    NONE = 0  # not part of a stream
+    OPEN = 1  # first delta: the members present now are the stream's audience
+    DELTA = 2
+    END = 3  # done or cancel: the last frame of the stream
+
+
+M = TypeVar("M", bound=Hashable)
 
 
 @dataclass(slots=True)
-class RelayedStream:
+class RelayedStream(Generic[M]):
     stream_id: str
     space: str
     publisher: str
-    audience: dict[HubConnection, None]
+    audience: dict[M, None]
     last_active: float
 
 
-class StreamRouter:
+class StreamAudiences(Generic[M]):
     def __init__(self) -> None:
-        self._streams: dict[str, RelayedStream] = {}
+        self._streams: dict[str, RelayedStream[M]] = {}
 
     def __len__(self) -> int:
         return len(self._streams)
@@ -46,54 +55,38 @@ class StreamRouter:
     def __contains__(self, stream_id: str) -> bool:
         return stream_id in self._streams
 
-    def route(
-        self, env: Envelope, members: dict[HubConnection, None], out: OutFrame, now: float
-    ) -> int:
-        """Push a stream frame to its audience; returns the number of deliveries."""
-        stream_id = env.stream
-        assert stream_id is not None
-        if env.op is StreamOp.OPEN:
-            exclude = env.exclude
-            audience = (
-                dict.fromkeys(members)
-                if exclude is None
-                else {c: None for c in members if c.agent_id != exclude}
-            )
-            publisher = stream_id.partition("/")[0] if "/" in stream_id else ""
-            record = RelayedStream(stream_id, env.space, publisher, audience, now)
-            self._streams[stream_id] = record
-        else:
-            found = self._streams.get(stream_id)
-            if found is None:
-                return 0
-            record = found
-            record.last_active = now
-            if env.op is StreamOp.END:
-                del self._streams[stream_id]
-        exclude = env.exclude if env.op is StreamOp.END else None
-        n = 0
-        for conn in record.audience:
-            if exclude is not None and conn.agent_id == exclude:
-                continue
-            conn.push(out)
-            n += 1
-        return n
+    def open(self, stream_id: str, space: str, audience: dict[M, None], now: float) -> None:
+        publisher = stream_id.partition("/")[0] if "/" in stream_id else ""
+        self._streams[stream_id] = RelayedStream(stream_id, space, publisher, audience, now)
 
-    def stop_receiving(self, conn: HubConnection, stream_id: str) -> bool:
-        """Receiver-side cancel: False if ``conn`` was not receiving it."""
+    def audience(self, stream_id: str, op: StreamOp, now: float) -> dict[M, None] | None:
+        """The audience of a later frame of the stream; None if this node has none.
+
+        The stream's last frame (``END``) removes the record.
+        """
         record = self._streams.get(stream_id)
-        if record is None or conn not in record.audience:
+        if record is None:
+            return None
+        record.last_active = now
+        if op is StreamOp.END:
+            del self._streams[stream_id]
+        return record.audience
+
+    def stop_receiving(self, member: M, stream_id: str) -> bool:
+        """Receiver-side cancel: False if ``member`` was not receiving it."""
+        record = self._streams.get(stream_id)
+        if record is None or member not in record.audience:
             return False
-        del record.audience[conn]
+        del record.audience[member]
         return True
 
-    def forget_member(self, space: str, conn: HubConnection) -> None:
-        """``conn`` left ``space`` (or disconnected)."""
+    def forget_member(self, space: str, member: M) -> None:
+        """``member`` left ``space`` (or disconnected)."""
         for record in self._streams.values():
             if record.space == space:
-                record.audience.pop(conn, None)
+                record.audience.pop(member, None)
 
-    def expire(self, now: float, idle: float) -> list[RelayedStream]:
+    def expire(self, now: float, idle: float) -> list[RelayedStream[M]]:
         """Drop and return streams with no frame for ``idle`` seconds."""
         stale = [r for r in self._streams.values() if now - r.last_active > idle]
         for record in stale:

@@ -23,7 +23,7 @@ RESTART_PAUSE = 1.0
 
 
 def _worker_main(settings: Settings) -> None:
-    from hub.cli import run
+    from hub.runner import run
 
     # The parent handles Ctrl-C for the group; a worker stops on SIGTERM.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

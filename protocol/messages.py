@@ -17,6 +17,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 RequestId = Annotated[str, Field(min_length=1, max_length=128)]
+AgentId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")]
+# Most agents one addressed publish may name.
+MAX_RECIPIENTS = 100
 SpaceName = Annotated[str, Field(min_length=1, max_length=128)]
 EventId = Annotated[str, Field(min_length=1, max_length=260)]
 Reason = Annotated[str, Field(max_length=256)]
@@ -88,6 +91,10 @@ class SpacePublish(_Message):
     space: SpaceName
     data: dict[str, Any]
     echo: bool = True
+    #: Addressed publish: only these members (and the sender's echo) receive it.
+    to: (
+        AgentId | Annotated[list[AgentId], Field(min_length=1, max_length=MAX_RECIPIENTS)] | None
+    ) = None
 
 
 class SpaceListRequest(_Message):
@@ -201,6 +208,7 @@ class SpaceEvent(_HubMessage):
     timestamp: int
     data: dict[str, Any]
     request_id: str | None = None
+    to: str | list[str] | None = None
 
 
 class SpacePublished(_HubMessage):

@@ -10,17 +10,11 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from enum import IntEnum
 from typing import Protocol
 
+from hub.streams import StreamOp
 
-class StreamOp(IntEnum):
-    """Where a message sits in a stream; receivers' nodes track eligibility by it."""
-
-    NONE = 0  # not part of a stream
-    OPEN = 1  # first delta: the members present now are the stream's audience
-    DELTA = 2
-    END = 3  # done or cancel: the last frame of the stream
+__all__ = ["Backplane", "DeliveryHandler", "Draft", "Envelope", "StreamOp"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +26,7 @@ class Draft:
     exclude: str | None = None  # agent id that must not receive it (echo off)
     stream: str | None = None
     op: StreamOp = StreamOp.NONE
+    to: tuple[str, ...] | None = None  # addressed publish: only these agents receive it
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +39,7 @@ class Envelope:
     exclude: str | None = None
     stream: str | None = None
     op: StreamOp = StreamOp.NONE
+    to: tuple[str, ...] | None = None
 
 
 class DeliveryHandler(Protocol):

@@ -61,6 +61,7 @@ class MemoryBackplane:
                     draft.exclude,
                     draft.stream,
                     draft.op,
+                    draft.to,
                 )
             )
         return seq

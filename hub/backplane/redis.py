@@ -8,9 +8,10 @@ Layout (``P`` is the key prefix, default ``agora``)::
     P:node:{node_id}    channel messages for one node (send_to_node)
 
 A message on a space channel is a short text header, a newline, the excluded
-agent id and stream id (lengths given in the header), then the frame::
+agent id, the stream id and the addressed agent ids (space-separated; lengths
+given in the header), then the frame::
 
-    {seq} {op} {published_at} {len(exclude)} {len(stream)}\\n{exclude}{stream}{frame}
+    {seq} {op} {published_at} {len(exclude)} {len(stream)} {len(to)}\\n{exclude}{stream}{to}{frame}
 
 ``seq`` is empty for unsequenced messages. The receiver finds the newline,
 splits five numbers and slices: the frame is never parsed here.
@@ -303,13 +304,16 @@ class RedisBackplane:
             return future
         exclude = draft.exclude.encode() if draft.exclude else b""
         stream = draft.stream.encode() if draft.stream else b""
-        rest = b" %d %.6f %d %d\n%s%s" % (
+        to = " ".join(draft.to).encode() if draft.to is not None else b""
+        rest = b" %d %.6f %d %d %d\n%s%s%s" % (
             draft.op,
             time.time(),
             len(exclude),
             len(stream),
+            len(to) if draft.to is not None else -1,
             exclude,
             stream,
+            to,
         )
         args = (
             self._seq_key(space),
@@ -401,14 +405,17 @@ class RedisBackplane:
             raise BackplaneUnavailable(_NOT_READY_TEXT)
         exclude = envelope.exclude.encode() if envelope.exclude else b""
         stream = envelope.stream.encode() if envelope.stream else b""
-        msg = b"%s %d %.6f %d %d\n%s%s%s" % (
+        to = " ".join(envelope.to).encode() if envelope.to is not None else b""
+        msg = b"%s %d %.6f %d %d %d\n%s%s%s%s" % (
             b"" if envelope.seq is None else b"%d" % envelope.seq,
             envelope.op,
             time.time(),
             len(exclude),
             len(stream),
+            len(to) if envelope.to is not None else -1,
             exclude,
             stream,
+            to,
             envelope.frame,
         )
         try:
@@ -543,12 +550,14 @@ class RedisBackplane:
                 try:
                     if space is not None:
                         i = data.index(b"\n")
-                        seq_b, op_b, at_b, xlen_b, slen_b = data[:i].split(b" ")
+                        seq_b, op_b, at_b, xlen_b, slen_b, tlen_b = data[:i].split(b" ")
                         i += 1
                         xlen = int(xlen_b)
                         slen = int(slen_b)
+                        tlen = int(tlen_b)
                         j = i + xlen
                         k = j + slen
+                        m = k + tlen if tlen > 0 else k
                         seq = int(seq_b) if seq_b else None
                         if seq is not None and seq > floors.get(space, 0):
                             floors[space] = seq
@@ -556,11 +565,12 @@ class RedisBackplane:
                         deliver(
                             Envelope(
                                 space,
-                                data[k:],
+                                data[m:],
                                 seq,
                                 data[i:j].decode() if xlen else None,
                                 data[j:k].decode() if slen else None,
                                 _OPS[int(op_b)],
+                                None if tlen < 0 else tuple(data[k:m].decode().split()),
                             )
                         )
                     elif channel == node_channel:

@@ -73,6 +73,10 @@ class Presence(Protocol):
         """Up to ``limit`` member ids (oldest first) and the exact count."""
         ...
 
+    async def missing_members(self, space: str, agent_ids: tuple[str, ...]) -> list[str]:
+        """Those of ``agent_ids`` that are not members of ``space`` (in order)."""
+        ...
+
     async def space_sizes(self) -> dict[str, int]:
         """Every space with at least one member, and its member count."""
         ...

@@ -75,6 +75,10 @@ class MemoryPresence:
             out.append(agent_id)
         return out, len(members)
 
+    async def missing_members(self, space: str, agent_ids: tuple[str, ...]) -> list[str]:
+        members = self._spaces.get(space, {})
+        return [a for a in agent_ids if a not in members]
+
     async def space_sizes(self) -> dict[str, int]:
         return {space: len(m) for space, m in self._spaces.items()}
 

@@ -396,6 +396,17 @@ class RedisPresence:
         ids = [m.decode() for m in result[0]] if limit > 0 else []
         return ids, int(result[-1])
 
+    async def missing_members(self, space: str, agent_ids: tuple[str, ...]) -> list[str]:
+        if self._closed:
+            raise BackplaneUnavailable("presence closed")
+        if not agent_ids:
+            return []
+        try:
+            scores = await self._client.zmscore(self._members(space), list(agent_ids))
+        except REDIS_ERRORS as exc:
+            raise unavailable("missing_members", exc) from exc
+        return [a for a, score in zip(agent_ids, scores, strict=True) if score is None]
+
     async def space_sizes(self) -> dict[str, int]:
         if self._closed:
             raise BackplaneUnavailable("presence closed")

@@ -337,6 +337,9 @@ def hub_argv(port: int, compression: str, extra: list[str] | None = None) -> lis
         "serve",
         "--port",
         str(port),
+        # The HTTP port (bridges, health) is not measured: any free one.
+        "--http-port",
+        str(free_port()),
         "--rate-limit",
         "1000000",
         "--rate-burst",

@@ -205,6 +205,18 @@ async def test_members_oldest_first_with_limit_and_exact_count(cluster: Presence
     assert await a.space_members("nowhere", 10) == ([], 0)
 
 
+async def test_missing_members_cluster_wide(cluster: PresenceCluster) -> None:
+    a, b = await cluster.node("a"), await cluster.node("b")
+    await a.join_space("room", "x", 10)
+    await b.join_space("room", "y", 10)
+    assert await a.missing_members("room", ("y", "x")) == []
+    assert await b.missing_members("room", ("z", "x", "w")) == ["z", "w"]
+    assert await a.missing_members("nowhere", ("x",)) == ["x"]
+    assert await a.missing_members("room", ()) == []
+    await b.leave_space("room", "x")
+    assert await a.missing_members("room", ("x", "y")) == ["x"]
+
+
 async def test_space_sizes_cluster_wide(cluster: PresenceCluster) -> None:
     a, b = await cluster.node("a"), await cluster.node("b")
     assert await a.space_sizes() == {}

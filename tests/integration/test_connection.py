@@ -188,7 +188,7 @@ async def test_an_internal_error_is_reported_and_the_connection_survives(hub):
     async def broken(conn, action):
         raise RuntimeError("boom")
 
-    node._handlers[ListSpaces] = broken
+    node.dispatcher.on(ListSpaces, broken)
     c = await WsClient.connect(server.url, "alice")
     err = await c.request({"type": "space.list", "id": "l1"})
     assert err == {

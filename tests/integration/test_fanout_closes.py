@@ -89,7 +89,7 @@ async def test_a_connection_failing_mid_flush_holds_back_nobody(hub):
     node = server.node
     # Break the *first* member's server-side transport so it fails in the
     # middle of a flush pass that also holds the others.
-    victim = next(c for c in node.connections.values() if c.agent_id == "m-0")
+    victim = next(c for c in node.registry.connections.values() if c.agent_id == "m-0")
 
     def broken_write(data: bytes) -> None:
         raise RuntimeError("Cannot call write() after write_eof()")

@@ -314,8 +314,8 @@ async def test_ten_thousand_streams_leave_nothing_behind(hub):
 
     await asyncio.gather(produce(), consume(), drain_publisher())
     gc.collect()
-    assert len(node.streams) == 0
-    sessions = [c.session for c in node.connections.values()]
+    assert len(node.registry.streams) == 0
+    sessions = [c.session for c in node.registry.connections.values()]
     assert all(s.open_streams == 0 for s in sessions)
     from hub.session import FINISHED_STREAMS_REMEMBERED
 

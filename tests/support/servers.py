@@ -32,6 +32,7 @@ def free_port() -> int:
 
 # Settings that keep tests fast on a busy machine without tight timing.
 FAST = {
+    "http_port": 0,
     "heartbeat_interval": 0.5,
     "heartbeat_timeout": 5.0,
     "liveness_probe_timeout": 1.0,
@@ -57,11 +58,13 @@ class HubProcess:
     """``agora-hub serve`` as a real child process."""
 
     def __init__(self, **settings: Any):
-        self.settings = {**FAST, "port": free_port(), **settings}
+        self.settings = {**FAST, "port": free_port(), "http_port": free_port(), **settings}
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = Path(tempfile.mkstemp(prefix="agora-hub-", suffix=".log")[1])
         self.url = f"ws://127.0.0.1:{self.settings['port']}/ws"
         self.http = f"http://127.0.0.1:{self.settings['port']}"
+        #: The HTTP port (bridges, API, health).
+        self.http_url = f"http://127.0.0.1:{self.settings['http_port']}"
 
     def start(self, timeout: float = 20.0) -> HubProcess:
         args = [sys.executable, "-m", "hub", "serve"]
