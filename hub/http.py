@@ -66,7 +66,7 @@ class HttpServer:
 
     @property
     def port(self) -> int:
-        server = self._site._server if self._site is not None else None  # noqa: SLF001
+        server = self._site._server if self._site is not None else None
         sockets = getattr(server, "sockets", None)
         if not sockets:
             raise RuntimeError("HTTP server not started")

@@ -20,6 +20,7 @@ RequestId = Annotated[str, Field(min_length=1, max_length=128)]
 AgentId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")]
 # Most agents one addressed publish may name.
 MAX_RECIPIENTS = 100
+Recipients = Annotated[list[AgentId], Field(min_length=1, max_length=MAX_RECIPIENTS)]
 SpaceName = Annotated[str, Field(min_length=1, max_length=128)]
 EventId = Annotated[str, Field(min_length=1, max_length=260)]
 Reason = Annotated[str, Field(max_length=256)]
@@ -92,9 +93,7 @@ class SpacePublish(_Message):
     data: dict[str, Any]
     echo: bool = True
     #: Addressed publish: only these members (and the sender's echo) receive it.
-    to: (
-        AgentId | Annotated[list[AgentId], Field(min_length=1, max_length=MAX_RECIPIENTS)] | None
-    ) = None
+    to: AgentId | Recipients | None = None
 
 
 class SpaceListRequest(_Message):
