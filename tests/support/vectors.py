@@ -1,0 +1,46 @@
+"""The shared test vectors: ``$AGORA_SHARED_DIR/vectors``, else ``<repo>/../shared/vectors``.
+
+A test module that needs them calls :func:`vectors_dir` at import time.
+When they are missing the module is skipped locally, but under CI
+(``CI=true``) that is an error: vector tests must never silently not run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def shared_dir() -> Path:
+    env = os.environ.get("AGORA_SHARED_DIR")
+    return Path(env) if env else REPO.parent / "shared"
+
+
+def vectors_dir(name: str) -> Path:
+    """``vectors/<name>``, or skip (fail under CI) the calling module."""
+    path = shared_dir() / "vectors" / name
+    if not path.is_dir():
+        message = f"test vectors not found at {path} (set AGORA_SHARED_DIR)"
+        if IN_CI:
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message, allow_module_level=True)
+    return path
+
+
+def cases(root: Path) -> list[Path]:
+    """The vector folders under ``root``, sorted; fails when there are none."""
+    found = sorted(p for p in root.iterdir() if p.is_dir())
+    if not found:
+        pytest.fail(f"no vector folders in {root}", pytrace=False)
+    return found
+
+
+def load_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
