@@ -1,8 +1,10 @@
-"""The shared test vectors: ``$AGORA_SHARED_DIR/vectors``, else ``<repo>/../shared/vectors``.
+"""The shared test vectors: ``$AGORA_SHARED_DIR/vectors``, else the nearest
+``shared/vectors`` beside the repository or one of its parent directories.
 
-A test module that needs them calls :func:`vectors_dir` at import time.
-When they are missing the module is skipped locally, but under CI
-(``CI=true``) that is an error: vector tests must never silently not run.
+A test module that needs them calls :func:`vectors_dir` at import time (or
+:func:`load_vector`). When they are missing the module is skipped locally,
+but under CI (``CI=true``) that is an error: vector tests must never silently
+not run.
 """
 
 from __future__ import annotations
@@ -15,12 +17,19 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+REPO_ROOT = REPO
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
 def shared_dir() -> Path:
     env = os.environ.get("AGORA_SHARED_DIR")
-    return Path(env) if env else REPO.parent / "shared"
+    if env:
+        return Path(env)
+    for parent in REPO.parents:
+        candidate = parent / "shared"
+        if (candidate / "vectors").is_dir():
+            return candidate
+    return REPO.parent / "shared"
 
 
 def vectors_dir(name: str) -> Path:
@@ -44,3 +53,8 @@ def cases(root: Path) -> list[Path]:
 
 def load_json(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def load_vector(name: str, filename: str) -> Any:
+    """``vectors/<name>/<filename>`` parsed as JSON."""
+    return load_json(vectors_dir(name) / filename)
