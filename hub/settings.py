@@ -16,8 +16,17 @@ import socket
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -25,6 +34,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from hub.authz import parse_patterns
 from hub.errors import ConfigError
 from protocol.names import SpaceKind, space_kind
 
@@ -44,6 +54,13 @@ class DeclaredSpace(BaseModel):
     id: str
     capacity: int | None = Field(default=None, ge=1)
     description: str | None = None
+    allow_join: list[str] | None = None
+    allow_publish: list[str] | None = None
+
+    @field_validator("allow_join", "allow_publish")
+    @classmethod
+    def _globs(cls, value: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        return None if value is None else list(parse_patterns(value, info.field_name))
 
     @model_validator(mode="after")
     def _user_space(self) -> DeclaredSpace:
@@ -117,6 +134,20 @@ class Settings(BaseSettings):
         None, description='JSON file {"agent-id": "token"} for auth_mode=tokens.'
     )
     jwt_secret: SecretStr | None = Field(None, description="HS256 secret for auth_mode=jwt.")
+    jwt_public_key: Path | None = Field(
+        None, description="PEM public key or certificate (RSA, EC, Ed25519) for auth_mode=jwt."
+    )
+    jwt_jwks_url: str | None = Field(
+        None, description="Identity provider's JWKS URL (http/https) for auth_mode=jwt."
+    )
+    jwt_audience: str | None = Field(None, description="Required JWT aud (checked when set).")
+    jwt_issuer: str | None = Field(None, description="Required JWT iss (checked when set).")
+    jwt_leeway: float = Field(
+        30.0, ge=0, le=300, description="Clock skew allowed on JWT exp/nbf/iat."
+    )
+    token_refresh_grace: float = Field(
+        30.0, gt=0, description="After a JWT expires: time to agent.refresh before close 4401."
+    )
     tls_certfile: Path | None = Field(None, description="PEM certificate: serve wss://.")
     tls_keyfile: Path | None = Field(None, description="PEM private key for tls_certfile.")
     compression: Literal["none", "deflate"] = Field(
@@ -144,8 +175,15 @@ class Settings(BaseSettings):
             raise ValueError("heartbeat_timeout must be greater than heartbeat_interval")
         if self.auth_mode == "tokens" and self.auth_tokens_file is None:
             raise ValueError("auth_mode=tokens needs auth_tokens_file")
-        if self.auth_mode == "jwt" and self.jwt_secret is None:
-            raise ValueError("auth_mode=jwt needs jwt_secret")
+        jwt_keys = [k for k in (self.jwt_secret, self.jwt_public_key, self.jwt_jwks_url) if k]
+        if self.auth_mode == "jwt" and len(jwt_keys) != 1:
+            raise ValueError(
+                "auth_mode=jwt needs exactly one of jwt_secret, jwt_public_key, jwt_jwks_url"
+            )
+        if self.auth_mode != "jwt" and (jwt_keys or self.jwt_audience or self.jwt_issuer):
+            raise ValueError("jwt_* settings need auth_mode=jwt")
+        if self.jwt_jwks_url and urlsplit(self.jwt_jwks_url).scheme not in ("http", "https"):
+            raise ValueError("jwt_jwks_url must be an http:// or https:// URL")
         if (self.tls_certfile is None) != (self.tls_keyfile is None):
             raise ValueError("tls_certfile and tls_keyfile go together")
         if self.workers > 1 and not self.redis_url:
