@@ -18,6 +18,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed, PayloadTooBig
 from websockets.protocol import State
 
+from hub.authz import Grant
 from hub.frames import OutFrame
 from hub.outbox import Flusher, Outbox
 from protocol import codec
@@ -50,6 +51,7 @@ class HubConnection(ServerConnection):
         self.agent_id: str = ""
         self.connection_id: str = ""
         self.token: str | None = None
+        self.grant: Grant = Grant.unrestricted
         self.session: Session | None = None
         self.record: AgentRecord | None = None
         self.opened_at = time.monotonic()

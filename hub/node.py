@@ -226,6 +226,8 @@ class Node:
             await self.backplane.aclose()
         with contextlib.suppress(Exception):
             await self.presence.aclose()
+        with contextlib.suppress(Exception):
+            await self.auth.aclose()
 
     async def __aenter__(self) -> Node:
         await self.start()
@@ -287,7 +289,7 @@ class Node:
         conn_id = conn.connection_id = self.ids.connection_id()
         log = self.log.bind(agent_id=agent_id, connection_id=conn_id)
         try:
-            self.auth.authenticate(agent_id, conn.token)
+            conn.grant = await self.auth.authenticate(agent_id, conn.token)
         except AuthError as exc:
             await self._refuse(conn, CloseCode.UNAUTHORIZED, ErrorCode.UNAUTHORIZED, str(exc))
             log.info("connection refused", reason="unauthorized")
