@@ -42,7 +42,9 @@ def test_parses_the_spec_layout():
 
 
 def test_parses_the_front_matter_layout_of_the_vectors():
-    text = load_vector("agora-http-0.2", "agora_protocol_0.2.0_wire.json")["hash_examples"][2]["text"]
+    text = load_vector("agora-http-0.2", "agora_protocol_0.2.0_wire.json")["hash_examples"][2][
+        "text"
+    ]
     doc = ProtocolDocument.parse(text)
     assert (doc.name, doc.description, doc.multiround) == ("X", "Y", False)
     assert doc.specification == "Body text ü"
