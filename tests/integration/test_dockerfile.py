@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import fnmatch
 import hashlib
 import json
 import re
@@ -38,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -130,6 +132,17 @@ def copy_context(stage: Stage, dest: Path) -> None:
                 shutil.copy2(src, to)
 
 
+def project_packages() -> list[str]:
+    """The checkout's top-level packages that pyproject.toml's package find includes."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    include = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    return sorted(
+        p.parent.name
+        for p in ROOT.glob("*/__init__.py")
+        if any(fnmatch.fnmatch(p.parent.name, pattern) for pattern in include)
+    )
+
+
 @contextlib.contextmanager
 def cached_venv(python: str) -> Iterator[Path]:
     """A virtual environment kept between runs, used by one test run at a time."""
@@ -202,6 +215,18 @@ def test_dockerfile_steps_build_an_image_that_serves(tmp_path):
                 ["sh", "-c", command], cwd=workdir, env=env, capture_output=True, text=True
             )
             assert result.returncode == 0, f"RUN {command}\n{result.stdout}{result.stderr}"
+
+        # Every package the project ships was copied into the build and installed.
+        packages = project_packages()
+        assert packages, "no packages found in pyproject.toml"
+        imported = subprocess.run(
+            [str(venv / "bin" / "python"), "-c", f"import {', '.join(packages)}"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert imported.returncode == 0, imported.stderr
 
         env.update({k: v for args in final.all("ENV") for k, v in env_pairs(args).items()})
         exposed = [int(p) for p in final.last("EXPOSE").split()]
