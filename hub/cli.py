@@ -108,16 +108,9 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     import orjson
     from nacl.signing import SigningKey
 
-    from protocol.identity import b64url, did_key
+    from hub.identity import key_document
 
-    key = SigningKey.generate()
-    public = bytes(key.verify_key)
-    doc = {
-        "did": did_key(public),
-        "public_key": b64url(public),
-        "private_key": b64url(bytes(key)),
-        "algorithm": "Ed25519",
-    }
+    doc = key_document(SigningKey.generate())
     if args.out:
         path = Path(args.out)
         if path.exists() and not args.force:

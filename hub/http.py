@@ -3,8 +3,8 @@
 aiohttp serves the node's :attr:`~hub.node.Node.http_app` on ``host`` and
 ``http_port`` (TLS with the same certificate settings as the WebSocket port).
 ``/healthz``, ``/readyz`` and ``/metrics`` answer exactly as on the WebSocket
-port; bridge adapters add their routes while the node starts, before the
-application is frozen.
+port, ``/identity`` gives the hub's did:key and public key; bridge adapters
+add their routes while the node starts, before the application is frozen.
 """
 
 from __future__ import annotations
@@ -32,6 +32,10 @@ def health_routes(node: Node) -> web.RouteTableDef:
         if node.ready and node.accepting:
             return web.Response(text="ready\n")
         return web.Response(status=503, text="not ready\n")
+
+    @routes.get("/identity")
+    async def identity(request: web.Request) -> web.Response:
+        return web.json_response(node.identity.public())
 
     @routes.get("/metrics")
     async def metrics(request: web.Request) -> web.Response:

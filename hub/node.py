@@ -31,6 +31,7 @@ from hub.dispatch import Dispatcher, ErrorSender
 from hub.errors import AgentIdTaken, AuthError, BackplaneUnavailable
 from hub.frames import OutFrame
 from hub.http import health_routes
+from hub.identity import HubIdentity
 from hub.ids import Ids
 from hub.membership import Membership
 from hub.metrics import Counters, Gauges, HubCollector, build_registry
@@ -80,6 +81,7 @@ class Node:
         self.log = structlog.get_logger("hub").bind(node=self.node_id)
         self.counters = Counters()
         self.auth = build_authenticator(s)
+        self.identity = HubIdentity.load(s.identity_file)
         self.backplane = backplane or create_backplane(
             s.redis_url, prefix=s.redis_prefix, node_id=s.node_id
         )

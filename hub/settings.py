@@ -148,6 +148,10 @@ class Settings(BaseSettings):
     token_refresh_grace: float = Field(
         30.0, gt=0, description="After a JWT expires: time to agent.refresh before close 4401."
     )
+    identity_file: Path | None = Field(
+        None,
+        description="The hub's Ed25519 key (agora-hub keygen --out FILE); unset = new per start.",
+    )
     tls_certfile: Path | None = Field(None, description="PEM certificate: serve wss://.")
     tls_keyfile: Path | None = Field(None, description="PEM private key for tls_certfile.")
     compression: Literal["none", "deflate"] = Field(
