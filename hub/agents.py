@@ -72,7 +72,7 @@ class AgentIds:
         """Does this node's peer still answer? (Silent too long = no.)"""
         session = peer.session
         now = asyncio.get_running_loop().time()
-        if session is not None and now - session.last_seen > self.settings.heartbeat_timeout:
+        if session is not None and session.silent(now):
             return False
         return await peer.probe(self.settings.liveness_probe_timeout)
 

@@ -276,6 +276,10 @@ class Session:
                 )
             return [Reject(exc)]
 
+    def silent(self, now: float) -> bool:
+        """Nothing received for longer than the heartbeat timeout."""
+        return now - self.last_seen > self._limits.heartbeat_timeout
+
     def check_liveness(self, now: float) -> Close | None:
         """Close when nothing arrived for ``heartbeat_timeout`` seconds."""
         if (

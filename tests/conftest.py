@@ -26,7 +26,7 @@ async def hub() -> AsyncIterator[Any]:
     servers = []
 
     async def _start(**overrides: Any):
-        server = await start_hub(**overrides)
+        server = await start_hub(**overrides)  # adapters=[…] hosts adapters
         servers.append(server)
         return server
 

@@ -42,10 +42,10 @@ FAST = {
 }
 
 
-async def start_hub(**overrides: Any) -> HubServer:
-    """A hub node in this process on a free port."""
+async def start_hub(*, adapters: Any = (), **overrides: Any) -> HubServer:
+    """A hub node in this process on free ports, hosting ``adapters``."""
     settings = load_settings({"port": 0, **FAST, **overrides})
-    server = HubServer(Node(settings))
+    server = HubServer(Node(settings, adapters=adapters))
     await server.start()
     return server
 
