@@ -10,17 +10,19 @@ add their routes while the node starts, before the application is frozen.
 from __future__ import annotations
 
 import ssl
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
+from hub.identity import HubIdentity
 from hub.metrics import CONTENT_TYPE_LATEST, render
 
-if TYPE_CHECKING:
-    from hub.node import Node
 
-
-def health_routes(node: Node) -> web.RouteTableDef:
+def health_routes(
+    ready: Callable[[], bool], metrics_registry: CollectorRegistry, identity: HubIdentity
+) -> web.RouteTableDef:
+    """``/healthz``, ``/readyz`` (``ready()``), ``/metrics`` and ``/identity``."""
     routes = web.RouteTableDef()
 
     @routes.get("/healthz")
@@ -29,17 +31,17 @@ def health_routes(node: Node) -> web.RouteTableDef:
 
     @routes.get("/readyz")
     async def readyz(request: web.Request) -> web.Response:
-        if node.ready and node.accepting:
+        if ready():
             return web.Response(text="ready\n")
         return web.Response(status=503, text="not ready\n")
 
     @routes.get("/identity")
-    async def identity(request: web.Request) -> web.Response:
-        return web.json_response(node.identity.public())
+    async def get_identity(request: web.Request) -> web.Response:
+        return web.json_response(identity.public())
 
     @routes.get("/metrics")
-    async def metrics(request: web.Request) -> web.Response:
-        body = render(node.metrics_registry)
+    async def get_metrics(request: web.Request) -> web.Response:
+        body = render(metrics_registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     return routes

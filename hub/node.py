@@ -153,7 +153,11 @@ class Node:
         )
         #: The HTTP port's application; adapters add their routes in ``start``.
         self.http_app = web.Application(client_max_size=s.max_frame_bytes)
-        self.http_app.add_routes(health_routes(self))
+        self.http_app.add_routes(
+            health_routes(
+                lambda: self.ready and self.accepting, self.metrics_registry, self.identity
+            )
+        )
         self.adapters: list[Adapter] = list(adapters)
         #: Agent ids of shared virtual members (one per node): never a connection's.
         self.reserved_ids: set[str] = set()

@@ -12,9 +12,31 @@ tests check that those bytes parse back into the models below.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+class MessageType(StrEnum):
+    """Every ``type`` on the wire, both directions (some exist in both)."""
+
+    AGENT_REGISTER = "agent.register"
+    AGENT_REGISTERED = "agent.registered"
+    AGENT_HEARTBEAT = "agent.heartbeat"
+    SPACE_JOIN = "space.join"
+    SPACE_JOINED = "space.joined"
+    SPACE_LEAVE = "space.leave"
+    SPACE_LEFT = "space.left"
+    SPACE_MEMBERS = "space.members"
+    SPACE_LIST = "space.list"
+    SPACE_PUBLISH = "space.publish"
+    SPACE_PUBLISHED = "space.published"
+    SPACE_EVENT = "space.event"
+    SPACE_EVENT_DELTA = "space.event.delta"
+    SPACE_EVENT_DONE = "space.event.done"
+    SPACE_EVENT_CANCEL = "space.event.cancel"
+    ERROR = "error"
+
 
 RequestId = Annotated[str, Field(min_length=1, max_length=128)]
 AgentId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")]

@@ -31,6 +31,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
+from protocol.messages import MessageType
+
 if TYPE_CHECKING:
     from hub.client.client import Client
     from hub.client.models import AssembledEvent, Event, MembersChanged, StreamChunk
@@ -423,7 +425,7 @@ class TailPrinter:
         if self.out.json_lines:
             self.out.json(
                 {
-                    "type": "space.members",
+                    "type": MessageType.SPACE_MEMBERS,
                     "space": change.space,
                     "members": change.members,
                     "member_count": change.member_count,
@@ -504,7 +506,7 @@ def _body(data: dict[str, Any]) -> str:
 
 def _event_json(event: Event) -> dict[str, Any]:
     return {
-        "type": "space.event",
+        "type": MessageType.SPACE_EVENT,
         "space": event.space,
         "event_id": event.event_id,
         "seq": event.seq,
@@ -516,7 +518,7 @@ def _event_json(event: Event) -> dict[str, Any]:
 
 def _assembled_json(done: AssembledEvent) -> dict[str, Any]:
     obj: dict[str, Any] = {
-        "type": "space.event" if done.complete else "space.event.cancel",
+        "type": MessageType.SPACE_EVENT if done.complete else MessageType.SPACE_EVENT_CANCEL,
         "space": done.space,
         "event_id": done.event_id,
         "seq": done.seq,

@@ -74,14 +74,18 @@ from hub.client.subscriptions import (
     Router,
     Subscription,
 )
+from protocol.errors import CloseCode
+from protocol.messages import MessageType
 from protocol.names import is_valid_agent_id
 
 log = logging.getLogger("hub.client")
 
 # Close codes after which reconnecting cannot help (contract §2).
-TERMINAL_CLOSE_CODES = frozenset({4401, 4409, 4429})
+TERMINAL_CLOSE_CODES = frozenset(
+    {CloseCode.UNAUTHORIZED, CloseCode.AGENT_EXISTS, CloseCode.RATE_LIMIT_ABUSE}
+)
 
-_HEARTBEAT = b'{"type":"agent.heartbeat"}'
+_HEARTBEAT = b'{"type":MessageType.AGENT_HEARTBEAT}'
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,18 +286,18 @@ class Client:
         Repeated after every reconnect.
         """
         info = _agent_info(self.agent_id, type, capabilities, metadata)
-        reply = await self._request({"type": "agent.register", "agent": info})
+        reply = await self._request({"type": MessageType.AGENT_REGISTER, "agent": info})
         self._agent_info = info
         return self._registered(reply)
 
     async def join(self, space: str) -> JoinResult:
         """Join ``space`` (created on first join); returns its members."""
-        reply = await self._request({"type": "space.join", "space": space})
+        reply = await self._request({"type": MessageType.SPACE_JOIN, "space": space})
         return self._joined_reply(space, reply)
 
     async def leave(self, space: str) -> None:
         """Leave ``space``. Streams this client publishes there are cancelled by the hub."""
-        await self._request({"type": "space.leave", "space": space})
+        await self._request({"type": MessageType.SPACE_LEAVE, "space": space})
         self._joined.pop(space, None)
         self._members.pop(space, None)
 
@@ -310,14 +314,14 @@ class Client:
         """
         payload = {"text": data} if isinstance(data, str) else dict(data)
         reply = await self._request(
-            {"type": "space.publish", "space": space, "data": payload, "echo": echo}
+            {"type": MessageType.SPACE_PUBLISH, "space": space, "data": payload, "echo": echo}
         )
-        if reply.get("type") == "space.event":
+        if reply.get("type") == MessageType.SPACE_EVENT:
             event = parse_event(reply)
             if event is not None:
                 return event
         sent = {"from": self.agent_id, **payload}
-        if reply.get("type") == "space.event.done":  # text big enough to be streamed
+        if reply.get("type") == MessageType.SPACE_EVENT_DONE:  # text big enough to be streamed
             return Event(
                 space=space,
                 event_id=str(reply.get("event_id")),
@@ -344,19 +348,21 @@ class Client:
 
     async def spaces(self) -> list[SpaceInfo]:
         """Every space in the hub (cluster-wide) with its member count."""
-        reply = await self._request({"type": "space.list"})
+        reply = await self._request({"type": MessageType.SPACE_LIST})
         return parse_spaces(reply)
 
     async def ping(self) -> int | None:
         """One heartbeat round trip; returns the hub's timestamp (Unix ms)."""
-        reply = await self._request({"type": "agent.heartbeat"})
+        reply = await self._request({"type": MessageType.AGENT_HEARTBEAT})
         ts = reply.get("timestamp")
         return ts if isinstance(ts, int) else None
 
     async def cancel_stream(self, space: str, event_id: str) -> None:
         """Stop receiving someone else's stream (``event_id`` as received,
         ``"<publisher>/<id>"``); the publisher and other receivers are not affected."""
-        await self._request({"type": "space.event.cancel", "space": space, "event_id": event_id})
+        await self._request(
+            {"type": MessageType.SPACE_EVENT_CANCEL, "space": space, "event_id": event_id}
+        )
 
     def members(self, space: str) -> list[str] | None:
         """The last member list seen for a joined space (from join and ``space.members``)."""
@@ -521,7 +527,7 @@ class Client:
     async def _barrier(self) -> None:
         """A heartbeat round trip: the hub answers frames in order, so every
         error for what was sent before has arrived once this returns."""
-        await self._request({"type": "agent.heartbeat"})
+        await self._request({"type": MessageType.AGENT_HEARTBEAT})
 
     def _closed_error(self, exc: WsClosed | None = None) -> ConnectionClosed:
         if exc is not None:
@@ -581,7 +587,7 @@ class Client:
             raise ConnectionFailed(
                 f"hub at {self.url} did not register the connection: {_describe(exc)}"
             ) from None
-        if isinstance(first, dict) and first.get("type") == "error":
+        if isinstance(first, dict) and first.get("type") == MessageType.ERROR:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(2):
                     await ws.wait_closed()
@@ -604,12 +610,14 @@ class Client:
             if self._agent_info is not None:
                 self._registered(
                     await self._request(
-                        {"type": "agent.register", "agent": self._agent_info}, ws=ws
+                        {"type": MessageType.AGENT_REGISTER, "agent": self._agent_info}, ws=ws
                     )
                 )
             for space in list(self._joined):
                 try:
-                    reply = await self._request({"type": "space.join", "space": space}, ws=ws)
+                    reply = await self._request(
+                        {"type": MessageType.SPACE_JOIN, "space": space}, ws=ws
+                    )
                     self._joined_reply(space, reply)
                 except HubRejected as exc:
                     log.warning("could not rejoin %s after reconnecting: %s", space, exc)
@@ -702,7 +710,7 @@ class Client:
             fut = self._pending.get(rid)
             if fut is not None and not fut.done():
                 fut.set_result(f)
-        if kind == "space.event":
+        if kind == MessageType.SPACE_EVENT:
             event = parse_event(f)
             if event is None:
                 log.warning("ignoring a malformed space.event")
@@ -711,7 +719,11 @@ class Client:
             if event.sender == self.agent_id:
                 self._resolve_ack(event.request_id, f)
             self._router.dispatch(event.space, "event", event)
-        elif kind in ("space.event.delta", "space.event.done", "space.event.cancel"):
+        elif kind in (
+            MessageType.SPACE_EVENT_DELTA,
+            MessageType.SPACE_EVENT_DONE,
+            MessageType.SPACE_EVENT_CANCEL,
+        ):
             chunk = parse_chunk(f)
             if chunk is None:
                 log.warning("ignoring a malformed %s", kind)
@@ -725,16 +737,16 @@ class Client:
                     if stream is not None:
                         stream._mark_cancelled(chunk.reason or "cancelled")
             self._router.dispatch(chunk.space, chunk.kind, chunk)
-        elif kind == "space.members":
+        elif kind == MessageType.SPACE_MEMBERS:
             change = parse_members(f)
             if change is None:
                 return
             if change.space in self._joined:
                 self._members[change.space] = change.members
             self._router.dispatch(change.space, "members", change)
-        elif kind == "error":
+        elif kind == MessageType.ERROR:
             self._on_error(f)
-        elif kind == "agent.registered" and rid is None:
+        elif kind == MessageType.AGENT_REGISTERED and rid is None:
             reg = parse_registration(f)
             if reg is not None:
                 self.registration = reg

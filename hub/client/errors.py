@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from protocol.errors import ErrorCode
+
 
 class HubClientError(Exception):
     """Root of the SDK's exceptions.
@@ -134,35 +136,35 @@ class HubRejected(HubClientError):
 
 
 class InvalidRequest(HubRejected):
-    default_code = "INVALID_REQUEST"
+    default_code = ErrorCode.INVALID_REQUEST
 
 
 class Unauthorized(HubRejected):
-    default_code = "UNAUTHORIZED"
+    default_code = ErrorCode.UNAUTHORIZED
 
 
 class AgentExists(HubRejected):
-    default_code = "AGENT_EXISTS"
+    default_code = ErrorCode.AGENT_EXISTS
 
 
 class SpaceNotFound(HubRejected):
-    default_code = "SPACE_NOT_FOUND"
+    default_code = ErrorCode.SPACE_NOT_FOUND
 
 
 class SpaceFull(HubRejected):
-    default_code = "SPACE_FULL"
+    default_code = ErrorCode.SPACE_FULL
 
 
 class RateLimited(HubRejected):
-    default_code = "RATE_LIMITED"
+    default_code = ErrorCode.RATE_LIMITED
 
 
 class Unavailable(HubRejected):
-    default_code = "UNAVAILABLE"
+    default_code = ErrorCode.UNAVAILABLE
 
 
 class InternalError(HubRejected):
-    default_code = "INTERNAL_ERROR"
+    default_code = ErrorCode.INTERNAL_ERROR
 
 
 _BY_CODE: dict[str, type[HubRejected]] = {

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from protocol.messages import MessageType
+
 ChunkKind = Literal["delta", "done", "cancel"]
 
 
@@ -160,9 +162,9 @@ def parse_members(f: dict[str, Any]) -> MembersChanged | None:
 
 
 _KINDS: dict[str, ChunkKind] = {
-    "space.event.delta": "delta",
-    "space.event.done": "done",
-    "space.event.cancel": "cancel",
+    MessageType.SPACE_EVENT_DELTA: "delta",
+    MessageType.SPACE_EVENT_DONE: "done",
+    MessageType.SPACE_EVENT_CANCEL: "cancel",
 }
 
 

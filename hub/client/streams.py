@@ -21,7 +21,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from hub.client.errors import (
     HubClientError,
@@ -30,9 +30,27 @@ from hub.client.errors import (
 )
 from hub.client.models import AssembledEvent, Event, StreamChunk, StreamStatus
 from hub.client.subscriptions import RESET, Subscription
+from protocol.messages import MessageType
 
-if TYPE_CHECKING:
-    from hub.client.client import Client
+
+class StreamOwner(Protocol):
+    """What an outgoing stream needs of its :class:`~hub.client.Client`."""
+
+    agent_id: str
+    _generation: int
+
+    def _new_stream_prefix(self) -> str: ...
+
+    def _open_stream(self, stream: OutgoingStream) -> int: ...
+
+    def _close_stream(self, stream: OutgoingStream) -> None: ...
+
+    async def _send(self, msg: dict[str, Any], *, generation: int | None = None) -> None: ...
+
+    async def _request(self, msg: dict[str, Any]) -> Any: ...
+
+    async def _barrier(self) -> None: ...
+
 
 log = logging.getLogger("hub.client")
 
@@ -60,7 +78,7 @@ class OutgoingStream:
 
     def __init__(
         self,
-        client: Client,
+        client: StreamOwner,
         space: str,
         event_id: str,
         fields: dict[str, Any] | None,
@@ -105,7 +123,7 @@ class OutgoingStream:
         first = self.state == "new"
         data = {**self._fields, **fields, "text": text} if first else {**fields, "text": text}
         msg = {
-            "type": "space.event.delta",
+            "type": MessageType.SPACE_EVENT_DELTA,
             "id": self._next_rid(),
             "space": self.space,
             "event_id": self.event_id,
@@ -140,13 +158,17 @@ class OutgoingStream:
         try:
             if self.echo:
                 reply = await self._client._request(
-                    {"type": "space.event.done", "space": self.space, "event_id": self.event_id}
+                    {
+                        "type": MessageType.SPACE_EVENT_DONE,
+                        "space": self.space,
+                        "event_id": self.event_id,
+                    }
                 )
                 seq = reply.get("seq")
                 self.seq = seq if isinstance(seq, int) else None
             else:
                 msg = {
-                    "type": "space.event.done",
+                    "type": MessageType.SPACE_EVENT_DONE,
                     "id": self._next_rid(),
                     "space": self.space,
                     "event_id": self.event_id,
@@ -176,7 +198,7 @@ class OutgoingStream:
             if self._generation == self._client._generation:
                 reply = await self._client._request(
                     {
-                        "type": "space.event.cancel",
+                        "type": MessageType.SPACE_EVENT_CANCEL,
                         "space": self.space,
                         "event_id": self.event_id,
                         "reason": reason[:256],

@@ -29,6 +29,13 @@ class EchoAgent:
         self.space = space
         self.member: VirtualMember | None = None
         self.seen: list[dict[str, Any]] = []
+        self._arrived = asyncio.Event()
+
+    async def wait_seen(self, event_id: str, timeout: float = 5.0) -> None:
+        async with asyncio.timeout(timeout):
+            while not any(m.get("event_id") == event_id for m in self.seen):
+                self._arrived.clear()
+                await self._arrived.wait()
 
     async def start(self, host: Any) -> None:
         self.member = await host.attach(
@@ -38,6 +45,7 @@ class EchoAgent:
 
     async def on_message(self, msg: dict[str, Any]) -> None:
         self.seen.append(msg)
+        self._arrived.set()
         if msg.get("type") != "space.event":
             return
         to = msg.get("to")
@@ -84,9 +92,7 @@ async def test_echo_agent_answers_on_one_node(hub):
     got = await bob.wait_for("space.event")
     assert got["event_id"] == broadcast["event_id"] and got["seq"] == reply["seq"] + 1
     # The echo agent received the broadcast too (not addressed: no reply).
-    async with asyncio.timeout(5):
-        while not any(m.get("event_id") == broadcast["event_id"] for m in echo.seen):
-            await asyncio.sleep(0.01)
+    await echo.wait_seen(broadcast["event_id"])
     await alice.close()
     await bob.close()
 

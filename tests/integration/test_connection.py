@@ -200,3 +200,21 @@ async def test_an_internal_error_is_reported_and_the_connection_survives(hub):
     assert (await c.request({"type": "agent.heartbeat"}))["type"] == "agent.heartbeat"
     assert node.counters.errors["INTERNAL_ERROR"] == 1
     await c.close()
+
+
+async def test_http_port_serves_health_metrics_and_identity(hub):
+    server = await hub()
+    base = server.http_url
+    status, _, body = await asyncio.to_thread(_get, base + "/healthz")
+    assert status == 200 and body == b"ok\n"
+    status, _, _ = await asyncio.to_thread(_get, base + "/readyz")
+    assert status == 200
+    status, ctype, body = await asyncio.to_thread(_get, base + "/metrics")
+    assert status == 200 and ctype.startswith("text/plain")
+    assert b"agora_hub_connections 0.0" in body
+    status, ctype, body = await asyncio.to_thread(_get, base + "/identity")
+    identity = orjson.loads(body)
+    assert status == 200 and ctype.startswith("application/json")
+    assert identity["did"] == server.node.identity.did and identity["did"].startswith("did:key:z")
+    status, _, _ = await asyncio.to_thread(_get, base + "/nope")
+    assert status == 404

@@ -1,0 +1,156 @@
+"""The layers keep their direction, and hub/ has no import cycles.
+
+Imports are read from the source (every ``import`` statement, including the
+ones under ``if TYPE_CHECKING:`` and inside functions), so a cycle cannot hide
+behind a lazy import.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("hub", "protocol", "adapters")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = {_module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = set()
+        for imported in _imports(path):
+            # ``from hub.x import y``: y may be a module or a name in hub.x.
+            while imported and imported not in modules:
+                imported = imported.rpartition(".")[0]
+            if imported and imported != name:
+                targets.add(imported)
+        graph[name] = targets
+    return graph
+
+
+GRAPH = _graph()
+
+
+def _reaches(start: str, banned: tuple[str, ...]) -> list[str]:
+    """Modules of the project reachable from ``start`` whose own imports include
+    an external package in ``banned`` (or the banned project package itself)."""
+    seen, stack, hits = {start}, [start], []
+    while stack:
+        mod = stack.pop()
+        path = ROOT / (mod.replace(".", "/") + ".py")
+        if not path.exists():
+            path = ROOT / mod.replace(".", "/") / "__init__.py"
+        for imported in _imports(path):
+            if imported.split(".")[0] in banned or imported.startswith(banned):
+                hits.append(f"{mod} imports {imported}")
+        for nxt in GRAPH.get(mod, ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    return hits
+
+
+def test_no_import_cycles_in_hub():
+    hub = {
+        m: {t for t in ts if t.startswith("hub")} for m, ts in GRAPH.items() if m.startswith("hub")
+    }
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in hub.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            # A package's __init__ re-exporting its submodules is not a cycle.
+            names = {c for c in component if not any(o.startswith(c + ".") for o in component)}
+            if len(names) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(hub):
+        if v not in index:
+            visit(v)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_protocol_imports_nothing_of_the_hub_or_adapters():
+    bad = [
+        f"{m} imports {t}"
+        for m, ts in GRAPH.items()
+        if m.startswith("protocol")
+        for t in ts
+        if t.startswith(("hub", "adapters"))
+    ]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["hub.session", "hub.registry", "hub.streams", "hub.frames", "hub.outbox", "hub.ratelimit"],
+)
+def test_pure_state_imports_no_io(module):
+    hits = _reaches(module, ("websockets", "redis", "aiohttp", "hub.backplane"))
+    assert not hits, hits
+
+
+def test_the_sdk_takes_the_protocol_from_protocol_and_nothing_from_the_server():
+    server_side = [
+        f"{m} imports {t}"
+        for m, ts in GRAPH.items()
+        if m.startswith("hub.client")
+        for t in ts
+        if t.startswith("hub") and not t.startswith("hub.client") and t != "hub"
+    ]
+    assert not server_side, server_side
+    assert any(
+        t.startswith("protocol")
+        for m, ts in GRAPH.items()
+        if m.startswith("hub.client")
+        for t in ts
+    )
