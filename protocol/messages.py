@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+
 class MessageType(StrEnum):
     """Every ``type`` on the wire, both directions (some exist in both)."""
 
