@@ -43,7 +43,9 @@ async def serve_until_stopped(settings: Settings, *, reuse_port: bool = False) -
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    node = Node(settings)
+    from adapters import from_settings
+
+    node = Node(settings, adapters=from_settings(settings))
     server = HubServer(node, reuse_port=reuse_port)
     try:
         await server.start()

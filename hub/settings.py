@@ -56,6 +56,15 @@ class DeclaredSpace(BaseModel):
     description: str | None = None
     allow_join: list[str] | None = None
     allow_publish: list[str] | None = None
+    #: Membership at scale, per space (unset: the node-wide settings).
+    members_list_limit: int | None = Field(default=None, ge=0)
+    member_events_limit: int | None = Field(default=None, ge=0)
+    #: Signed envelopes: accept only valid ones in this space.
+    require_signed: bool = False
+    #: HTTP Agora inbound: POST /agora/{space} and friends.
+    agora_http: bool = False
+    #: Protocol Documents (file paths) this space supports over HTTP Agora.
+    agora_protocols: list[Path] = Field(default_factory=list)
 
     @field_validator("allow_join", "allow_publish")
     @classmethod
@@ -71,6 +80,39 @@ class DeclaredSpace(BaseModel):
         if kind is not SpaceKind.PUBLIC:
             raise ValueError(f"declared space {self.id!r} must be a user space, not a system one")
         return self
+
+
+class AgoraHttpBridge(BaseModel):
+    """``[[bridges.agora_http]]``: an HTTP Agora agent elsewhere, a member here."""
+
+    model_config = {"extra": "forbid"}
+
+    space: str
+    agent_id: str
+    url: str
+    protocol_document: Path | None = None
+    timeout: float | None = Field(default=None, gt=0)
+
+
+class EnvelopeBridge(BaseModel):
+    """``[[bridges.envelope]]``: a signed-envelope agent elsewhere, a member here."""
+
+    model_config = {"extra": "forbid"}
+
+    space: str
+    agent_id: str
+    url: str
+    protocol: Literal["agora/1.0", "agentprotocol/0.1"]
+    timeout: float | None = Field(default=None, gt=0)
+
+
+class Bridges(BaseModel):
+    """``[bridges]`` in the config file: outbound bridges (targets only from here)."""
+
+    model_config = {"extra": "forbid"}
+
+    agora_http: list[AgoraHttpBridge] = Field(default_factory=list)
+    envelope: list[EnvelopeBridge] = Field(default_factory=list)
 
 
 class Settings(BaseSettings):
@@ -172,6 +214,15 @@ class Settings(BaseSettings):
     spaces: list[DeclaredSpace] = Field(
         default_factory=list, description="Declared spaces (config file only)."
     )
+    bridge_timeout: float = Field(
+        30.0, gt=0, description="How long a bridge waits for an answer before a failure."
+    )
+    agentprotocol_space: str | None = Field(
+        None, description="The space POST /agentprotocol (no space in the path) publishes to."
+    )
+    bridges: Bridges = Field(
+        default_factory=Bridges, description="Outbound bridges (config file only)."
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
@@ -218,7 +269,7 @@ class Settings(BaseSettings):
 
 
 # Settings that only make sense in the config file, not as flags.
-FILE_ONLY = {"spaces"}
+FILE_ONLY = {"spaces", "bridges"}
 
 
 def load_settings(

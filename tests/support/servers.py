@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from adapters import from_settings
 from hub.node import Node
 from hub.server import HubServer
 from hub.settings import load_settings
@@ -42,9 +43,15 @@ FAST = {
 }
 
 
-async def start_hub(*, adapters: Any = (), **overrides: Any) -> HubServer:
-    """A hub node in this process on free ports, hosting ``adapters``."""
-    settings = load_settings({"port": 0, **FAST, **overrides})
+async def start_hub(*, adapters: Any = None, config: Any = None, **overrides: Any) -> HubServer:
+    """A hub node in this process on free ports.
+
+    It hosts ``adapters``, or (when None) the ones its settings configure, as
+    ``agora-hub serve`` does; ``config`` is a TOML config file path.
+    """
+    settings = load_settings({"port": 0, **FAST, **overrides}, config)
+    if adapters is None:
+        adapters = from_settings(settings)
     server = HubServer(Node(settings, adapters=adapters))
     await server.start()
     return server
