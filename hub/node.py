@@ -83,8 +83,9 @@ class Node:
         self.auth = build_authenticator(s)
         self.identity = HubIdentity.load(s.identity_file)
         self.backplane = backplane or create_backplane(
-            s.redis_url, prefix=s.redis_prefix, node_id=s.node_id
-        )
+            s.redis_url, prefix=s.redis_prefix, node_id=s.node_id,
+            history_size=s.history_size, history_ttl=s.history_ttl,
+        )  # fmt: skip
         self.presence = presence or create_presence(
             s.redis_url, prefix=s.redis_prefix, node_id=s.node_id, ttl=s.heartbeat_timeout
         )

@@ -171,6 +171,15 @@ class Settings(BaseSettings):
     stream_idle_timeout: float = Field(
         30.0, gt=0, description="Cancel a client stream idle this long."
     )
+    history_size: int = Field(
+        1000, ge=0, le=1_000_000, description="Events kept per space for resume and space.history."
+    )
+    history_ttl: float = Field(
+        300.0,
+        ge=1,
+        description="A space's history is dropped this long after its last publish; "
+        "idempotency keys are remembered this long.",
+    )
     auth_mode: Literal["none", "tokens", "jwt"] = Field("none", description="none|tokens|jwt.")
     auth_tokens_file: Path | None = Field(
         None, description='JSON file {"agent-id": "token"} for auth_mode=tokens.'

@@ -186,10 +186,23 @@ def heartbeat(request_id: str | int | None = None) -> bytes:
     return dumps(_with_id({"type": "agent.heartbeat", "timestamp": now_ms()}, request_id))
 
 
-def joined(request_id: str | int | None, space: str, members: list[str], count: int) -> bytes:
+def joined(
+    request_id: str | int | None,
+    space: str,
+    members: list[str],
+    count: int,
+    **position: Any,
+) -> bytes:
+    """``position``: the space's ``epoch`` and ``seq``, and ``recovered`` after a ``since``."""
     return dumps(
         _with_id(
-            {"type": "space.joined", "space": space, "members": members, "member_count": count},
+            {
+                "type": "space.joined",
+                "space": space,
+                "members": members,
+                "member_count": count,
+                **position,
+            },
             request_id,
         )
     )
@@ -219,20 +232,39 @@ def space_list(request_id: str | int | None, spaces: Iterable[Mapping[str, Any]]
 
 
 def published(
-    request_id: str | int | None, space: str, event_id: str, seq: int, timestamp: int
+    request_id: str | int | None,
+    space: str,
+    event_id: str,
+    seq: int,
+    timestamp: int,
+    duplicate: bool = False,
 ) -> bytes:
-    return dumps(
-        _with_id(
-            {
-                "type": "space.published",
-                "space": space,
-                "event_id": event_id,
-                "seq": seq,
-                "timestamp": timestamp,
-            },
-            request_id,
-        )
+    msg: dict[str, Any] = {
+        "type": "space.published",
+        "space": space,
+        "event_id": event_id,
+        "seq": seq,
+        "timestamp": timestamp,
+    }
+    if duplicate:
+        msg["duplicate"] = True
+    return dumps(_with_id(msg, request_id))
+
+
+def history(
+    request_id: str | int | None,
+    space: str,
+    epoch: str,
+    seq: int,
+    frames: Iterable[bytes],
+    next_before_seq: int | None,
+) -> bytes:
+    """``space.history``: the events are the frames as delivered, spliced in unchanged."""
+    head = _with_id(
+        {"type": "space.history", "space": space, "epoch": epoch, "seq": seq}, request_id
     )
+    head["next_before_seq"] = next_before_seq
+    return b'%s,"events":[%s]}' % (dumps(head)[:-1], b",".join(frames))
 
 
 def sequenced(kind: str, space: str, event_id: str, rest: Mapping[str, Any]) -> tuple[bytes, bytes]:

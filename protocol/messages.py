@@ -36,6 +36,7 @@ class MessageType(StrEnum):
     SPACE_EVENT_DELTA = "space.event.delta"
     SPACE_EVENT_DONE = "space.event.done"
     SPACE_EVENT_CANCEL = "space.event.cancel"
+    SPACE_HISTORY = "space.history"
     ERROR = "error"
 
 
@@ -47,6 +48,11 @@ Recipients = Annotated[list[AgentId], Field(min_length=1, max_length=MAX_RECIPIE
 SpaceName = Annotated[str, Field(min_length=1, max_length=128)]
 EventId = Annotated[str, Field(min_length=1, max_length=260)]
 Reason = Annotated[str, Field(max_length=256)]
+#: A space's history epoch: changes whenever its history may have been lost.
+Epoch = Annotated[str, Field(min_length=1, max_length=64)]
+IdempotencyKey = Annotated[str, Field(min_length=1, max_length=128)]
+#: Most events one ``space.history`` reply carries.
+MAX_HISTORY_LIMIT = 100
 
 
 class _Message(BaseModel):
@@ -97,10 +103,19 @@ class ClientHeartbeat(_Message):
     timestamp: int | float | None = None
 
 
+class Since(_Message):
+    """Where a client left off in a space: resume after ``seq`` of ``epoch``."""
+
+    seq: int = Field(ge=0, le=2**63 - 1)
+    epoch: Epoch
+
+
 class SpaceJoin(_Message):
     type: Literal["space.join"]
     id: RequestId | None = None
     space: SpaceName
+    #: Resume: replay what was published after this position, then go live.
+    since: Since | None = None
 
 
 class SpaceLeave(_Message):
@@ -117,11 +132,24 @@ class SpacePublish(_Message):
     echo: bool = True
     #: Addressed publish: only these members (and the sender's echo) receive it.
     to: AgentId | Recipients | None = None
+    #: A retry with the same key (same agent, same space) within history_ttl is
+    #: answered with the original event's ids and not published again.
+    idempotency_key: IdempotencyKey | None = None
 
 
 class SpaceListRequest(_Message):
     type: Literal["space.list"]
     id: RequestId | None = None
+
+
+class SpaceHistoryRequest(_Message):
+    """The newest events of a space (before ``before_seq`` when given), oldest first."""
+
+    type: Literal["space.history"]
+    id: RequestId | None = None
+    space: SpaceName
+    limit: int = Field(default=50, ge=1, le=MAX_HISTORY_LIMIT)
+    before_seq: int | None = Field(default=None, ge=1, le=2**63 - 1)
 
 
 class ClientDelta(_Message):
@@ -161,7 +189,8 @@ ClientMessage = Annotated[
     | SpaceListRequest
     | ClientDelta
     | ClientDone
-    | ClientCancel,
+    | ClientCancel
+    | SpaceHistoryRequest,
     Field(discriminator="type"),
 ]
 
@@ -177,6 +206,7 @@ CLIENT_MODELS: dict[str, type[_Message]] = {
         ClientDelta,
         ClientDone,
         ClientCancel,
+        SpaceHistoryRequest,
     )
 }
 
@@ -204,6 +234,11 @@ class SpaceJoined(_HubMessage):
     space: str
     members: list[str]
     member_count: int
+    #: The space's history epoch and its seq when the join took effect.
+    epoch: str | None = None
+    seq: int | None = None
+    #: Only when the join carried ``since``: was everything after it replayed?
+    recovered: bool | None = None
 
 
 class SpaceLeft(_HubMessage):
@@ -242,6 +277,21 @@ class SpacePublished(_HubMessage):
     event_id: str
     seq: int
     timestamp: int
+    #: True when this answers a retry (same idempotency_key): nothing was published.
+    duplicate: bool | None = None
+
+
+class SpaceHistory(_HubMessage):
+    """Answers ``space.history``: events as they were delivered, oldest first."""
+
+    type: Literal["space.history"] = "space.history"
+    id: str | None = None
+    space: str
+    epoch: str
+    seq: int
+    events: list[dict[str, Any]]
+    #: Pass as ``before_seq`` for the page before this one; null: nothing older.
+    next_before_seq: int | None = None
 
 
 class HubDelta(_HubMessage):
@@ -299,6 +349,7 @@ HubMessage = Annotated[
     | HubDone
     | HubCancel
     | SpaceList
+    | SpaceHistory
     | Error,
     Field(discriminator="type"),
 ]

@@ -1,9 +1,17 @@
-"""The backplane interface: sequenced publish, unsequenced send, subscribe.
+"""The backplane interface: sequenced publish, unsequenced send, subscribe, history.
 
 Every message for a space goes through the backplane, even on a single node,
 so that all members everywhere see one order. A sequenced publish assigns the
 space's next ``seq`` and completes the frame (``head + seq + tail``) in one
 atomic step; the finished bytes are what every node hands to its members.
+
+The same step records the message in the space's bounded *history* (at most
+``history_size`` messages, dropped ``history_ttl`` seconds after the last
+publish) under the space's *epoch*: a name that changes whenever the history
+may have been lost, so that a (space, epoch) pair never gives one seq to two
+different messages. A publish may carry an idempotency key (:class:`Once`): a
+second publish with the key within ``history_ttl`` is not carried out and
+returns the first one's ids (:class:`Duplicate`).
 """
 
 from __future__ import annotations
@@ -14,7 +22,52 @@ from typing import Protocol
 
 from hub.streams import StreamOp
 
-__all__ = ["Backplane", "DeliveryHandler", "Draft", "Envelope", "StreamOp"]
+__all__ = [
+    "Backplane",
+    "DeliveryHandler",
+    "Draft",
+    "Duplicate",
+    "Envelope",
+    "History",
+    "Once",
+    "Position",
+    "StreamOp",
+    "complete_streams",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Once:
+    """An idempotent publish: ``key`` (already scoped to the publishing agent)
+    and what a retry is answered with."""
+
+    key: str
+    event_id: str
+    timestamp: int
+    digest: str  # of what was published: a retry with other data is refused
+
+
+class Duplicate(int):
+    """What a publish returns when its :class:`Once` key was used before: the
+    original's seq (an int), with its ``event_id``, ``timestamp`` and ``digest``."""
+
+    event_id: str
+    timestamp: int
+    digest: str
+
+    def __new__(cls, seq: int, event_id: str, timestamp: int, digest: str) -> Duplicate:
+        self = super().__new__(cls, seq)
+        self.event_id = event_id
+        self.timestamp = timestamp
+        self.digest = digest
+        return self
+
+    @classmethod
+    def parse(cls, record: bytes | str) -> Duplicate:
+        """From ``"{seq} {timestamp} {digest} {event_id}"``."""
+        text = record.decode() if isinstance(record, bytes) else record
+        seq, ts, digest, event_id = text.split(" ", 3)
+        return cls(int(seq), event_id, int(ts), digest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +80,7 @@ class Draft:
     stream: str | None = None
     op: StreamOp = StreamOp.NONE
     to: tuple[str, ...] | None = None  # addressed publish: only these agents receive it
+    once: Once | None = None  # idempotent publish
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +94,53 @@ class Envelope:
     stream: str | None = None
     op: StreamOp = StreamOp.NONE
     to: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where a space is: its history epoch and its last seq (0: nothing yet)."""
+
+    epoch: str
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """One read of a space's history, taken atomically with its position."""
+
+    epoch: str
+    seq: int  # the space's last seq when read
+    events: list[Envelope]  # oldest first
+    oldest: int | None  # oldest seq the history still holds; None when it is empty
+    #: With ``streams=True``: the streams whose first frame and ``done`` both lie
+    #: in ``(after, seq]`` (cancelled and unfinished ones are not complete).
+    complete: frozenset[str] = frozenset()
+
+    @property
+    def position(self) -> Position:
+        return Position(self.epoch, self.seq)
+
+
+_DONE = b'{"type":"space.event.done"'
+
+
+def is_done(envelope: Envelope) -> bool:
+    """A stream's last frame that completes it (not a cancel)."""
+    return envelope.op is StreamOp.END and envelope.frame.startswith(_DONE)
+
+
+def complete_streams(events: list[Envelope]) -> frozenset[str]:
+    """Streams that both open and complete (``done``) within ``events``."""
+    opened: set[str] = set()
+    done: set[str] = set()
+    for env in events:
+        if env.stream is None:
+            continue
+        if env.op is StreamOp.OPEN:
+            opened.add(env.stream)
+        elif env.stream in opened and is_done(env):
+            done.add(env.stream)
+    return frozenset(done)
 
 
 class DeliveryHandler(Protocol):
@@ -101,5 +202,26 @@ class Backplane(Protocol):
         ...
 
     async def forget(self, space: str) -> None:
-        """The space is gone cluster-wide: drop its sequence and history."""
+        """The space has no members left. Its seq, epoch and history stay (a
+        client may resume); they expire as documented for each backplane."""
+        ...
+
+    async def position(self, space: str) -> Position:
+        """The space's epoch and last seq (an epoch is made if it has none)."""
+        ...
+
+    async def history(
+        self,
+        space: str,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int,
+        streams: bool = False,
+    ) -> History:
+        """Recorded messages of ``space``, oldest first: the first ``limit``
+        with a seq above ``after``, or else the newest ``limit`` below
+        ``before`` (or the newest of all). ``streams`` (with ``after``) also
+        finds the streams complete in ``(after, seq]``. Raises
+        BackplaneUnavailable."""
         ...

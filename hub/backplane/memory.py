@@ -1,20 +1,74 @@
-"""Single-node backplane: sequencing and delivery are a function call."""
+"""Single-node backplane: sequencing, history and delivery are a function call.
+
+Each space has a log: its epoch (random, made when the log is made, so a
+restarted process has new epochs), its last seq, and a ring of its last
+``history_size`` messages, emptied ``history_ttl`` seconds after the last
+publish. A space whose last member left keeps its log (a member that lost its
+connection can still resume) until it has been empty for ``history_ttl``;
+then the log is dropped, and a space of that name made later starts with a
+new epoch — so a (space, epoch) pair never reuses a seq.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import secrets
+import time
+from collections import deque
+from collections.abc import Callable
 
-from hub.backplane.base import DeliveryHandler, Draft, Envelope
+from hub.backplane.base import (
+    DeliveryHandler,
+    Draft,
+    Envelope,
+    History,
+    Position,
+    complete_streams,
+)
+from hub.idempotency import OnceCache
 from protocol.codec import complete
+
+
+def new_epoch() -> str:
+    return secrets.token_hex(6)
+
+
+class SpaceLog:
+    """One space's epoch, seq and recent messages."""
+
+    __slots__ = ("epoch", "events", "last_publish", "seq")
+
+    def __init__(self, size: int, now: float):
+        self.epoch = new_epoch()
+        self.seq = 0
+        self.events: deque[Envelope] = deque(maxlen=size)
+        self.last_publish = now
+
+    def trimmed(self, now: float, ttl: float) -> deque[Envelope]:
+        if self.events and now - self.last_publish > ttl:
+            self.events.clear()
+        return self.events
 
 
 class MemoryBackplane:
     """The default backplane of a single node; always ready."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        history_size: int = 1000,
+        history_ttl: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._handler: DeliveryHandler | None = None
-        self._seq: dict[str, int] = {}
         self._subscribed: set[str] = set()
+        self._size = history_size
+        self._ttl = history_ttl
+        self._clock = clock
+        self._logs: dict[str, SpaceLog] = {}
+        # Spaces without members, by when they emptied (oldest first).
+        self._empty: dict[str, float] = {}
+        self._once = OnceCache(history_ttl, clock=clock)
 
     @property
     def ready(self) -> bool:
@@ -33,6 +87,7 @@ class MemoryBackplane:
 
     async def subscribe(self, space: str) -> None:
         self._subscribed.add(space)
+        self._empty.pop(space, None)
 
     async def unsubscribe(self, space: str) -> None:
         self._subscribed.discard(space)
@@ -49,21 +104,39 @@ class MemoryBackplane:
     async def publish(self, space: str, draft: Draft) -> int:
         return self._publish(space, draft)
 
+    def _log(self, space: str, now: float) -> SpaceLog:
+        log = self._logs.get(space)
+        if log is None:
+            log = self._logs[space] = SpaceLog(self._size, now)
+        return log
+
     def _publish(self, space: str, draft: Draft) -> int:
-        seq = self._seq.get(space, 0) + 1
-        self._seq[space] = seq
+        once = draft.once
+        if once is not None:
+            duplicate = self._once.get(space, once.key)
+            if duplicate is not None:
+                return duplicate
+        now = self._clock()
+        log = self._log(space, now)
+        if self._empty:
+            self._empty.pop(space, None)
+        seq = log.seq = log.seq + 1
+        env = Envelope(
+            space,
+            complete(draft.head, seq, draft.tail),
+            seq,
+            draft.exclude,
+            draft.stream,
+            draft.op,
+            draft.to,
+        )
+        if self._size:
+            log.trimmed(now, self._ttl).append(env)
+        log.last_publish = now
+        if once is not None:
+            self._once.put(space, once.key, seq, once)
         if self._handler is not None and space in self._subscribed:
-            self._handler.deliver(
-                Envelope(
-                    space,
-                    complete(draft.head, seq, draft.tail),
-                    seq,
-                    draft.exclude,
-                    draft.stream,
-                    draft.op,
-                    draft.to,
-                )
-            )
+            self._handler.deliver(env)
         return seq
 
     async def send(self, envelope: Envelope) -> None:
@@ -75,4 +148,49 @@ class MemoryBackplane:
         return None
 
     async def forget(self, space: str) -> None:
-        self._seq.pop(space, None)
+        now = self._clock()
+        self._empty.pop(space, None)
+        self._empty[space] = now
+        self._drop_abandoned(now)
+
+    def _drop_abandoned(self, now: float) -> None:
+        empty = self._empty
+        while empty:
+            space = next(iter(empty))
+            if now - empty[space] <= self._ttl:
+                return
+            del empty[space]
+            if space not in self._subscribed:
+                self._logs.pop(space, None)
+
+    # ── history ─────────────────────────────────────────────────────────
+
+    async def position(self, space: str) -> Position:
+        log = self._log(space, self._clock())
+        return Position(log.epoch, log.seq)
+
+    async def history(
+        self,
+        space: str,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int,
+        streams: bool = False,
+    ) -> History:
+        now = self._clock()
+        self._drop_abandoned(now)
+        log = self._log(space, now)
+        events = log.trimmed(now, self._ttl)
+        oldest = events[0].seq if events else None
+        found: list[Envelope]
+        if after is not None:
+            window = [e for e in events if e.seq is not None and e.seq > after]
+            found = window[:limit]
+            done = complete_streams(window) if streams else frozenset()
+            return History(log.epoch, log.seq, found, oldest, done)
+        if before is not None:
+            found = [e for e in events if e.seq is not None and e.seq < before][-limit:]
+        else:
+            found = list(events)[-limit:]
+        return History(log.epoch, log.seq, found, oldest)

@@ -3,9 +3,13 @@
 Layout (``P`` is the key prefix, default ``agora``)::
 
     P:seq:{space}       STRING  the space's last seq (INCR)
-    P:history:{space}   STREAM  recent messages, MAXLEN ~ history_len
+    P:epoch:{space}     STRING  the space's history epoch
+    P:history:{space}   STREAM  the last history_size messages
+    P:once:{space}:{h}  STRING  idempotency receipts
     P:space:{space}     channel the space's messages
     P:node:{node_id}    channel messages for one node (send_to_node)
+
+(History, epochs and idempotency: :mod:`hub.backplane.redis_history`.)
 
 A message on a space channel is a short text header, a newline, the excluded
 agent id, the stream id and the addressed agent ids (space-separated; lengths
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import random
 import time
 from collections import deque
@@ -41,8 +46,26 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, RedisError
 
-from hub.backplane.base import DeliveryHandler, Draft, Envelope, StreamOp
+from hub.backplane.base import (
+    DeliveryHandler,
+    Draft,
+    Duplicate,
+    Envelope,
+    History,
+    Position,
+    StreamOp,
+)
+from hub.backplane.redis_history import (
+    HISTORY_LUA,
+    POSITION_FN,
+    POSITION_LUA,
+    SEQ_TTL,
+    candidate_epoch,
+    history_from,
+    position_from,
+)
 from hub.errors import BackplaneUnavailable
+from hub.idempotency import receipt, redis_key
 
 # Errors that mean "Redis could not do it": every one becomes BackplaneUnavailable.
 REDIS_ERRORS = (RedisError, OSError)
@@ -52,36 +75,59 @@ _OPS = tuple(StreamOp)
 MAX_BATCH = 256
 _NOT_READY_TEXT = "redis unavailable: the node is not connected and subscribed"
 
-# KEYS: seq, history. ARGV: head, tail, channel, header rest, history_len, idle_ttl.
-# If the seq key vanished while the history survived (eviction), the seq
-# resumes after the newest recorded message instead of restarting at 1.
-PUBLISH_LUA = """
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
-  if last[1] then redis.call('SET', KEYS[1], last[1][2][2]) end
+# KEYS: seq, history, epoch[, once]. ARGV: head, tail, channel, header rest,
+# history_size, history_ttl, seq_ttl, candidate epoch, stream id, stream op
+# code[, receipt]. A known idempotency key returns its receipt (a string)
+# and publishes nothing; otherwise the seq (an integer).
+PUBLISH_LUA = (
+    POSITION_FN
+    + """
+if KEYS[4] then
+  local receipt = redis.call('GET', KEYS[4])
+  if receipt then return receipt end
 end
+position(KEYS[1], KEYS[2], KEYS[3], ARGV[8], ARGV[7])
 local seq = redis.call('INCR', KEYS[1])
 local msg = seq .. ARGV[4] .. ARGV[1] .. seq .. ARGV[2]
 local ttl = tonumber(ARGV[6])
 if tonumber(ARGV[5]) > 0 then
-  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*', 'seq', seq, 'msg', msg)
+  local id = seq .. '-0'
+  if ARGV[9] ~= '' then
+    redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[5], id, 'm', msg, 's', ARGV[9], 'o', ARGV[10])
+  else
+    redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[5], id, 'm', msg)
+  end
   redis.call('EXPIRE', KEYS[2], ttl)
 end
-redis.call('EXPIRE', KEYS[1], ttl)
+redis.call('EXPIRE', KEYS[1], ARGV[7])
+redis.call('EXPIRE', KEYS[3], ARGV[7])
 redis.call('PUBLISH', ARGV[3], msg)
+if KEYS[4] then redis.call('SET', KEYS[4], seq .. ' ' .. ARGV[11], 'EX', ttl) end
 return seq
 """
+)
 
-# KEYS: seq keys. ARGV[1]: ttl, ARGV[i + 1]: the floor for KEYS[i].
+# KEYS: seq and epoch key of each space, in pairs. ARGV[1]: ttl, ARGV[i + 1]:
+# the floor for the i-th space. Raising a seq means Redis came back behind
+# what was delivered: its history may have lost messages, so the epoch goes.
 RAISE_SEQ_LUA = """
 local ttl = ARGV[1]
-for i, key in ipairs(KEYS) do
+for i = 1, #KEYS / 2 do
+  local key = KEYS[2 * i - 1]
   local floor = tonumber(ARGV[i + 1])
   local cur = tonumber(redis.call('GET', key) or '0') or 0
-  if cur < floor then redis.call('SET', key, floor, 'EX', ttl) end
+  if cur < floor then
+    redis.call('SET', key, floor, 'EX', ttl)
+    redis.call('DEL', KEYS[2 * i])
+  end
 end
 return 0
 """
+
+# Stream op codes in a history entry: StreamOp, with the end split in two.
+_DONE_CODE = b"3"
+_CANCEL_CODE = b"4"
+_CANCEL_HEAD = b'{"type":"space.event.cancel"'
 
 
 def redis_pool(
@@ -126,8 +172,8 @@ class RedisBackplane:
         *,
         prefix: str = "agora",
         node_id: str,
-        history_len: int = 1000,
-        idle_ttl: int = 86400,
+        history_size: int = 1000,
+        history_ttl: float = 300.0,
         socket_timeout: float = 3.0,
         connect_timeout: float = 2.0,
         max_connections: int = 64,
@@ -137,8 +183,9 @@ class RedisBackplane:
     ):
         self.node_id = node_id
         self._prefix = prefix
-        self._history_len = int(history_len)
-        self._idle_ttl = int(idle_ttl)
+        self._history_size = int(history_size)
+        self._history_ttl = max(1, round(history_ttl))
+        self._seq_ttl = max(SEQ_TTL, self._history_ttl)
         self._timeout = socket_timeout
         self._ping_interval = ping_interval
         self._backoff = (backoff_min, backoff_max)
@@ -151,6 +198,11 @@ class RedisBackplane:
         self._client = Redis.from_pool(self._pool)
         self._publish_script = self._client.register_script(PUBLISH_LUA)
         self._raise_script = self._client.register_script(RAISE_SEQ_LUA)
+        self._position_script = self._client.register_script(POSITION_LUA)
+        # Candidate epochs: unique across nodes (random prefix) and time (counter).
+        self._epoch_prefix = candidate_epoch()
+        self._epochs = itertools.count(1)
+        self._history_script = self._client.register_script(HISTORY_LUA)
         self._node_channel = f"{prefix}:node:{node_id}".encode()
         self._log = structlog.get_logger("hub.backplane").bind(node=node_id)
 
@@ -231,6 +283,9 @@ class RedisBackplane:
     def _history_key(self, space: str) -> str:
         return f"{self._prefix}:history:{space}"
 
+    def _epoch_key(self, space: str) -> str:
+        return f"{self._prefix}:epoch:{space}"
+
     # ── subscriptions ───────────────────────────────────────────────────
 
     async def subscribe(self, space: str) -> None:
@@ -276,8 +331,10 @@ class RedisBackplane:
                 )
 
     async def forget(self, space: str) -> None:
-        # Nothing: the keys expire after idle_ttl. Deleting the seq here could
-        # race a concurrent first join elsewhere and restart its seq at 1.
+        # Nothing: the keys expire (the history after history_ttl, seq and
+        # epoch after a day). Deleting the seq here could race a concurrent
+        # first join elsewhere, and a member that lost its connection may
+        # still resume.
         return None
 
     # ── sending ─────────────────────────────────────────────────────────
@@ -315,16 +372,28 @@ class RedisBackplane:
             stream,
             to,
         )
-        args = (
+        code = b"%d" % draft.op if draft.stream is not None else b""
+        if code == _DONE_CODE and draft.head.startswith(_CANCEL_HEAD):
+            code = _CANCEL_CODE
+        args: tuple[object, ...] = (
             self._seq_key(space),
             self._history_key(space),
+            self._epoch_key(space),
             draft.head,
             draft.tail,
             self._space_channel(space),
             rest,
-            self._history_len,
-            self._idle_ttl,
+            self._history_size,
+            self._history_ttl,
+            self._seq_ttl,
+            self._candidate(),
+            stream,
+            code,
         )
+        once = draft.once
+        if once is not None:
+            key = redis_key(self._prefix, space, once.key)
+            args = (*args[:3], key, *args[3:], receipt(once))
         self._outgoing.append((space, args, future))
         if self._drainer is None or self._drainer.done():
             self._drainer = loop.create_task(self._drain())
@@ -352,7 +421,10 @@ class RedisBackplane:
                 if isinstance(result, BaseException):
                     future.set_exception(unavailable("publish", result))
                     continue
-                seq = int(result)
+                if isinstance(result, bytes):  # an idempotency key seen before
+                    future.set_result(Duplicate.parse(result))
+                    continue
+                seq = int(result)  # type: ignore[call-overload]
                 if seq > floors.get(space, 0) and self._space_channel(space) in self._channels:
                     floors[space] = seq
                 future.set_result(seq)
@@ -368,7 +440,8 @@ class RedisBackplane:
         for attempt in range(2):
             pipe = self._client.pipeline(transaction=False)
             for i in todo:
-                pipe.evalsha(self._publish_script.sha, 2, *batch[i])
+                args = batch[i]
+                pipe.evalsha(self._publish_script.sha, 3 if len(args) == 13 else 4, *args)
             try:
                 replies = await pipe.execute(raise_on_error=False)
             except REDIS_ERRORS as exc:
@@ -430,6 +503,50 @@ class RedisBackplane:
             await self._client.publish(f"{self._prefix}:node:{node_id}", payload)
         except REDIS_ERRORS as exc:
             raise unavailable("send_to_node", exc) from exc
+
+    # ── history ─────────────────────────────────────────────────────────
+
+    def _space_keys(self, space: str) -> list[str]:
+        return [self._seq_key(space), self._history_key(space), self._epoch_key(space)]
+
+    def _candidate(self) -> str:
+        return f"{self._epoch_prefix}{next(self._epochs):x}"
+
+    async def position(self, space: str) -> Position:
+        if not self._ready:
+            raise BackplaneUnavailable(_NOT_READY_TEXT)
+        try:
+            reply = await self._position_script(
+                keys=self._space_keys(space), args=[self._candidate(), self._seq_ttl]
+            )
+        except REDIS_ERRORS as exc:
+            raise unavailable("position", exc) from exc
+        return position_from(reply)
+
+    async def history(
+        self,
+        space: str,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int,
+        streams: bool = False,
+    ) -> History:
+        if not self._ready:
+            raise BackplaneUnavailable(_NOT_READY_TEXT)
+        if after is not None:
+            mode, bound = "after", after
+        elif before is not None:
+            mode, bound = "before", before
+        else:
+            mode, bound = "newest", 0
+        scan = "1" if streams and after is not None else "0"
+        args = [self._candidate(), self._seq_ttl, mode, bound, max(0, limit), scan]
+        try:
+            reply = await self._history_script(keys=self._space_keys(space), args=args)
+        except REDIS_ERRORS as exc:
+            raise unavailable("history", exc) from exc
+        return history_from(space, reply, newest_first=mode != "after", streams=scan == "1")
 
     # ── the connection loop ─────────────────────────────────────────────
 
@@ -504,10 +621,10 @@ class RedisBackplane:
         floors = [(s, n) for s, n in self._floors.items() if s in wanted]
         for i in range(0, len(floors), 500):
             chunk = floors[i : i + 500]
-            await self._raise_script(
-                keys=[self._seq_key(s) for s, _ in chunk],
-                args=[self._idle_ttl, *(n for _, n in chunk)],
-            )
+            keys = []
+            for s, _ in chunk:
+                keys += [self._seq_key(s), self._epoch_key(s)]
+            await self._raise_script(keys=keys, args=[self._seq_ttl, *(n for _, n in chunk)])
 
     async def _keepalive(self, conn: AbstractConnection) -> None:
         """Detect a silent dead peer: nothing received across two pings → drop it."""

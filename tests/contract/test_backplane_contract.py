@@ -76,13 +76,14 @@ class BackplaneCluster:
     make: Callable[[str], Any] | None  # None: the single in-memory node
     distributed: bool
     members: dict[str, Member] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)  # of the in-memory node
 
     async def node(self, node_id: str) -> Member:
         if not self.distributed and self.members:
             return next(iter(self.members.values()))
         member = self.members.get(node_id)
         if member is None:
-            backplane = MemoryBackplane() if self.make is None else self.make(node_id)
+            backplane = MemoryBackplane(**self.options) if self.make is None else self.make(node_id)
             member = self.members[node_id] = Member(node_id, backplane, Recorder())
             await backplane.start(member.handler)
             await member.handler.wait_ready(True)
