@@ -9,6 +9,7 @@ be reached the request fails with UNAVAILABLE and nothing changes.
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any
 
 from hub.backplane import Backplane, Draft, Envelope
@@ -17,6 +18,7 @@ from hub.ids import Ids
 from hub.peer import Peer
 from hub.presence import AgentRecord, Presence
 from hub.publishing import Publishing
+from hub.recovery import Recovery
 from hub.registry import Registry
 from hub.session import Denied, Join, Leave, ListSpaces, Register
 from hub.settings import Settings
@@ -52,6 +54,7 @@ class Membership:
         self.subscriptions = subscriptions
         self.ids = ids
         self.publishing = publishing
+        self.recovery = Recovery(settings, registry, backplane, subscriptions)
         # Departures the cluster has not heard of yet (backplane was down).
         self.pending_departures: list[tuple[AgentRecord, list[str]]] = []
 
@@ -98,7 +101,8 @@ class Membership:
         limit = self.settings.members_list_limit
         if space in session.spaces:  # joining twice just answers again
             members, count = await self.presence.space_members(space, limit)
-            conn.send_frame(codec.joined(rid, space, members, count))
+            position = await self.recovery.position(space)
+            conn.send_frame(codec.joined(rid, space, members, count, **position))
             return
         self.spaces.check_joinable(space, rid)
         await self.presence.join_space(space, conn.agent_id, self.spaces.capacity(space))
@@ -115,10 +119,15 @@ class Membership:
                 await self.presence.leave_space(space, conn.agent_id)
             return
         # From here the joiner receives the space's messages; the reply goes
-        # out first so nothing of the space overtakes space.joined.
-        conn.send_frame(codec.joined(rid, space, members, count))
-        self.registry.join(space, conn)
-        session.on_joined(space)
+        # out first so nothing of the space overtakes space.joined, and a
+        # resume (since) replays what was missed first (hub/recovery.py).
+        reply = functools.partial(codec.joined, rid, space, members, count)
+        try:
+            await self.recovery.join(conn, space, a.since, reply)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self.presence.leave_space(space, conn.agent_id)
+            raise
         with contextlib.suppress(BackplaneUnavailable):
             await self._announce(space, members, count, joined=conn.agent_id)
 

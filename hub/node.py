@@ -47,6 +47,7 @@ from hub.session import (
     Leave,
     ListSpaces,
     Publish,
+    ReadHistory,
     ReceiverCancel,
     Register,
     Reject,
@@ -186,6 +187,7 @@ class Node:
             ListSpaces: membership.list_spaces,
             Register: membership.register,
             Denied: membership.denied,
+            ReadHistory: membership.recovery.history,
         }
         for action, handler in handlers.items():
             d.on(action, handler)

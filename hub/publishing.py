@@ -12,7 +12,8 @@ import asyncio
 import functools
 from typing import Any
 
-from hub.backplane import Backplane, Draft, StreamOp
+from hub import idempotency
+from hub.backplane import Backplane, Draft, Duplicate, Once, StreamOp
 from hub.dispatch import ErrorSender
 from hub.ids import Ids
 from hub.metrics import Counters
@@ -67,10 +68,14 @@ class Publishing:
         if audience is not None:
             rest["to"] = a.to_field
         head, tail = codec.sequenced("space.event", a.space, event_id, rest)
+        once = self._once(a, agent, event_id, ts)
         pending = self.backplane.publish_nowait(
-            a.space, Draft(head, tail, None if a.echo else agent, to=audience)
+            a.space, Draft(head, tail, None if a.echo else agent, to=audience, once=once)
         )
         self.counters.published += 1
+        if once is not None and self._duplicate(conn, a, await pending, once):
+            self.counters.published -= 1  # a retry: nothing was published
+            return
         if a.echo:
             # The echo is the acknowledgement: the connection's next message
             # needn't wait for Redis (a failure is still reported).
@@ -105,6 +110,27 @@ class Publishing:
             return (*a.to, agent)
         return a.to
 
+    def _once(self, a: Publish, agent: str, event_id: str, ts: int) -> Once | None:
+        if a.idempotency_key is None:
+            return None
+        return idempotency.once(agent, a.idempotency_key, event_id, ts, [a.data, a.to_field])
+
+    def _duplicate(self, conn: Peer, a: Publish, seq: int, once: Once) -> bool:
+        """Answer a retry (the backplane found its key) with the original's ids."""
+        if not isinstance(seq, Duplicate):
+            return False
+        if seq.digest != once.digest:
+            raise ProtocolError(
+                ErrorCode.INVALID_REQUEST,
+                f"idempotency_key {a.idempotency_key!r} was used for a different publish "
+                f"(event {seq.event_id})",
+                a.request_id,
+            )
+        conn.send_frame(
+            codec.published(a.request_id, a.space, seq.event_id, seq, seq.timestamp, True)
+        )
+        return True
+
     def _report(
         self, conn: Peer, request_id: str | int | None, pending: asyncio.Future[int]
     ) -> None:
@@ -127,6 +153,7 @@ class Publishing:
         stream_id = f"{agent}/{self.ids.event_id()}"
         exclude = None if a.echo or audience is not None else agent
         ts = codec.now_ms()
+        once = self._once(a, agent, stream_id, ts)  # claimed by the first delta
         first = {k: v for k, v in a.data.items() if k != "text"}
         for i, chunk in enumerate(codec.split_utf8(text, self.settings.stream_chunk)):
             data = {**first, "text": chunk} if i == 0 else {"text": chunk}
@@ -135,15 +162,19 @@ class Publishing:
                 rest["to"] = a.to_field
             head, tail = codec.sequenced("space.event.delta", a.space, stream_id, rest)
             op = StreamOp.OPEN if i == 0 else StreamOp.DELTA
-            await self.backplane.publish(
-                a.space, Draft(head, tail, exclude, stream_id, op, audience)
+            seq = await self.backplane.publish(
+                a.space,
+                Draft(head, tail, exclude, stream_id, op, audience, once if i == 0 else None),
             )
+            if i == 0 and once is not None and self._duplicate(conn, a, seq, once):
+                return
         rest: dict[str, Any] = {"from": agent, "timestamp": ts}
         if a.request_id is not None:
             rest["request_id"] = a.request_id
         head, tail = codec.sequenced("space.event.done", a.space, stream_id, rest)
+        # ``to`` on the done too: history readers get the routing of every frame.
         seq = await self.backplane.publish(
-            a.space, Draft(head, tail, exclude, stream_id, StreamOp.END)
+            a.space, Draft(head, tail, exclude, stream_id, StreamOp.END, audience)
         )
         self.counters.published += 1
         if not a.echo:

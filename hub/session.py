@@ -31,6 +31,8 @@ from protocol.messages import (
     ClientDelta,
     ClientDone,
     ClientHeartbeat,
+    Since,
+    SpaceHistoryRequest,
     SpaceJoin,
     SpaceLeave,
     SpaceListRequest,
@@ -86,6 +88,8 @@ class Register:
 class Join:
     space: str
     request_id: RequestId
+    #: Resume: replay what was published after this position (hub/recovery.py).
+    since: Since | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +109,7 @@ class Publish:
     #: which the event carries unchanged.
     to: tuple[str, ...] | None = None
     to_field: str | list[str] | None = None
+    idempotency_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +157,16 @@ class StreamCancel:
 
 
 @dataclass(frozen=True, slots=True)
+class ReadHistory:
+    """``space.history`` from a member of the space."""
+
+    space: str
+    limit: int
+    before_seq: int | None
+    request_id: RequestId
+
+
+@dataclass(frozen=True, slots=True)
 class ReceiverCancel:
     """A receiver no longer wants the rest of someone else's stream."""
 
@@ -174,6 +189,7 @@ Action = (
     | StreamDone
     | StreamCancel
     | ReceiverCancel
+    | ReadHistory
 )
 
 
@@ -338,7 +354,7 @@ class Session:
             case ClientCancel():
                 return [self._cancel(msg)]
             case SpaceJoin():
-                return [Join(self._checked_space(msg.space, rid), rid)]
+                return [Join(self._checked_space(msg.space, rid), rid, msg.since)]
             case SpaceLeave():
                 space = self._checked_space(msg.space, rid)
                 if space not in self.spaces:
@@ -349,6 +365,11 @@ class Session:
                 return [Leave(space, rid, cancels)]
             case SpaceListRequest():
                 return [ListSpaces(rid)]
+            case SpaceHistoryRequest():
+                space = self._checked_space(msg.space, rid)
+                if space not in self.spaces:
+                    return [Denied(space, rid)]
+                return [ReadHistory(space, msg.limit, msg.before_seq, rid)]
             case AgentRegister():
                 if msg.agent.id != self.agent_id:
                     raise ProtocolError(
@@ -391,10 +412,11 @@ class Session:
         denied = self._may_publish(msg.space, msg.data, msg.id)
         if denied:
             return denied
+        key = msg.idempotency_key
         if msg.to is None:
-            return Publish(msg.space, msg.data, msg.echo, msg.id)
+            return Publish(msg.space, msg.data, msg.echo, msg.id, idempotency_key=key)
         recipients = tuple(dict.fromkeys([msg.to] if isinstance(msg.to, str) else msg.to))
-        return Publish(msg.space, msg.data, msg.echo, msg.id, recipients, msg.to)
+        return Publish(msg.space, msg.data, msg.echo, msg.id, recipients, msg.to, key)
 
     # ── publisher side of client streams ────────────────────────────────
 

@@ -83,7 +83,9 @@ def add_commands(sub: Any) -> None:
         help="print a space's events as they arrive",
         description="Join SPACE and print its events. On a terminal, streamed events are "
         "shown live as their deltas arrive; otherwise each event (streams assembled) is "
-        "one JSON line. Reconnects when the connection drops.",
+        "one JSON line. Reconnects when the connection drops and resumes where it was: "
+        "events published meanwhile are printed first; if the hub no longer has them, "
+        "a line on stderr says so.",
     )
     tail.add_argument("space", metavar="SPACE")
     tail.add_argument("-n", "--count", type=int, default=None, help="exit after printing N events")
@@ -297,7 +299,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
 
 
 async def _tail(client: Client, args: argparse.Namespace, out: Output) -> int:
-    from hub.client.models import Event, MembersChanged, StreamChunk
+    from hub.client.models import Event, MembersChanged, Resumed, StreamChunk
     from hub.client.streams import StreamAssembler
     from hub.client.subscriptions import ALL_KINDS
 
@@ -327,6 +329,13 @@ async def _tail(client: Client, args: argparse.Namespace, out: Output) -> int:
             done = assembler.feed(item)
             if done is not None:
                 printed += printer.assembled(done)
+        elif isinstance(item, Resumed) and not item.recovered:
+            print(
+                f"agora-hub: reconnected to {item.space}: events after #{item.since.seq} "
+                f"up to #{item.seq} may be missing (the hub's history "
+                f"{'was lost' if item.epoch != item.since.epoch else 'no longer reaches back'})",
+                file=sys.stderr,
+            )
     return EXIT_OK
 
 

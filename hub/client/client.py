@@ -13,11 +13,19 @@ flight from any number of tasks.
 
 With ``reconnect=True`` a lost connection (anything but a refusal that needs
 a change on this side: close codes 4401, 4409, 4429) is reopened with
-jittered exponential backoff, the spaces joined before are joined again and
-the last ``register()`` is repeated. Requests made meanwhile wait for the
-connection up to their timeout; requests in flight when it dropped fail with
+jittered exponential backoff, the last ``register()`` is repeated and the
+spaces joined before are joined again *from where the client was* (its last
+``seq`` and the space's ``epoch``): the hub replays what was published
+meanwhile, then live events follow, no gap and no duplicate. When it cannot
+(its history no longer reaches back that far, or was lost) the application
+hears of it — a :class:`~hub.client.models.Resumed` item with
+``recovered=False`` and the ``on_resume`` callback — never silently.
+Requests made meanwhile wait for the connection up to their timeout;
+requests in flight when it dropped fail with
 :class:`~hub.client.errors.ConnectionClosed` (they may or may not have been
-carried out). Subscriptions carry on across reconnects.
+carried out) — except a ``publish()`` with an ``idempotency_key``, which is
+sent again after the reconnect: the hub publishes it at most once.
+Subscriptions carry on across reconnects.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ import itertools
 import logging
 import random
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, overload
 from urllib.parse import urlencode, urlsplit, urlunsplit
@@ -54,10 +62,13 @@ from hub.client.errors import (
 )
 from hub.client.models import (
     Event,
+    HistoryPage,
     JoinResult,
     MembersChanged,
     Message,
+    Position,
     Registration,
+    Resumed,
     SpaceInfo,
     StreamChunk,
     parse_chunk,
@@ -85,7 +96,9 @@ TERMINAL_CLOSE_CODES = frozenset(
     {CloseCode.UNAUTHORIZED, CloseCode.AGENT_EXISTS, CloseCode.RATE_LIMIT_ABUSE}
 )
 
-_HEARTBEAT = b'{"type":MessageType.AGENT_HEARTBEAT}'
+_HEARTBEAT = b'{"type":"agent.heartbeat"}'
+# How often publish() sends an idempotent publish again after lost connections.
+MAX_PUBLISH_RETRIES = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +130,8 @@ class Client:
     when full, the oldest item is dropped and counted (see
     :mod:`hub.client.subscriptions`). ``request_timeout`` bounds each request
     (seconds). ``max_size`` is the largest frame accepted from the hub.
+    ``on_resume`` is called with a :class:`Resumed` for every space rejoined
+    after a reconnect (a coroutine function is run as a task).
     Extra keyword arguments go to :func:`websockets.asyncio.client.connect`
     (``ssl``, ``proxy`` …).
     """
@@ -136,6 +151,7 @@ class Client:
         agent_type: str | None = None,
         capabilities: list[str] | None = None,
         metadata: dict[str, Any] | None = None,
+        on_resume: Callable[[Resumed], Any] | None = None,
         **connect_kwargs: Any,
     ):
         if not is_valid_agent_id(agent_id):
@@ -172,6 +188,9 @@ class Client:
         self._joined: dict[str, None] = {}  # insertion-ordered set
         self._members: dict[str, list[str]] = {}
         self._last_seq: dict[str, int] = {}
+        self._epochs: dict[str, str] = {}
+        self.on_resume = on_resume
+        self._callbacks: set[asyncio.Task[Any]] = set()
         self._last_error: dict[str, Any] | None = None
         self._connected = asyncio.Event()
         self._reader: asyncio.Task[None] | None = None
@@ -290,19 +309,34 @@ class Client:
         self._agent_info = info
         return self._registered(reply)
 
-    async def join(self, space: str) -> JoinResult:
-        """Join ``space`` (created on first join); returns its members."""
-        reply = await self._request({"type": MessageType.SPACE_JOIN, "space": space})
-        return self._joined_reply(space, reply)
+    async def join(self, space: str, *, since: Position | None = None) -> JoinResult:
+        """Join ``space`` (created on first join); returns its members.
+
+        ``since`` (a :meth:`position` kept from earlier, even by another
+        process) resumes: the hub first replays what was published after it,
+        and ``recovered`` in the result says whether it could.
+        """
+        msg: dict[str, Any] = {"type": MessageType.SPACE_JOIN, "space": space}
+        if since is not None:
+            msg["since"] = {"seq": since.seq, "epoch": since.epoch}
+        reply = await self._request(msg)
+        return self._joined_reply(space, reply, since is not None)
 
     async def leave(self, space: str) -> None:
         """Leave ``space``. Streams this client publishes there are cancelled by the hub."""
         await self._request({"type": MessageType.SPACE_LEAVE, "space": space})
         self._joined.pop(space, None)
         self._members.pop(space, None)
+        self._epochs.pop(space, None)
+        self._last_seq.pop(space, None)
 
     async def publish(
-        self, space: str, data: Mapping[str, Any] | str, *, echo: bool = True
+        self,
+        space: str,
+        data: Mapping[str, Any] | str,
+        *,
+        echo: bool = True,
+        idempotency_key: str | None = None,
     ) -> Event:
         """Publish ``data`` (a dict, or a str meaning ``{"text": str}``) to ``space``.
 
@@ -311,11 +345,46 @@ class Client:
         ``timestamp``), with ``echo=False`` the hub's ``space.published``.
         The returned event is also delivered to matching ``events()``
         iterators, like everyone else's.
+
+        ``idempotency_key`` (1–128 characters, unique per publish of this
+        agent in this space) makes the publish safe to repeat: within the
+        hub's ``history_ttl`` a publish with a key already used is not
+        published again and resolves to the original (``duplicate=True``).
+        With ``reconnect=True`` such a publish is repeated by the client
+        itself when the connection drops before the acknowledgement.
         """
         payload = {"text": data} if isinstance(data, str) else dict(data)
-        reply = await self._request(
-            {"type": MessageType.SPACE_PUBLISH, "space": space, "data": payload, "echo": echo}
-        )
+        msg: dict[str, Any] = {
+            "type": MessageType.SPACE_PUBLISH,
+            "space": space,
+            "data": payload,
+            "echo": echo,
+        }
+        if idempotency_key is not None:
+            msg["idempotency_key"] = idempotency_key
+        attempt = 0
+        while True:
+            try:
+                reply = await self._request(dict(msg))
+                break
+            except ConnectionClosed:
+                attempt += 1
+                if idempotency_key is None or not self.reconnect or attempt > MAX_PUBLISH_RETRIES:
+                    raise
+                log.info("publish interrupted by a lost connection: sending it again")
+        if reply.get("type") == MessageType.SPACE_PUBLISHED and reply.get("duplicate") is True:
+            return Event(
+                space=space,
+                event_id=str(reply.get("event_id")),
+                seq=_int(reply.get("seq")),
+                sender=self.agent_id,
+                timestamp=reply.get("timestamp")
+                if isinstance(reply.get("timestamp"), int)
+                else None,
+                data={"from": self.agent_id, **payload},
+                request_id=reply.get("id"),
+                duplicate=True,
+            )
         if reply.get("type") == MessageType.SPACE_EVENT:
             event = parse_event(reply)
             if event is not None:
@@ -372,6 +441,38 @@ class Client:
     def last_seq(self, space: str) -> int | None:
         """The highest ``seq`` received in ``space``."""
         return self._last_seq.get(space)
+
+    def position(self, space: str) -> Position | None:
+        """Where this client is in ``space`` (``epoch`` and last ``seq``), for
+        ``join(space, since=…)`` later — after a restart of this process, say."""
+        epoch, seq = self._epochs.get(space), self._last_seq.get(space)
+        return Position(epoch, seq) if epoch is not None and seq is not None else None
+
+    async def history(
+        self, space: str, *, limit: int = 50, before_seq: int | None = None
+    ) -> HistoryPage:
+        """The newest recorded events of ``space`` (a member only), oldest first;
+        ``before_seq`` pages back (``page.next_before_seq``). At most 100 a page;
+        addressed events appear only to their recipients."""
+        msg: dict[str, Any] = {"type": MessageType.SPACE_HISTORY, "space": space, "limit": limit}
+        if before_seq is not None:
+            msg["before_seq"] = before_seq
+        reply = await self._request(msg)
+        events: list[Event | StreamChunk] = []
+        for f in reply.get("events") or ():
+            if not isinstance(f, dict):
+                continue
+            item = parse_event(f) if f.get("type") == MessageType.SPACE_EVENT else parse_chunk(f)
+            if item is not None:
+                events.append(item)
+        nxt = reply.get("next_before_seq")
+        return HistoryPage(
+            space,
+            str(reply.get("epoch") or ""),
+            _int(reply.get("seq")),
+            events,
+            nxt if isinstance(nxt, int) and not isinstance(nxt, bool) else None,
+        )
 
     # ── receiving ────────────────────────────────────────────────────────
 
@@ -431,7 +532,8 @@ class Client:
         self, space: str | None = None, kinds: frozenset[str] = ALL_KINDS
     ) -> Subscription[Message]:
         """The general form of :meth:`events`: any of ``event``, ``members``,
-        ``delta``, ``done``, ``cancel``."""
+        ``delta``, ``done``, ``cancel``, ``resumed`` (:class:`Resumed`, after
+        a reconnect)."""
         unknown = set(kinds) - ALL_KINDS
         if unknown:
             raise ValueError(f"unknown kinds {sorted(unknown)}")
@@ -614,11 +716,15 @@ class Client:
                     )
                 )
             for space in list(self._joined):
+                since = self.position(space)
+                msg: dict[str, Any] = {"type": MessageType.SPACE_JOIN, "space": space}
+                if since is not None:
+                    msg["since"] = {"seq": since.seq, "epoch": since.epoch}
                 try:
-                    reply = await self._request(
-                        {"type": MessageType.SPACE_JOIN, "space": space}, ws=ws
-                    )
-                    self._joined_reply(space, reply)
+                    reply = await self._request(msg, ws=ws)
+                    joined = self._joined_reply(space, reply, since is not None)
+                    if since is not None:
+                        self._resumed(space, since, joined)
                 except HubRejected as exc:
                     log.warning("could not rejoin %s after reconnecting: %s", space, exc)
                     self._joined.pop(space, None)
@@ -640,12 +746,56 @@ class Client:
         self.registration = reg
         return reg
 
-    def _joined_reply(self, space: str, reply: dict[str, Any]) -> JoinResult:
+    def _joined_reply(
+        self, space: str, reply: dict[str, Any], resuming: bool = False
+    ) -> JoinResult:
         members = [m for m in reply.get("members") or () if isinstance(m, str)]
         count = _int(reply.get("member_count"))
         self._joined[space] = None
         self._members[space] = members
-        return JoinResult(space, members, count)
+        epoch, seq = reply.get("epoch"), reply.get("seq")
+        recovered = reply.get("recovered") if resuming else None
+        if isinstance(epoch, str) and isinstance(seq, int) and not isinstance(seq, bool):
+            if recovered is not True:
+                # A fresh start from here (a recovered join's replay moves
+                # the position itself, event by event, as it arrives).
+                self._epochs[space] = epoch
+                self._last_seq[space] = seq
+        else:
+            epoch = seq = None  # a hub without history
+        return JoinResult(
+            space,
+            members,
+            count,
+            epoch,
+            seq,
+            recovered if isinstance(recovered, bool) else None,
+        )
+
+    def _resumed(self, space: str, since: Position, joined: JoinResult) -> None:
+        """Tell the application how a rejoin after a reconnect went."""
+        if joined.epoch is None or joined.seq is None:
+            return
+        note = Resumed(space, joined.recovered is True, since, joined.epoch, joined.seq)
+        if not note.recovered:
+            log.warning(
+                "rejoined %s: events after seq %d could not be recovered (history %s)",
+                space,
+                since.seq,
+                "lost: new epoch" if joined.epoch != since.epoch else "no longer reaches back",
+            )
+        self._router.dispatch(space, "resumed", note)
+        callback = self.on_resume
+        if callback is None:
+            return
+        try:
+            result = callback(note)
+            if asyncio.iscoroutine(result):
+                task = asyncio.get_running_loop().create_task(result)
+                self._callbacks.add(task)
+                task.add_done_callback(self._callbacks.discard)
+        except Exception:
+            log.exception("on_resume callback failed")
 
     # ── background tasks ─────────────────────────────────────────────────
 

@@ -36,6 +36,9 @@ class Event:
     data: dict[str, Any]
     request_id: str | int | None = None
     streamed: bool = False
+    #: The hub answered a retried publish (same ``idempotency_key``) with the
+    #: original event's ids: nothing was published the second time.
+    duplicate: bool = False
 
     @property
     def text(self) -> str | None:
@@ -84,12 +87,66 @@ class StreamChunk:
 
 
 @dataclass(frozen=True, slots=True)
+class Position:
+    """Where a client is in a space: the history ``epoch`` and the last ``seq`` seen.
+
+    Pass it to ``join(space, since=…)`` to resume from it (the client does so
+    by itself after a reconnect).
+    """
+
+    epoch: str
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
 class JoinResult:
-    """The answer to ``join()``: the space's members (capped by the hub) and their exact count."""
+    """The answer to ``join()``: the space's members (capped by the hub) and their exact count.
+
+    ``epoch`` and ``seq`` are the space's position when the join took effect.
+    ``recovered`` is set when the join resumed from a position (``since``):
+    true when everything after it was replayed, false when the hub could not
+    (see :class:`Resumed`).
+    """
 
     space: str
     members: list[str]
     member_count: int
+    epoch: str | None = None
+    seq: int | None = None
+    recovered: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """A space rejoined after a reconnect, from the position the client had.
+
+    ``recovered`` true: every event published meanwhile was replayed (in
+    order, before live ones). False: the hub no longer had them all (its
+    history was trimmed, expired or lost — ``epoch`` then differs from
+    ``since.epoch``), so events between ``since.seq`` and ``seq`` may be
+    missing: reload what you need (``history()``, your own store).
+    """
+
+    space: str
+    recovered: bool
+    since: Position
+    epoch: str
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryPage:
+    """``history()``: recorded events (and stream frames), oldest first.
+
+    ``next_before_seq`` is what to pass as ``before_seq`` for the page
+    before this one (``None``: the hub holds nothing older).
+    """
+
+    space: str
+    epoch: str
+    seq: int
+    events: list[Event | StreamChunk]
+    next_before_seq: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +171,7 @@ class Registration:
     heartbeat_timeout: float
 
 
-Message = Event | MembersChanged | StreamChunk
+Message = Event | MembersChanged | StreamChunk | Resumed
 
 
 # ── parsing ─────────────────────────────────────────────────────────────────

@@ -28,8 +28,8 @@ from typing import Any, Generic, Literal, TypeVar
 
 log = logging.getLogger("hub.client")
 
-Kind = Literal["event", "members", "delta", "done", "cancel"]
-ALL_KINDS: frozenset[str] = frozenset({"event", "members", "delta", "done", "cancel"})
+Kind = Literal["event", "members", "delta", "done", "cancel", "resumed"]
+ALL_KINDS: frozenset[str] = frozenset({"event", "members", "delta", "done", "cancel", "resumed"})
 EVENT_KINDS: frozenset[str] = frozenset({"event"})
 STREAM_KINDS: frozenset[str] = frozenset({"delta", "done", "cancel"})
 
