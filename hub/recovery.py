@@ -181,7 +181,7 @@ class Recovery:
     async def history(self, conn: Peer, a: ReadHistory) -> None:
         """Answer ``space.history``: the newest frames ``conn`` would have received."""
         found = await self.backplane.history(a.space, before=a.before_seq, limit=a.limit)
-        budget = max(self.settings.max_frame_bytes, 65536)
+        budget = self.settings.max_frame_bytes  # about one largest frame (at least one event)
         agent = conn.agent_id
         frames: list[bytes] = []
         size = 0

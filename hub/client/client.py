@@ -189,6 +189,7 @@ class Client:
         self._members: dict[str, list[str]] = {}
         self._last_seq: dict[str, int] = {}
         self._epochs: dict[str, str] = {}
+        self._resuming: dict[str, Position] = {}  # rejoins in flight, by space
         self.on_resume = on_resume
         self._callbacks: set[asyncio.Task[Any]] = set()
         self._last_error: dict[str, Any] | None = None
@@ -720,16 +721,17 @@ class Client:
                 msg: dict[str, Any] = {"type": MessageType.SPACE_JOIN, "space": space}
                 if since is not None:
                     msg["since"] = {"seq": since.seq, "epoch": since.epoch}
+                    self._resuming[space] = since
                 try:
                     reply = await self._request(msg, ws=ws)
-                    joined = self._joined_reply(space, reply, since is not None)
-                    if since is not None:
-                        self._resumed(space, since, joined)
+                    self._joined_reply(space, reply, since is not None)
                 except HubRejected as exc:
                     log.warning("could not rejoin %s after reconnecting: %s", space, exc)
                     self._joined.pop(space, None)
+                    self._resuming.pop(space, None)
         except BaseException:
             # Not a loss to recover from: whoever called _open() handles it.
+            self._resuming.clear()
             self._ws = None
             heartbeat.cancel()
             ws.transport.abort()
@@ -753,15 +755,10 @@ class Client:
         count = _int(reply.get("member_count"))
         self._joined[space] = None
         self._members[space] = members
+        self._resuming.pop(space, None)
         epoch, seq = reply.get("epoch"), reply.get("seq")
         recovered = reply.get("recovered") if resuming else None
-        if isinstance(epoch, str) and isinstance(seq, int) and not isinstance(seq, bool):
-            if recovered is not True:
-                # A fresh start from here (a recovered join's replay moves
-                # the position itself, event by event, as it arrives).
-                self._epochs[space] = epoch
-                self._last_seq[space] = seq
-        else:
+        if not isinstance(epoch, str) or not isinstance(seq, int) or isinstance(seq, bool):
             epoch = seq = None  # a hub without history
         return JoinResult(
             space,
@@ -772,17 +769,33 @@ class Client:
             recovered if isinstance(recovered, bool) else None,
         )
 
-    def _resumed(self, space: str, since: Position, joined: JoinResult) -> None:
-        """Tell the application how a rejoin after a reconnect went."""
-        if joined.epoch is None or joined.seq is None:
+    def _on_joined(self, f: dict[str, Any]) -> None:
+        """``space.joined``, in the reader, before anything of the space that
+        follows it: where this client now is in the space."""
+        space, epoch, seq = f.get("space"), f.get("epoch"), f.get("seq")
+        if not isinstance(space, str) or not isinstance(epoch, str):
             return
-        note = Resumed(space, joined.recovered is True, since, joined.epoch, joined.seq)
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            return
+        recovered = f.get("recovered") is True
+        if not recovered:
+            # A fresh start from here (a recovered join's replay moves the
+            # position itself, event by event, as it arrives).
+            self._epochs[space] = epoch
+            self._last_seq[space] = seq
+        since = self._resuming.pop(space, None)
+        if since is not None:
+            self._resumed(Resumed(space, recovered, since, epoch, seq))
+
+    def _resumed(self, note: Resumed) -> None:
+        """Tell the application how a rejoin after a reconnect went."""
+        space, since = note.space, note.since
         if not note.recovered:
             log.warning(
                 "rejoined %s: events after seq %d could not be recovered (history %s)",
                 space,
                 since.seq,
-                "lost: new epoch" if joined.epoch != since.epoch else "no longer reaches back",
+                "lost: new epoch" if note.epoch != since.epoch else "no longer reaches back",
             )
         self._router.dispatch(space, "resumed", note)
         callback = self.on_resume
@@ -894,6 +907,8 @@ class Client:
             if change.space in self._joined:
                 self._members[change.space] = change.members
             self._router.dispatch(change.space, "members", change)
+        elif kind == MessageType.SPACE_JOINED:
+            self._on_joined(f)
         elif kind == MessageType.ERROR:
             self._on_error(f)
         elif kind == MessageType.AGENT_REGISTERED and rid is None:
