@@ -30,6 +30,7 @@ from hub.connection import HubConnection
 from hub.dispatch import Dispatcher, ErrorSender
 from hub.errors import AgentIdTaken, AuthError, BackplaneUnavailable
 from hub.frames import OutFrame
+from hub.gaps import GapFiller
 from hub.http import health_routes
 from hub.identity import HubIdentity
 from hub.ids import Ids
@@ -139,6 +140,7 @@ class Node:
             probe_local=self.agent_ids.probe_local, evict_local=self.agent_ids.evict_local,
         )  # fmt: skip
         self.agent_ids.remote = self.cluster
+        self.gaps = GapFiller(self.backplane, self.registry, self._fan_out, self._spawn)
         self.dispatcher = self._dispatcher()
         self.metrics_registry = build_registry(
             HubCollector(
@@ -255,6 +257,11 @@ class Node:
     def deliver(self, env: Envelope) -> None:
         if not self.registry.has_space(env.space):
             return
+        if self.gaps.holding and self.gaps.hold(env):
+            return  # after the missed messages being filled in (hub/gaps.py)
+        self._fan_out(env)
+
+    def _fan_out(self, env: Envelope) -> None:
         now = asyncio.get_running_loop().time() if env.stream is not None else 0.0
         self.counters.deliveries += self.registry.deliver(
             env.space,
@@ -282,6 +289,9 @@ class Node:
 
     def node_message(self, payload: bytes) -> None:
         self.cluster.on_message(payload)
+
+    def missed(self, space: str, after: int, upto: int) -> None:
+        self.gaps.missed(space, after, upto)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)

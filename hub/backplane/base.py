@@ -154,6 +154,12 @@ class DeliveryHandler(Protocol):
         """A message another node sent to this one (``send_to_node``)."""
         ...
 
+    def missed(self, space: str, after: int, upto: int) -> None:
+        """The space's messages with ``after < seq < upto`` never reached this
+        node (its link was down); called before the message ``upto`` is
+        delivered. They may still be in the history."""
+        ...
+
 
 class Backplane(Protocol):
     """Carries space messages between the nodes of a cluster."""

@@ -216,9 +216,11 @@ class RedisBackplane:
         self._confirmed: set[bytes] = set()  # on the current connection
         self._awaiting: set[bytes] = set()  # of the (re)subscribe batch
         self._pending: dict[bytes, asyncio.Future[None]] = {}
-        # Highest seq delivered or acknowledged per subscribed space: the
-        # floors the seq is raised to after a reconnect (Redis may be empty).
+        # Highest seq acknowledged, and the last one delivered, per subscribed
+        # space: the floors the seq is raised to after a reconnect (Redis may
+        # be empty); a delivered seq that skips numbers means missed messages.
         self._floors: dict[str, int] = {}
+        self._delivered: dict[str, int] = {}
         self._ready = False
         self._reported: bool | None = None
         self._lag = 0.0
@@ -323,6 +325,7 @@ class RedisBackplane:
         self._channels.pop(ch, None)
         self._confirmed.discard(ch)
         self._floors.pop(space, None)
+        self._delivered.pop(space, None)
         conn = self._conn
         if conn is not None and conn.is_connected:
             with contextlib.suppress(Exception):
@@ -618,7 +621,11 @@ class RedisBackplane:
     async def _raise_sequences(self) -> None:
         """Keep seq strictly increasing for this node even if Redis restarted empty."""
         wanted = set(self._channels.values())
-        floors = [(s, n) for s, n in self._floors.items() if s in wanted]
+        highest = dict(self._floors)
+        for space, seq in self._delivered.items():
+            if seq > highest.get(space, 0):
+                highest[space] = seq
+        floors = [(s, n) for s, n in highest.items() if s in wanted]
         for i in range(0, len(floors), 500):
             chunk = floors[i : i + 500]
             keys = []
@@ -651,7 +658,7 @@ class RedisBackplane:
         read = conn.read_response
         channels = self._channels
         node_channel = self._node_channel
-        floors = self._floors
+        delivered = self._delivered
         handler = self._handler
         assert handler is not None
         deliver = handler.deliver
@@ -676,8 +683,11 @@ class RedisBackplane:
                         k = j + slen
                         m = k + tlen if tlen > 0 else k
                         seq = int(seq_b) if seq_b else None
-                        if seq is not None and seq > floors.get(space, 0):
-                            floors[space] = seq
+                        if seq is not None:
+                            last = delivered.get(space)
+                            delivered[space] = seq
+                            if last is not None and seq > last + 1:
+                                handler.missed(space, last, seq)
                         self._lag = clock() - float(at_b)
                         deliver(
                             Envelope(

@@ -32,6 +32,7 @@ class Recorder:
         self.envelopes: list[Envelope] = []
         self.node_messages: list[bytes] = []
         self.readiness: list[bool] = []
+        self.gaps: list[tuple[str, int, int]] = []
         self._changed = asyncio.Event()
 
     def deliver(self, envelope: Envelope) -> None:
@@ -44,6 +45,10 @@ class Recorder:
 
     def node_message(self, payload: bytes) -> None:
         self.node_messages.append(payload)
+        self._changed.set()
+
+    def missed(self, space: str, after: int, upto: int) -> None:
+        self.gaps.append((space, after, upto))
         self._changed.set()
 
     async def wait_until(self, condition: Callable[[], bool], timeout: float = WAIT) -> None:

@@ -115,3 +115,37 @@ async def test_keys_and_their_lifetimes(node: Any, redis: Redis) -> None:
     entries = await redis.xrange("e:history:room")
     assert [entry_id for entry_id, _ in entries] == [b"1-0"]
     assert entries[0][1][b"s"] == b"a/1"
+
+
+async def test_a_node_that_missed_messages_hears_of_the_gap(redis_server: RedisServer) -> None:
+    a = RedisBackplane(redis_server.url, prefix="g", node_id="a")
+    b = RedisBackplane(redis_server.url, prefix="g", node_id="b", backoff_min=1.0)
+    ha, hb = Recorder(), Recorder()
+    try:
+        for bp, h in ((a, ha), (b, hb)):
+            await bp.start(h)
+            await h.wait_ready(True, WAIT)
+        await b.subscribe("room")
+        first = [await a.publish("room", draft(str(i))) for i in range(3)]
+        await hb.wait_until(lambda: hb.seqs("room") == first)
+        assert b._conn is not None
+        await b._conn.disconnect(nowait=True)  # b's pub/sub link drops
+        await hb.wait_ready(False, WAIT)
+        missed = [await a.publish("room", draft(f"m{i}")) for i in range(4)]
+        await hb.wait_ready(True, WAIT)
+        after = await a.publish("room", draft("after"))
+        await hb.wait_until(lambda: after in hb.seqs("room"))
+        assert hb.gaps == [("room", first[-1], after)]
+        assert hb.seqs("room") == [*first, after], "the missed ones are in the history"
+        history = await b.history("room", after=first[-1], limit=10)
+        assert [e.seq for e in history.events] == [*missed, after]
+        # Unsubscribing forgets the position: a later subscribe reports no gap.
+        await b.unsubscribe("room")
+        await a.publish("room", draft("unseen"))
+        await b.subscribe("room")
+        last = await a.publish("room", draft("last"))
+        await hb.wait_until(lambda: last in hb.seqs("room"))
+        assert len(hb.gaps) == 1
+    finally:
+        await a.aclose()
+        await b.aclose()

@@ -8,6 +8,7 @@ agent whose node is killed comes back on another one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import signal
@@ -15,6 +16,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from redis.asyncio import Redis
 
 from hub.client import Backoff, Event, Resumed
 from tests.integration.test_cluster import CLUSTER, wait_ready
@@ -225,3 +227,79 @@ async def test_join_racing_a_burst_across_nodes(cluster, seed):
         if m.get("space") == "room" and isinstance(m.get("seq"), int):
             seqs.append(m["seq"])
     assert seqs == list(range(since + 1, last + 1))
+
+
+def local_ports(pid: int) -> set[int]:
+    """Local TCP ports of a process's sockets (from /proc: no extra packages)."""
+    inodes = set()
+    fd_dir = f"/proc/{pid}/fd"
+    for fd in os.listdir(fd_dir):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"{fd_dir}/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[9] in inodes:
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+async def kill_pubsub_link(redis_url: str, pid: int) -> None:
+    """Cut one node's Redis pub/sub connection, as a network failure would."""
+    ports = local_ports(pid)
+    client = Redis.from_url(redis_url)
+    try:
+        killed = 0
+        for entry in await client.client_list(_type="pubsub"):
+            if int(entry["addr"].rsplit(":", 1)[1]) in ports:
+                await client.client_kill_filter(_id=entry["id"])
+                killed += 1
+        assert killed == 1
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize("history_size", [1000, 0])
+async def test_members_of_a_node_that_missed_events_lose_nothing(
+    redis_server, cluster, clients, history_size
+):
+    """A node's pub/sub link drops while others publish: it fills the gap from
+    history; without history its members are told to resume (and do)."""
+    n0, n1 = cluster(2, history_size=history_size)
+    resumes: asyncio.Queue[Resumed] = asyncio.Queue()
+    alice = await clients(n1.url, "alice", reconnect=True, backoff=FAST,
+                          on_resume=resumes.put_nowait)  # fmt: skip
+    bob = await clients(n0.url, "bob")
+    events = alice.events("room")
+    await bob.join("room")
+    await alice.join("room")
+    sent: list[int] = []
+    cut, enough = asyncio.Event(), asyncio.Event()
+
+    async def traffic() -> None:
+        while not cut.is_set() or len(sent) < 60:
+            sent.append((await bob.publish("room", f"m{len(sent)}")).seq)
+            if len(sent) == 20:
+                enough.set()
+            await asyncio.sleep(0.002)
+
+    publisher = asyncio.create_task(traffic())
+    await enough.wait()
+    await kill_pubsub_link(redis_server.url, n1.proc.pid)
+    cut.set()
+    await publisher
+    got = await collect(events, sent[-1])
+    if history_size:
+        assert [e.seq for e in got] == sent, "filled in by the node"
+        assert resumes.empty() and alice.reconnects == 0
+    else:
+        # Nothing to fill from: alice was closed, came back, and was told.
+        note = await resumes.get()
+        assert note.recovered is False
+        assert alice.reconnects == 1
+        seqs = [e.seq for e in got]
+        assert seqs == sorted(set(seqs)) and set(seqs) <= set(sent)
