@@ -62,6 +62,7 @@ class GapFiller:
 
     def missed(self, space: str, after: int, upto: int) -> None:
         """Messages ``after < seq < upto`` of ``space`` never arrived."""
+        self._log.warning("DEBUGGAP", space=space, after=after, upto=upto)
         if not self.registry.has_space(space):
             return
         if space in self.holding:
@@ -101,12 +102,14 @@ class GapFiller:
         except Exception:
             ok = False
         finally:
-            held = self.holding.pop(space, [])
             self._broken.discard(space)
             if not ok:
                 self._give_up(space, after, upto)
-            for env in held:
+            # Still holding while the held ones go out (no await in between),
+            # so "not filling" means everything received has been delivered.
+            for env in self.holding.get(space, ()):
                 self._deliver(env)
+            self.holding.pop(space, None)
 
     def _give_up(self, space: str, after: int, upto: int) -> None:
         closed = 0

@@ -141,6 +141,7 @@ class Node:
         )  # fmt: skip
         self.agent_ids.remote = self.cluster
         self.gaps = GapFiller(self.backplane, self.registry, self._fan_out, self._spawn)
+        self.membership.recovery.filling = self.gaps.holding.__contains__
         self.dispatcher = self._dispatcher()
         self.metrics_registry = build_registry(
             HubCollector(

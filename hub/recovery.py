@@ -71,7 +71,11 @@ class Holding:
     """A member's live frames, held while its replay is read and sent.
 
     Installed by replacing the member's ``push`` (what the fan-out calls), so
-    nothing else pays for it; :meth:`release` puts the original back.
+    nothing else pays for it. :meth:`release` delivers what ``keep`` accepts
+    and goes on filtering new frames through ``keep`` until ``settled()`` —
+    until this node has delivered everything up to the member's position
+    (Redis may still be bringing older messages) — then puts the original
+    ``push`` back.
     """
 
     def __init__(self, member: Any, limit: int):
@@ -82,6 +86,8 @@ class Holding:
         self.overflowed = False
         self._own = vars(member).get("push")  # an instance attribute, or the class's
         self.direct: Callable[[OutFrame], bool] = member.push
+        self._keep: Callable[[OutFrame], bool] | None = None
+        self._settled: Callable[[], bool] | None = None
         member.push = self.push
 
     def push(self, frame: OutFrame) -> bool:
@@ -93,17 +99,38 @@ class Holding:
             self.overflowed = True
         return True
 
-    def release(self, keep: Callable[[OutFrame], bool] | None = None) -> None:
+    def release(
+        self,
+        keep: Callable[[OutFrame], bool] | None = None,
+        settled: Callable[[], bool] | None = None,
+    ) -> None:
         """Deliver the held frames ``keep`` accepts, in order; go live."""
-        if self._own is not None:
-            self.member.push = self._own
-        else:
-            del self.member.push
         frames, self.frames = self.frames, []
         direct = self.direct
         for frame in frames:
             if keep is None or keep(frame):
                 direct(frame)
+        if keep is None or settled is None or settled():
+            self._restore()
+            return
+        self._keep, self._settled = keep, settled
+        self.member.push = self._filter
+
+    def _filter(self, frame: OutFrame) -> bool:
+        assert self._keep is not None and self._settled is not None
+        delivered = self.direct(frame) if self._keep(frame) else True
+        if self._settled():
+            self._restore()
+        return delivered
+
+    def _restore(self) -> None:
+        member = self.member
+        if vars(member).get("push") not in (self.push, self._filter):
+            return  # another holding wraps this one: it puts this one back
+        if self._own is not None:
+            member.push = self._own
+        else:
+            del member.push
 
 
 class Recovery:
@@ -120,6 +147,8 @@ class Recovery:
         self.registry = registry
         self.backplane = backplane
         self.subscriptions = subscriptions
+        #: Whether the node is filling a gap in a space (hub/gaps.py, set by the node).
+        self.filling: Callable[[str], bool] = lambda space: False
         self._locks: weakref.WeakKeyDictionary[Any, asyncio.Lock] = weakref.WeakKeyDictionary()
 
     async def position(self, space: str) -> dict[str, Any]:
@@ -131,38 +160,51 @@ class Recovery:
         """Make ``conn`` a local member of ``space``: send ``reply(**position)``
         (``space.joined``), replay after ``since``, go live.
 
+        The member receives exactly the events after the ``seq`` in its
+        ``space.joined``: the position is read after it joined the fan-out,
+        and what arrived meanwhile up to that seq is not passed on.
+
         Raises (with nothing changed here) only before ``space.joined`` is
         sent; a replay that fails afterwards closes the connection instead.
         """
         session = conn.session
         assert session is not None
-        if since is None:
-            position = await self.position(space)
-            conn.send_frame(reply(**position))
-            self.registry.join(space, conn)
-            session.on_joined(space)
-            return
         lock = self._locks.setdefault(conn, asyncio.Lock())
         async with lock:  # one held buffer per member at a time
             hold = Holding(conn, self.settings.outbox_max_bytes)
             self.registry.join(space, conn)
             session.on_joined(space)
             try:
-                first = await self.backplane.history(
-                    space, after=since.seq, limit=PAGE, streams=True
-                )
+                if since is None:
+                    position = await self.backplane.position(space)
+                else:
+                    first = await self.backplane.history(
+                        space, after=since.seq, limit=PAGE, streams=True
+                    )
+                    position = first.position
             except BaseException:
                 hold.release()
                 session.on_left(space)
                 if self.registry.leave(space, conn):
                     self.subscriptions.release(space)
                 raise
+            boundary = Boundary(self.registry, conn, space, position.seq)
+
+            def settled() -> bool:
+                # Everything up to the position has reached this node's members.
+                seq = position.seq
+                return self.backplane.delivered(space) >= seq and not self.filling(space)
+
+            if since is None:
+                _send(hold, reply(epoch=position.epoch, seq=position.seq))
+                hold.release(boundary.keep, settled)
+                return
             recovered = _recoverable(first, since)
             _send(hold, reply(epoch=first.epoch, seq=first.seq, recovered=recovered))
             if not recovered:
-                hold.release()
+                hold.release(boundary.keep, settled)
                 return
-            replay = Replay(self, conn, hold, space, since, first)
+            replay = Replay(self, conn, hold, space, since, first, boundary)
             try:
                 await replay.run()
             except _Gone:
@@ -176,7 +218,7 @@ class Recovery:
             except BaseException:
                 hold.release()
                 raise
-            hold.release(replay.keep)
+            hold.release(boundary.keep, settled)
 
     async def history(self, conn: Peer, a: ReadHistory) -> None:
         """Answer ``space.history``: the newest frames ``conn`` would have received."""
@@ -245,6 +287,7 @@ class Replay:
         space: str,
         since: Since,
         first: History,
+        boundary: Boundary,
     ):
         self.recovery = recovery
         self.conn = conn
@@ -257,18 +300,19 @@ class Replay:
         self.complete = first.complete
         # Streams of the window this member gets, and those it does not.
         self.receiving: set[str] = set()
-        self.skipped: set[str] = set()
+        self.skipped = boundary.skipped
         limit = recovery.settings.outbox_max_bytes
         self.pace = min(PACE_BYTES, limit // 4)
         self.drain_timeout = recovery.settings.heartbeat_timeout
         outbox = getattr(conn, "outbox", None)
         self.preframe = bool(getattr(outbox, "preframed", False))
-        self._marker = b'"space":' + orjson.dumps(space)
 
     async def run(self) -> None:
         page = self.first
         while True:
             for env in page.events:
+                if env.seq is not None and env.seq > self.end:
+                    return  # published after the join: it arrives live
                 if env.seq != self.next:
                     raise _lost(self.space, "trimmed")
                 self.next += 1
@@ -336,9 +380,24 @@ class Replay:
                 f"replay not read for {self.drain_timeout:g} s",
             ) from None
 
+
+class Boundary:
+    """Which held frames a member gets once it goes live after ``seq``.
+
+    Frames of the space up to ``seq`` are dropped (replayed, or before the
+    member's position), and so is the rest of every stream that had a frame
+    dropped or skipped: a member gets a stream whole or not at all.
+    """
+
+    def __init__(self, registry: Registry[Any], conn: Peer, space: str, seq: int):
+        self.registry = registry
+        self.conn = conn
+        self.space = space
+        self.seq = seq
+        self.skipped: set[str] = set()
+        self._marker = b'"space":' + orjson.dumps(space)
+
     def keep(self, frame: OutFrame) -> bool:
-        """Of the held frames: drop what the replay covered and the rest of the
-        window's streams it skipped."""
         payload = frame.payload
         if payload.find(self._marker, 0, 64 + len(self._marker)) < 0:
             return True  # another space's
@@ -348,11 +407,18 @@ class Replay:
             return True
         if msg.get("space") != self.space:
             return True
-        seq = msg.get("seq")
-        if isinstance(seq, int) and seq < self.next:
-            return False
         event_id = msg.get("event_id")
-        if msg.get("type") != "space.event" and event_id in self.skipped:
-            self.recovery.registry.stop_receiving(self.conn, event_id)
+        streamed = msg.get("type") != "space.event" and isinstance(event_id, str)
+        seq = msg.get("seq")
+        if isinstance(seq, int) and seq <= self.seq:
+            if streamed:
+                self._skip(event_id)
+            return False
+        if streamed and event_id in self.skipped:
+            self._skip(event_id)
             return False
         return True
+
+    def _skip(self, stream: str) -> None:
+        self.skipped.add(stream)
+        self.registry.stop_receiving(self.conn, stream)

@@ -212,6 +212,11 @@ class Backplane(Protocol):
         client may resume); they expire as documented for each backplane."""
         ...
 
+    def delivered(self, space: str) -> int:
+        """The highest seq of ``space`` this node has handed to its delivery
+        handler (0 when none yet)."""
+        ...
+
     async def position(self, space: str) -> Position:
         """The space's epoch and last seq (an epoch is made if it has none)."""
         ...

@@ -165,6 +165,11 @@ class MemoryBackplane:
 
     # ── history ─────────────────────────────────────────────────────────
 
+    def delivered(self, space: str) -> int:
+        # A publish is delivered before it returns.
+        log = self._logs.get(space)
+        return log.seq if log is not None else 0
+
     async def position(self, space: str) -> Position:
         log = self._log(space, self._clock())
         return Position(log.epoch, log.seq)

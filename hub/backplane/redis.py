@@ -515,6 +515,9 @@ class RedisBackplane:
     def _candidate(self) -> str:
         return f"{self._epoch_prefix}{next(self._epochs):x}"
 
+    def delivered(self, space: str) -> int:
+        return self._delivered.get(space, 0)
+
     async def position(self, space: str) -> Position:
         if not self._ready:
             raise BackplaneUnavailable(_NOT_READY_TEXT)
