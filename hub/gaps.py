@@ -62,13 +62,13 @@ class GapFiller:
 
     def missed(self, space: str, after: int, upto: int) -> None:
         """Messages ``after < seq < upto`` of ``space`` never arrived."""
-        self._log.warning("DEBUGGAP", space=space, after=after, upto=upto)
         if not self.registry.has_space(space):
             return
         if space in self.holding:
             self._broken.add(space)  # a second gap while filling the first
             return
         self.holding[space] = []
+        self._log.info("missed messages: filling from history", space=space, after=after, upto=upto)
         self._spawn(self._fill(space, after, upto))
 
     def hold(self, env: Envelope) -> bool:

@@ -55,6 +55,7 @@ from hub.client.errors import (
     HubClientError,
     HubConnectionError,
     HubRejected,
+    RateLimited,
     RequestTimeout,
     Unauthorized,
     Unavailable,
@@ -725,6 +726,8 @@ class Client:
                 try:
                     reply = await self._request(msg, ws=ws)
                     self._joined_reply(space, reply, since is not None)
+                except (Unavailable, RateLimited):
+                    raise  # passing: this reconnect attempt failed, the next one rejoins
                 except HubRejected as exc:
                     log.warning("could not rejoin %s after reconnecting: %s", space, exc)
                     self._joined.pop(space, None)
@@ -990,7 +993,7 @@ class Client:
             attempt += 1
             try:
                 await self._open()
-            except (HubConnectionError, Unavailable, RequestTimeout) as exc:
+            except (HubConnectionError, Unavailable, RateLimited, RequestTimeout) as exc:
                 last = exc
                 log.info("reconnect attempt %d failed: %s", attempt, exc)
                 continue

@@ -2,24 +2,29 @@
 
 Clients connect to the proxy's port; each connection is forwarded to the
 first reachable port of ``targets`` (so when a node dies its clients come
-back on the next one, as behind a load balancer). :meth:`TcpProxy.drop` cuts
-every open connection (a network failure, both ends see a reset), and
-:meth:`TcpProxy.cut_when` cuts a connection instead of forwarding a
-hub-to-client chunk that matches (the reply never arrives).
+back on the next one, as behind a load balancer) — or, with
+``round_robin=True``, to the next reachable one in turn. :meth:`TcpProxy.drop`
+cuts every open connection (a network failure, both ends see a reset),
+:meth:`TcpProxy.drop_one` one of them, and :meth:`TcpProxy.cut_when` cuts a
+connection instead of forwarding a hub-to-client chunk that matches (the
+reply never arrives).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 from collections.abc import Callable
 
 from tests.support.servers import free_port
 
 
 class TcpProxy:
-    def __init__(self, targets: list[int], host: str = "127.0.0.1"):
+    def __init__(self, targets: list[int], host: str = "127.0.0.1", round_robin: bool = False):
         self.targets = list(targets)
+        self.round_robin = round_robin
+        self._next = 0
         self.host = host
         self.port = free_port()
         self.connections = 0
@@ -51,13 +56,27 @@ class TcpProxy:
                 writer.transport.abort()
         return len(pairs)
 
+    def drop_one(self, rng: random.Random) -> bool:
+        """Cut one open connection chosen by ``rng``; False if there is none."""
+        if not self._pairs:
+            return False
+        pair = rng.choice(sorted(self._pairs, key=id))
+        self._pairs.discard(pair)
+        for writer in pair:
+            writer.transport.abort()
+        return True
+
     def cut_when(self, match: Callable[[bytes], bool] | None) -> None:
         """Cut a connection instead of forwarding hub-to-client bytes that ``match``."""
         self._cut = match
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         upstream = None
-        for port in self.targets:
+        order = self.targets
+        if self.round_robin:
+            self._next = (self._next + 1) % len(order)
+            order = order[self._next :] + order[: self._next]
+        for port in order:
             try:
                 up_reader, up_writer = await asyncio.open_connection(self.host, port)
             except OSError:
