@@ -10,17 +10,20 @@ sizes are bytes.
 
 from __future__ import annotations
 
+import difflib
 import os
 import secrets
 import socket
+from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
     Field,
+    PrivateAttr,
     SecretStr,
     ValidationError,
     ValidationInfo,
@@ -29,6 +32,7 @@ from pydantic import (
 )
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -36,6 +40,7 @@ from pydantic_settings import (
 
 from hub.authz import parse_patterns
 from hub.errors import ConfigError
+from hub.proxies import parse_networks
 from protocol.names import SpaceKind, space_kind
 
 ENV_PREFIX = "AGORA_HUB_"
@@ -196,6 +201,10 @@ class Settings(BaseSettings):
     )
     tls_certfile: Path | None = Field(None, description="PEM certificate: serve wss://.")
     tls_keyfile: Path | None = Field(None, description="PEM private key for tls_certfile.")
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Proxies (IPs or CIDRs, comma-separated) whose X-Forwarded-For is believed.",
+    )
     compression: Literal["none", "deflate"] = Field(
         "none", description="permessage-deflate; costs about 3x CPU per delivery."
     )
@@ -223,6 +232,18 @@ class Settings(BaseSettings):
     bridges: Bridges = Field(
         default_factory=Bridges, description="Outbound bridges (config file only)."
     )
+
+    # Where these settings were read from, for SIGHUP (see reread_settings).
+    _sources: tuple[dict[str, Any], Path | None] | None = PrivateAttr(default=None)
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _networks(cls, value: Any) -> Any:
+        if isinstance(value, str):  # a flag or env var: comma-separated
+            value = value.split(",")
+        if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+            return [str(n) for n in parse_networks(value)]
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
@@ -270,6 +291,15 @@ class Settings(BaseSettings):
 
 # Settings that only make sense in the config file, not as flags.
 FILE_ONLY = {"spaces", "bridges"}
+#: What SIGHUP re-reads from the config file; every other change needs a restart.
+RELOADABLE = {"log_level"}
+# Files read at start, and what each is for (named in the error when one is missing).
+FILES = {
+    "tls_certfile": "the TLS certificate chain (PEM) served on both ports",
+    "tls_keyfile": "the TLS private key (PEM) for tls_certfile",
+    "auth_tokens_file": "the agents' tokens for auth_mode=tokens",
+    "identity_file": "the hub's Ed25519 identity key (agora-hub keygen --out FILE)",
+}
 
 
 def load_settings(
@@ -282,18 +312,100 @@ def load_settings(
         raise ConfigError(f"config file {config} does not exist")
     token = _config_file.set(config)
     try:
-        return Settings(**(overrides or {}))
+        settings = Settings(**(overrides or {}))
     except ValidationError as exc:
         raise ConfigError(_describe(exc)) from None
     except (OSError, ValueError) as exc:  # unreadable or malformed TOML
         raise ConfigError(f"cannot read config {config}: {exc}") from None
     finally:
         _config_file.reset(token)
+    settings._sources = (dict(overrides or {}), config)
+    return settings
+
+
+def reread_settings(settings: Settings) -> Settings | None:
+    """The same flags, env and config file read again (SIGHUP); None when
+    ``settings`` did not come from :func:`load_settings`. ConfigError if the
+    file is now unusable."""
+    if settings._sources is None:
+        return None
+    overrides, config = settings._sources
+    return load_settings(overrides, config)
+
+
+def check_files(settings: Settings) -> None:
+    """Before serving: every file the settings name can be read (ConfigError
+    naming the setting, the path and what the file is for)."""
+    for name, purpose in FILES.items():
+        check_file(getattr(settings, name), name, purpose)
+
+
+def check_file(path: Path | None, setting: str, purpose: str) -> None:
+    """ConfigError naming the setting, the path and what the file is for when
+    ``path`` is set but cannot be read."""
+    if path is None:
+        return
+    if not path.exists():
+        problem = "no such file"
+    elif not path.is_file():
+        problem = "not a file"
+    elif not os.access(path, os.R_OK):
+        problem = "not readable by this user"
+    else:
+        return
+    raise ConfigError(f"{setting} {path}: {problem}; it should hold {purpose}")
+
+
+def unknown_env_vars(environ: Mapping[str, str] | None = None) -> list[str]:
+    """One warning per ``AGORA_HUB_*`` variable that names no setting (they are
+    otherwise ignored), with the closest setting's variable when there is one."""
+    environ = os.environ if environ is None else environ
+    known = [*Settings.model_fields, "config"]
+    warnings = []
+    for var in sorted(environ):
+        upper = var.upper()
+        name = upper.removeprefix(ENV_PREFIX).lower()
+        if not upper.startswith(ENV_PREFIX) or name in known:
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        hint = f"; did you mean {ENV_PREFIX}{close[0].upper()}?" if close else ""
+        warnings.append(f"unknown environment variable {var} is ignored{hint}")
+    return warnings
 
 
 def _describe(exc: ValidationError) -> str:
     lines = []
     for err in exc.errors(include_url=False):
         loc = ".".join(str(p) for p in err["loc"]) or "settings"
-        lines.append(f"{loc}: {err['msg']}")
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown setting"
+            close = _closest_key(err["loc"])
+            if close:
+                msg += f"; did you mean {close}?"
+        lines.append(f"{loc}: {msg}")
     return "invalid settings: " + "; ".join(lines)
+
+
+def _closest_key(loc: tuple[int | str, ...]) -> str | None:
+    """The field name nearest to an unknown key, among its siblings' (nested models too)."""
+    model: type[BaseModel] | None = Settings
+    for part in loc[:-1]:
+        if isinstance(part, int) or model is None:
+            continue
+        field = model.model_fields.get(part)
+        model = _model_of(field.annotation) if field is not None else None
+    if model is None:
+        return None
+    close = difflib.get_close_matches(str(loc[-1]), list(model.model_fields), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None
