@@ -10,7 +10,6 @@ sizes are bytes.
 
 from __future__ import annotations
 
-import difflib
 import os
 import secrets
 import socket
@@ -39,6 +38,8 @@ from pydantic_settings import (
 )
 
 from hub.authz import parse_patterns
+from hub.config_checks import FILES, check_file, closest_field
+from hub.config_checks import unknown_env_vars as _unknown_env_vars
 from hub.errors import ConfigError
 from hub.proxies import parse_networks
 from protocol.names import SpaceKind, space_kind
@@ -293,13 +294,6 @@ class Settings(BaseSettings):
 FILE_ONLY = {"spaces", "bridges"}
 #: What SIGHUP re-reads from the config file; every other change needs a restart.
 RELOADABLE = {"log_level"}
-# Files read at start, and what each is for (named in the error when one is missing).
-FILES = {
-    "tls_certfile": "the TLS certificate chain (PEM) served on both ports",
-    "tls_keyfile": "the TLS private key (PEM) for tls_certfile",
-    "auth_tokens_file": "the agents' tokens for auth_mode=tokens",
-    "identity_file": "the hub's Ed25519 identity key (agora-hub keygen --out FILE)",
-}
 
 
 def load_settings(
@@ -340,37 +334,11 @@ def check_files(settings: Settings) -> None:
         check_file(getattr(settings, name), name, purpose)
 
 
-def check_file(path: Path | None, setting: str, purpose: str) -> None:
-    """ConfigError naming the setting, the path and what the file is for when
-    ``path`` is set but cannot be read."""
-    if path is None:
-        return
-    if not path.exists():
-        problem = "no such file"
-    elif not path.is_file():
-        problem = "not a file"
-    elif not os.access(path, os.R_OK):
-        problem = "not readable by this user"
-    else:
-        return
-    raise ConfigError(f"{setting} {path}: {problem}; it should hold {purpose}")
-
-
 def unknown_env_vars(environ: Mapping[str, str] | None = None) -> list[str]:
     """One warning per ``AGORA_HUB_*`` variable that names no setting (they are
     otherwise ignored), with the closest setting's variable when there is one."""
-    environ = os.environ if environ is None else environ
-    known = [*Settings.model_fields, "config"]
-    warnings = []
-    for var in sorted(environ):
-        upper = var.upper()
-        name = upper.removeprefix(ENV_PREFIX).lower()
-        if not upper.startswith(ENV_PREFIX) or name in known:
-            continue
-        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-        hint = f"; did you mean {ENV_PREFIX}{close[0].upper()}?" if close else ""
-        warnings.append(f"unknown environment variable {var} is ignored{hint}")
-    return warnings
+    names = [*Settings.model_fields, "config"]
+    return _unknown_env_vars(os.environ if environ is None else environ, names, ENV_PREFIX)
 
 
 def _describe(exc: ValidationError) -> str:
@@ -379,33 +347,7 @@ def _describe(exc: ValidationError) -> str:
         loc = ".".join(str(p) for p in err["loc"]) or "settings"
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
-            msg = "unknown setting"
-            close = _closest_key(err["loc"])
-            if close:
-                msg += f"; did you mean {close}?"
+            close = closest_field(Settings, err["loc"])
+            msg = f"unknown setting; did you mean {close}?" if close else "unknown setting"
         lines.append(f"{loc}: {msg}")
     return "invalid settings: " + "; ".join(lines)
-
-
-def _closest_key(loc: tuple[int | str, ...]) -> str | None:
-    """The field name nearest to an unknown key, among its siblings' (nested models too)."""
-    model: type[BaseModel] | None = Settings
-    for part in loc[:-1]:
-        if isinstance(part, int) or model is None:
-            continue
-        field = model.model_fields.get(part)
-        model = _model_of(field.annotation) if field is not None else None
-    if model is None:
-        return None
-    close = difflib.get_close_matches(str(loc[-1]), list(model.model_fields), n=1, cutoff=0.6)
-    return close[0] if close else None
-
-
-def _model_of(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()):
-        found = _model_of(arg)
-        if found is not None:
-            return found
-    return None

@@ -17,8 +17,8 @@ import ssl
 from collections.abc import Callable
 from pathlib import Path
 
+from hub.config_checks import FILES, check_file
 from hub.errors import ConfigError
-from hub.settings import FILES, check_file
 
 
 def _context(certfile: Path, keyfile: Path) -> ssl.SSLContext:

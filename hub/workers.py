@@ -117,6 +117,7 @@ def run_workers(settings: Settings) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGHUP, reload)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
     try:
         for i in range(settings.workers):
             workers.append(spawn(i))
