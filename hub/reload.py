@@ -51,6 +51,9 @@ def reload_hub(server: HubServer, log: Any) -> bool:
     except ConfigError as exc:
         log.error("reload failed; nothing changed", error=str(exc))
         return False
+    except Exception as exc:  # never let a reload take the hub down
+        log.error("reload failed; nothing changed", error=f"{type(exc).__name__}: {exc}")
+        return False
     for commit in commits:
         commit()
     if fresh is None:

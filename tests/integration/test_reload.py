@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from tests.support.certs import client_context, common_name, make_cert
+from tests.support.servers import HubProcess
 from tests.support.wsclient import WsClient
 
 
@@ -159,3 +161,39 @@ async def test_a_bad_certificate_keeps_the_old_one(tmp_path, hub_process):
     assert await served_cert("127.0.0.1", ws_port, ctx) == "first"
     await alice.close()
     assert [e for e in proc.log_lines() if e.get("event") == "reloaded"] == []
+
+
+HAS_PROC = Path("/proc/self/status").exists()
+
+
+def sighup_blocked(pid: int) -> bool:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("SigBlk:"):
+                return bool(int(line.split()[1], 16) & (1 << (signal.SIGHUP - 1)))
+    return False
+
+
+@pytest.mark.skipif(not HAS_PROC, reason="needs /proc to see when serve has started")
+async def test_a_sighup_while_starting_waits_for_the_hub():
+    """From the moment ``serve`` runs, SIGHUP is blocked until the reload handler
+    is in place: a reload sent while the hub starts is acted on, never fatal.
+    (Before Python runs the hub's code at all, no process can help it.)"""
+    proc = HubProcess()
+    starting = asyncio.create_task(asyncio.to_thread(proc.start))
+    try:
+        deadline = time.monotonic() + 20
+        while proc.proc is None or not await asyncio.to_thread(sighup_blocked, proc.proc.pid):
+            assert time.monotonic() < deadline and not starting.done(), proc.log()
+            await asyncio.sleep(0.01)
+        sent = 0
+        while not starting.done():
+            proc.proc.send_signal(signal.SIGHUP)
+            sent += 1
+            await asyncio.sleep(0.05)  # a steady stream of reloads while it starts
+        await starting  # it started: none of them killed it
+        assert sent >= 1
+        await wait_for_lines(proc, "reloaded", 1)
+        assert proc.stop() == 0
+    finally:
+        proc.close()
