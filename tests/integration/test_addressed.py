@@ -128,9 +128,7 @@ async def test_addressed_publish_across_nodes(hub, redis_server):
     )
     for c in (bob, dave):
         assert (await c.wait_for("space.event"))["event_id"] == ev["event_id"]
-    err = await carol.request(
-        {"type": "space.publish", "space": SPACE, "to": "nobody", "data": {}}
-    )
+    err = await carol.request({"type": "space.publish", "space": SPACE, "to": "nobody", "data": {}})
     assert err["code"] == "INVALID_REQUEST"
     nxt = await carol.request({"type": "space.publish", "space": SPACE, "data": {}})
     for c in (alice, bob, dave):
