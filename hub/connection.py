@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from websockets.asyncio.server import ServerConnection
@@ -20,6 +21,7 @@ from websockets.protocol import State
 
 from hub.authz import Grant
 from hub.frames import OutFrame
+from hub.handshake import HandshakeSlots
 from hub.outbox import Flusher, Outbox
 from protocol import codec
 from protocol.errors import CloseCode, ErrorCode
@@ -43,6 +45,7 @@ class HubConnection(ServerConnection):
 
     flusher: Flusher
     counters: Counters
+    handshakes: HandshakeSlots
     outbox_limit: int = 4 * 1024 * 1024
     preframed: bool = True  # False when permessage-deflate may be negotiated
     hub_close_timeout: float = 5.0
@@ -61,11 +64,29 @@ class HubConnection(ServerConnection):
         self.hub_close_code: int | None = None
         self.cleaned_up = asyncio.Event()
         self.outbox: Outbox | None = None
+        #: Set by the server when this connection holds a per-IP slot.
+        self.release_client: Callable[[], None] | None = None
+        #: The ``bearer.*`` subprotocol the token came in, selected in the answer.
+        self.bearer_subprotocol: str | None = None
+        self._in_handshake = False
         self._failure_reported = False
         self._close_task: asyncio.Task[None] | None = None
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._in_handshake = self.handshakes.acquire()
+        if not self._in_handshake:
+            # Too many handshakes in progress: cut at once, before any read.
+            transport.abort()  # type: ignore[attr-defined]
+
+    def _handshake_over(self) -> None:
+        if self._in_handshake:
+            self._in_handshake = False
+            self.handshakes.release()
+
     def start_outbox(self) -> None:
         """Called once the handshake is done: fixes the write path."""
+        self._handshake_over()
         compress = None
         if self.protocol.extensions or not self.preframed:
             protocol = self.protocol
@@ -137,6 +158,10 @@ class HubConnection(ServerConnection):
             self.outbox.paused = False
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._handshake_over()
+        release, self.release_client = self.release_client, None
+        if release is not None:
+            release()
         if self.outbox is not None:
             self.outbox.stop()
         super().connection_lost(exc)

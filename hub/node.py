@@ -30,6 +30,7 @@ from hub.connection import HubConnection
 from hub.dispatch import Dispatcher, ErrorSender
 from hub.errors import AgentIdTaken, AuthError, BackplaneUnavailable
 from hub.frames import OutFrame
+from hub.handshake import HandshakeSlots
 from hub.http import health_routes
 from hub.identity import HubIdentity
 from hub.ids import Ids
@@ -110,6 +111,7 @@ class Node:
             max_streams=s.max_streams_per_agent,
         )
         self.flusher = Flusher()
+        self.handshakes = HandshakeSlots(s.max_handshakes)
         self.preframe = s.compression == "none"
         self.connection_class: type[HubConnection] = type(
             "NodeConnection",
@@ -117,6 +119,7 @@ class Node:
             {
                 "flusher": self.flusher,
                 "counters": self.counters,
+                "handshakes": self.handshakes,
                 "outbox_limit": s.outbox_max_bytes,
                 "preframed": self.preframe,
                 "hub_close_timeout": s.close_timeout,

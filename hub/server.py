@@ -21,8 +21,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http
+from collections.abc import Sequence
 from typing import Any
-from urllib.parse import parse_qs
 
 from websockets.asyncio.server import Server, serve
 from websockets.datastructures import Headers
@@ -30,6 +30,7 @@ from websockets.http11 import Request, Response
 
 from hub import __version__
 from hub.connection import HubConnection
+from hub.handshake import ConnectionsPerIp, HandshakeRefused, OriginPolicy, credentials
 from hub.http import HttpServer
 from hub.metrics import CONTENT_TYPE_LATEST, render
 from hub.node import Node
@@ -51,6 +52,8 @@ class HubServer:
         #: TLS of both ports (None without tls_certfile); reloadable.
         self.tls: ServerTls | None = None
         self.proxies = TrustedProxies(node.settings.trusted_proxies)
+        self.origins = OriginPolicy(node.settings.allowed_origins)
+        self.per_ip = ConnectionsPerIp(node.settings.max_connections_per_ip)
 
     @property
     def port(self) -> int:
@@ -89,6 +92,8 @@ class HubServer:
             s.host,
             s.port,
             process_request=self._process_request,
+            select_subprotocol=_select_subprotocol,
+            open_timeout=s.handshake_timeout,
             create_connection=self.node.connection_class,
             compression="deflate" if s.compression == "deflate" else None,
             max_size=s.max_frame_bytes,
@@ -177,27 +182,27 @@ class HubServer:
         )
 
     def _upgrade(self, connection: Any, request: Request, query: str) -> Response | None:
-        params = parse_qs(query, keep_blank_values=True)
-        agent_ids = params.get("agent_id", [])
-        if len(agent_ids) != 1 or not is_valid_agent_id(agent_ids[0]):
-            return _text(
-                http.HTTPStatus.BAD_REQUEST,
-                "agent_id is required: 1-128 characters of [A-Za-z0-9._:-], "
-                "starting with a letter or digit\n",
-            )
-        if not self.node.accepting:
-            return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, "hub shutting down\n")
-        tokens = params.get("token", [])
-        if len(tokens) > 1:
-            return _text(http.HTTPStatus.BAD_REQUEST, "token given more than once\n")
-        token = tokens[0] if tokens else None
-        if token is None:
-            auth = request.headers.get("Authorization", "")
-            if auth[:7].lower() == "bearer ":
-                token = auth[7:].strip()
-        connection.agent_id = agent_ids[0]
-        connection.token = token
-        connection.client = self.client_address(connection, request)
+        headers = request.headers
+        try:
+            creds = credentials(query, headers.get("Authorization"), _subprotocols(headers))
+            if creds is None or not is_valid_agent_id(creds.agent_id):
+                return _text(
+                    http.HTTPStatus.BAD_REQUEST,
+                    "agent_id is required: 1-128 characters of [A-Za-z0-9._:-], "
+                    "starting with a letter or digit\n",
+                )
+            if not self.node.accepting:
+                return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, "hub shutting down\n")
+            self.origins.check(headers.get("Origin"))
+            client = self.client_address(connection, request)
+            self.per_ip.acquire(client.ip)
+        except HandshakeRefused as exc:
+            return _text(http.HTTPStatus(exc.status), exc.reason + "\n")
+        connection.release_client = lambda: self.per_ip.release(client.ip)
+        connection.agent_id = creds.agent_id
+        connection.token = creds.token
+        connection.bearer_subprotocol = creds.subprotocol
+        connection.client = client
         return None
 
     def client_address(self, connection: Any, request: Request) -> ClientAddress:
@@ -206,6 +211,22 @@ class HubServer:
         ``Forwarded``). Per-client limits key on its ``ip``; see
         :mod:`hub.proxies`."""
         return self.proxies.client_address(connection.remote_address, request.headers)
+
+
+def _subprotocols(headers: Headers) -> list[str]:
+    return [
+        p.strip()
+        for value in headers.get_all("Sec-WebSocket-Protocol")
+        for p in value.split(",")
+        if p.strip()
+    ]
+
+
+def _select_subprotocol(connection: Any, subprotocols: Sequence[str]) -> str | None:
+    """Answer with the ``bearer.*`` subprotocol the token came in (browsers
+    require the server to select one they offered); no other is spoken."""
+    chosen = getattr(connection, "bearer_subprotocol", None)
+    return chosen if chosen in subprotocols else None
 
 
 def _text(status: http.HTTPStatus, body: str) -> Response:

@@ -206,6 +206,19 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Proxies (IPs or CIDRs, comma-separated) whose X-Forwarded-For is believed.",
     )
+    allowed_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Browser origins allowed to connect (comma-separated); unset = any.",
+    )
+    max_connections_per_ip: int = Field(
+        0, ge=0, description="Open connections per client IP (0 = no limit); beyond: HTTP 429."
+    )
+    max_handshakes: int = Field(
+        1000, ge=1, description="TCP connections in their opening handshake at once."
+    )
+    handshake_timeout: float = Field(
+        10.0, gt=0, description="Seconds a client has to finish the opening handshake."
+    )
     compression: Literal["none", "deflate"] = Field(
         "none", description="permessage-deflate; costs about 3x CPU per delivery."
     )
@@ -236,6 +249,13 @@ class Settings(BaseSettings):
 
     # Where these settings were read from, for SIGHUP (see reread_settings).
     _sources: tuple[dict[str, Any], Path | None] | None = PrivateAttr(default=None)
+
+    @field_validator("allowed_origins", mode="before")
+    @classmethod
+    def _origins(cls, value: Any) -> Any:
+        if isinstance(value, str):  # a flag or env var: comma-separated
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        return value
 
     @field_validator("trusted_proxies", mode="before")
     @classmethod
