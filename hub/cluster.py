@@ -10,6 +10,9 @@
 - **Remote liveness probes**: a duplicate agent id held on another node is
   checked by asking that node to ping the holder (``probe`` / ``probe_result``
   node messages); a dead holder is replaced and its node told to ``evict`` it.
+  A holder whose node is gone is dead without waiting for an answer: its node
+  no longer touches its presence registration, or nobody listens on its
+  channel any more (a killed process loses its Redis connections at once).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 import orjson
 import structlog
 
+from hub.agents import EVICT_CLEANUP
 from hub.backplane import Backplane
 from hub.errors import BackplaneUnavailable
 from hub.membership import Membership
@@ -107,6 +111,9 @@ class ClusterLink:
         A holder found dead is evicted (and cleaned up) by its node before the
         answer comes back.
         """
+        settings = self.settings
+        if not await self.presence.node_alive(holder.node_id, settings.heartbeat_timeout):
+            return False
         token = secrets.token_hex(8)
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._probes[token] = future
@@ -116,12 +123,13 @@ class ClusterLink:
             "connection_id": holder.connection_id,
             "reply_to": self.node_id,
         }
-        settings = self.settings
         try:
-            await self.backplane.send_to_node(holder.node_id, orjson.dumps(msg))
-            async with asyncio.timeout(
-                settings.liveness_probe_timeout + settings.close_timeout + 1.0
-            ):
+            if not await self.backplane.send_to_node(holder.node_id, orjson.dumps(msg)):
+                return False  # nobody listens there: the node is gone
+            # The holder's node answers within the probe timeout plus the
+            # eviction's cleanup (EVICT_CLEANUP): the newcomer's client is kept
+            # waiting for no longer than that, well under a connect timeout.
+            async with asyncio.timeout(settings.liveness_probe_timeout + EVICT_CLEANUP + 1.0):
                 return await future
         except TimeoutError:
             return False

@@ -32,7 +32,8 @@ from hub.connection import HubConnection
 from hub.http import HttpServer
 from hub.metrics import CONTENT_TYPE_LATEST, render
 from hub.node import Node
-from protocol.errors import CloseCode, ErrorCode
+from protocol import codec
+from protocol.errors import CloseCode, ErrorCode, ProtocolError
 from protocol.names import is_valid_agent_id
 
 
@@ -189,6 +190,10 @@ class HubServer:
             auth = request.headers.get("Authorization", "")
             if auth[:7].lower() == "bearer ":
                 token = auth[7:].strip()
+        try:
+            connection.declared = codec.handshake_info(agent_ids[0], params)
+        except ProtocolError as exc:
+            return _text(http.HTTPStatus.BAD_REQUEST, f"{exc.message}\n")
         connection.agent_id = agent_ids[0]
         connection.token = token
         return None

@@ -9,11 +9,18 @@ Layout (``P`` is the key prefix, default ``agora``)::
     P:member-of:{agent_id}   HASH   space -> connection id of the holder at join time
     P:space-sizes            HASH   space -> member count, for every non-empty space
     P:join-order             STRING counter giving each join its score
+    P:agent-index            ZSET   every agent id (score 0: lexical order), the directory
+    P:cap:{capability}       ZSET   agent ids declaring that capability (score 0)
+    P:capabilities           ZSET   every declared capability (score 0), for prefix filters
 
 Every change that touches more than one key is one Lua script, so a reader
 never sees a member without its index entry, and reaping a dead node is
 atomic: the script that removes the node from ``P:nodes`` is the only one
 that ever sees its agents, so exactly one caller reaps it.
+
+The directory indexes are kept by the same scripts that write agent
+records (claim, update, release, restore, reap): they read the capabilities
+of the record they replace or remove from its ``info`` (``cjson``).
 
 Liveness uses Redis server time only (``TIME`` inside the scripts): nodes'
 clocks never have to agree. Records carry no TTL; a node that stops touching
@@ -23,6 +30,7 @@ its registration is reaped by the survivors, who announce the departures.
 from __future__ import annotations
 
 import contextlib
+import heapq
 import secrets
 from typing import Any
 
@@ -31,33 +39,100 @@ from redis.asyncio import Redis
 
 from hub.backplane.redis import REDIS_ERRORS, redis_pool, unavailable
 from hub.errors import BackplaneUnavailable, SpaceFull
-from hub.presence.base import AgentRecord, ReapedAgent
+from hub.presence.base import (
+    MAX_PREFIX_CAPABILITIES,
+    AgentRecord,
+    AgentsPage,
+    CapabilityFilter,
+    InvalidQuery,
+    MembersPage,
+    ReapedAgent,
+)
+from protocol.names import is_valid_agent_id
+
+# The directory's indexes, prepended to every script that writes agent records.
+INDEX_LUA = """
+local function caps_of(info)
+  if not info or info == '' then return {} end
+  local ok, data = pcall(cjson.decode, info)
+  if not ok or type(data) ~= 'table' or type(data.capabilities) ~= 'table' then return {} end
+  return data.capabilities
+end
+local function unindex(p, aid, info)
+  redis.call('ZREM', p .. ':agent-index', aid)
+  for _, cap in ipairs(caps_of(info)) do
+    if type(cap) == 'string' then
+      local key = p .. ':cap:' .. cap
+      redis.call('ZREM', key, aid)
+      if redis.call('EXISTS', key) == 0 then redis.call('ZREM', p .. ':capabilities', cap) end
+    end
+  end
+end
+local function index(p, aid, info)
+  redis.call('ZADD', p .. ':agent-index', 0, aid)
+  for _, cap in ipairs(caps_of(info)) do
+    if type(cap) == 'string' then
+      redis.call('ZADD', p .. ':cap:' .. cap, 0, aid)
+      redis.call('ZADD', p .. ':capabilities', 0, cap)
+    end
+  end
+end
+"""
 
 # KEYS: agent, node-agents of this node. ARGV: agent id, node, conn, info,
-# replace flag ('1' or '0'), connection id that may be replaced.
-CLAIM_LUA = """
+# replace flag ('1' or '0'), connection id that may be replaced, prefix.
+CLAIM_LUA = (
+    INDEX_LUA
+    + """
 local holder = redis.call('HMGET', KEYS[1], 'node', 'conn', 'info')
 if holder[2] and (ARGV[5] ~= '1' or holder[2] ~= ARGV[6]) then
   return {holder[1] or '', holder[2], holder[3] or ''}
 end
+if holder[2] then unindex(ARGV[7], ARGV[1], holder[3]) end
 redis.call('HSET', KEYS[1], 'node', ARGV[2], 'conn', ARGV[3], 'info', ARGV[4])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+index(ARGV[7], ARGV[1], ARGV[4])
 return false
 """
+)
 
-# KEYS: agent, node-agents of this node. ARGV: agent id, conn.
-RELEASE_LUA = """
-if redis.call('HGET', KEYS[1], 'conn') == ARGV[2] then redis.call('DEL', KEYS[1]) end
+# KEYS: agent, node-agents of this node. ARGV: agent id, conn, prefix.
+RELEASE_LUA = (
+    INDEX_LUA
+    + """
+local rec = redis.call('HMGET', KEYS[1], 'conn', 'info')
+if rec[1] == ARGV[2] then
+  unindex(ARGV[3], ARGV[1], rec[2])
+  redis.call('DEL', KEYS[1])
+end
 if redis.call('HGET', KEYS[2], ARGV[1]) == ARGV[2] then redis.call('HDEL', KEYS[2], ARGV[1]) end
 return 0
 """
+)
 
-# KEYS: agent. ARGV: conn, node, info.
-UPDATE_LUA = """
-if redis.call('HGET', KEYS[1], 'conn') == ARGV[1] then
+# KEYS: agent. ARGV: conn, node, info, agent id, prefix.
+UPDATE_LUA = (
+    INDEX_LUA
+    + """
+local rec = redis.call('HMGET', KEYS[1], 'conn', 'info')
+if rec[1] == ARGV[1] then
+  unindex(ARGV[5], ARGV[4], rec[2])
   redis.call('HSET', KEYS[1], 'node', ARGV[2], 'info', ARGV[3])
+  index(ARGV[5], ARGV[4], ARGV[3])
 end
 return 0
+"""
+)
+
+# KEYS: nodes. ARGV: node id, window (ms). 1 when the node touched its
+# registration within the window (Redis time).
+NODE_ALIVE_LUA = """
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if now - tonumber(score) > tonumber(ARGV[2]) then return 0 end
+return 1
 """
 
 # KEYS: members, member-of, space-sizes, join-order, agent.
@@ -117,14 +192,18 @@ return 0
 # KEYS: agent, node-agents of this node, member-of, space-sizes, join-order.
 # ARGV: prefix, agent id, node, conn, info, claim flag, spaces...
 # Returns the holder when another connection holds the id (nothing restored).
-RESTORE_LUA = """
+RESTORE_LUA = (
+    INDEX_LUA
+    + """
 if ARGV[6] == '1' then
   local holder = redis.call('HMGET', KEYS[1], 'node', 'conn', 'info')
   if holder[2] and holder[2] ~= ARGV[4] then
     return {holder[1] or '', holder[2], holder[3] or ''}
   end
+  if holder[2] then unindex(ARGV[1], ARGV[2], holder[3]) end
   redis.call('HSET', KEYS[1], 'node', ARGV[3], 'conn', ARGV[4], 'info', ARGV[5])
   redis.call('HSET', KEYS[2], ARGV[2], ARGV[4])
+  index(ARGV[1], ARGV[2], ARGV[5])
 end
 local conn = redis.call('HGET', KEYS[1], 'conn') or ''
 for i = 7, #ARGV do
@@ -138,13 +217,16 @@ for i = 7, #ARGV do
 end
 return false
 """
+)
 
 # KEYS: nodes, space-sizes. ARGV: prefix, dead_after (ms), this node's id.
 # For each agent a dead node registered: if the dead connection still holds
 # the id, the record and all the agent's memberships go; if the id has moved
 # to a new connection since, only memberships joined by the dead connection go.
 # Returns {agent, node, conn, info, spaces...} per removed agent.
-REAP_LUA = """
+REAP_LUA = (
+    INDEX_LUA
+    + """
 local p = ARGV[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -180,7 +262,10 @@ for _, node in ipairs(dead) do
           entry[#entry + 1] = space
         end
       end
-      if owned then redis.call('DEL', akey) end
+      if owned then
+        unindex(p, aid, rec[3])
+        redis.call('DEL', akey)
+      end
       if owned or #entry > 4 then out[#out + 1] = entry end
     end
     redis.call('DEL', index)
@@ -188,11 +273,17 @@ for _, node in ipairs(dead) do
 end
 return out
 """
+)
 
 
 def _info(record: AgentRecord) -> bytes:
     return orjson.dumps(
-        {"type": record.type, "capabilities": record.capabilities, "metadata": record.metadata}
+        {
+            "type": record.type,
+            "capabilities": record.capabilities,
+            "metadata": record.metadata,
+            "connected_at": record.connected_at,
+        }
     )
 
 
@@ -208,6 +299,7 @@ def _record(agent_id: str, node: bytes, conn: bytes, info: bytes | None) -> Agen
         data.get("type"),
         tuple(data.get("capabilities") or ()),
         data.get("metadata") or {},
+        data.get("connected_at") or 0,
     )
 
 
@@ -250,10 +342,13 @@ class RedisPresence:
         self._restore = script(RESTORE_LUA)
         self._reap = script(REAP_LUA)
         self._retire = script(RETIRE_LUA)
+        self._node_alive = script(NODE_ALIVE_LUA)
         self._nodes = f"{prefix}:nodes"
         self._sizes = f"{prefix}:space-sizes"
         self._order = f"{prefix}:join-order"
         self._my_agents = f"{prefix}:node-agents:{node_id}"
+        self._agent_index = f"{prefix}:agent-index"
+        self._capabilities = f"{prefix}:capabilities"
 
     # ── lifecycle ────────────────────────────────────────────────────────
 
@@ -318,6 +413,7 @@ class RedisPresence:
                 _info(record),
                 "0" if replace is None else "1",
                 replace or "",
+                self._p,
             ],
         )
         if not holder:
@@ -329,7 +425,7 @@ class RedisPresence:
             "release_agent",
             self._release,
             [self._agent(agent_id), self._my_agents],
-            [agent_id, connection_id],
+            [agent_id, connection_id, self._p],
         )
 
     async def update_agent(self, record: AgentRecord) -> None:
@@ -337,7 +433,7 @@ class RedisPresence:
             "update_agent",
             self._update,
             [self._agent(record.agent_id)],
-            [record.connection_id, record.node_id, _info(record)],
+            [record.connection_id, record.node_id, _info(record), record.agent_id, self._p],
         )
 
     async def get_agent(self, agent_id: str) -> AgentRecord | None:
@@ -396,6 +492,130 @@ class RedisPresence:
         ids = [m.decode() for m in result[0]] if limit > 0 else []
         return ids, int(result[-1])
 
+    async def members_page(self, space: str, cursor: str | None, limit: int) -> MembersPage:
+        after = _join_number(cursor)
+        self._check_open()
+        key = self._members(space)
+        try:
+            async with self._client.pipeline(transaction=True) as pipe:
+                pipe.zrangebyscore(
+                    key, f"({after}", "+inf", start=0, num=limit + 1, withscores=True
+                )
+                pipe.zcard(key)
+                rows, count = await pipe.execute()
+        except REDIS_ERRORS as exc:
+            raise unavailable("members_page", exc) from exc
+        more = len(rows) > limit
+        rows = rows[:limit]
+        next_cursor = str(int(rows[-1][1])) if more else None
+        return MembersPage([m.decode() for m, _ in rows], int(count), next_cursor)
+
+    async def list_agents(
+        self,
+        *,
+        capability: CapabilityFilter | None,
+        space: str | None,
+        cursor: str | None,
+        limit: int,
+    ) -> AgentsPage:
+        try:
+            if space is not None:
+                return await self._space_agents(space, capability, cursor, limit)
+            if cursor is not None and not is_valid_agent_id(cursor):
+                raise InvalidQuery("invalid cursor")
+            start = b"(" + cursor.encode() if cursor else b"-"
+            if capability is None:
+                keys = [self._agent_index]
+            elif not capability.prefix:
+                keys = [self._cap(capability.value)]
+            else:
+                keys = [self._cap(c.decode()) for c in await self._prefixed(capability.value)]
+            ids = await self._merged_ids(keys, start, limit + 1)
+            more = len(ids) > limit
+            ids = ids[:limit]
+            records = await self._records(ids)
+        except REDIS_ERRORS as exc:
+            raise unavailable("list_agents", exc) from exc
+        return AgentsPage([r for r in records if r is not None], ids[-1] if more else None)
+
+    async def _space_agents(
+        self, space: str, capability: CapabilityFilter | None, cursor: str | None, limit: int
+    ) -> AgentsPage:
+        after = _join_number(cursor)
+        self._check_open()
+        rows = await self._client.zrangebyscore(
+            self._members(space), f"({after}", "+inf", start=0, num=limit + 1, withscores=True
+        )
+        more = len(rows) > limit
+        rows = rows[:limit]
+        records = await self._records([m.decode() for m, _ in rows])
+        agents = [
+            r
+            for r in records
+            if r is not None and (capability is None or capability.matches(r.capabilities))
+        ]
+        return AgentsPage(agents, str(int(rows[-1][1])) if more else None)
+
+    async def _prefixed(self, prefix: str) -> list[bytes]:
+        """The declared capabilities starting with ``prefix`` (bounded)."""
+        self._check_open()
+        raw = prefix.encode()
+        caps = await self._client.zrangebylex(
+            self._capabilities,
+            b"[" + raw,
+            b"[" + raw + b"\xff",
+            start=0,
+            num=MAX_PREFIX_CAPABILITIES + 1,
+        )
+        if len(caps) > MAX_PREFIX_CAPABILITIES:
+            raise InvalidQuery(
+                f"capability prefix matches more than {MAX_PREFIX_CAPABILITIES} "
+                "capabilities: narrow it"
+            )
+        return caps
+
+    async def _merged_ids(self, keys: list[str], start: bytes, n: int) -> list[str]:
+        """The first ``n`` distinct ids after ``start`` of the union of ``keys``
+        (each a score-0 set in lexical order): ``n`` from each, merged."""
+        if not keys:
+            return []
+        self._check_open()
+        async with self._client.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.zrangebylex(key, start, b"+", start=0, num=n)
+            results = await pipe.execute()
+        if len(results) == 1:
+            return [m.decode() for m in results[0]]
+        out: list[str] = []
+        for member in heapq.merge(*results):
+            aid = member.decode()
+            if out and out[-1] == aid:
+                continue
+            out.append(aid)
+            if len(out) >= n:
+                break
+        return out
+
+    async def _records(self, agent_ids: list[str]) -> list[AgentRecord | None]:
+        if not agent_ids:
+            return []
+        self._check_open()
+        async with self._client.pipeline(transaction=False) as pipe:
+            for aid in agent_ids:
+                pipe.hmget(self._agent(aid), ["node", "conn", "info"])
+            rows = await pipe.execute()
+        return [
+            None if conn is None else _record(aid, node or b"", conn, info)
+            for aid, (node, conn, info) in zip(agent_ids, rows, strict=True)
+        ]
+
+    def _cap(self, capability: str) -> str:
+        return f"{self._p}:cap:{capability}"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BackplaneUnavailable("presence closed")
+
     async def missing_members(self, space: str, agent_ids: tuple[str, ...]) -> list[str]:
         if self._closed:
             raise BackplaneUnavailable("presence closed")
@@ -421,6 +641,15 @@ class RedisPresence:
     async def touch_node(self) -> bool:
         added = await self._call("touch_node", self._touch, [self._nodes], [self.node_id])
         return bool(added)
+
+    async def node_alive(self, node_id: str, within: float) -> bool:
+        alive = await self._call(
+            "node_alive",
+            self._node_alive,
+            [self._nodes],
+            [node_id, max(1, round(within * 1000))],
+        )
+        return bool(alive)
 
     async def restore(
         self, agents: list[AgentRecord], memberships: dict[str, list[str]]
@@ -499,3 +728,12 @@ class RedisPresence:
         await self._call(
             "leave_cluster", self._leave_cluster, [self._nodes, self._my_agents], [self.node_id]
         )
+
+
+def _join_number(cursor: str | None) -> int:
+    """A join-order cursor (a member's score), 0 for the start."""
+    if cursor is None:
+        return 0
+    if not (cursor.isascii() and cursor.isdigit()) or len(cursor) > 18:
+        raise InvalidQuery("invalid cursor")
+    return int(cursor)

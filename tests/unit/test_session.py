@@ -151,15 +151,22 @@ def test_rate_limit_refuses_excess_and_closes_on_abuse():
     assert "not processed" in err.message
     # Bad frames over the limit are reported as rate limited too.
     rejected(feed(s, "garbage", now=1.0), ErrorCode.RATE_LIMITED)
+    # A burst, however long, is refused message by message: no close.
+    for n in range(200):
+        rejected(feed(s, {**hb, "id": f"b{n}"}, now=1.0), ErrorCode.RATE_LIMITED, f"b{n}")
+    # Kept up far above the rate for rate_abuse_seconds of wall time: closed,
+    # and the message that tipped it over still gets its own refusal.
     actions = []
-    for _ in range(20):
-        actions = feed(s, hb, now=1.0)
-        if isinstance(actions[0], Close):
+    for n in range(1000):
+        actions = feed(s, {**hb, "id": f"s{n}"}, now=1.0 + n / 100)
+        if len(actions) > 1:
             break
-    close = only(actions)
+    refusal, close = actions
+    assert refusal.error.code is ErrorCode.RATE_LIMITED and refusal.error.request_id == f"s{n}"
     assert close == Close(CloseCode.RATE_LIMIT_ABUSE, ErrorCode.RATE_LIMITED, close.reason)
+    assert 1.0 <= n / 100 < 1.2
     assert s.state is SessionState.CLOSING
-    assert feed(s, hb, now=1.0) == []
+    assert feed(s, hb, now=3.0) == []
 
 
 def test_liveness_counts_any_frame():
