@@ -8,6 +8,8 @@ from hub.session import (
     Denied,
     Join,
     Leave,
+    ListAgents,
+    ListMembers,
     ListSpaces,
     Publish,
     ReceiverCancel,
@@ -291,3 +293,25 @@ def test_finished_ids_are_remembered_with_a_bound():
 )
 def test_invalid_stream_frames(frame):
     rejected(feed(make(), frame), ErrorCode.INVALID_REQUEST)
+
+
+def test_members_and_agent_list_requests_become_actions():
+    s = make(spaces=())
+    a = only(feed(s, {"type": "space.members", "id": "m", "space": "big", "cursor": "12"}))
+    assert a == ListMembers("big", "12", 100, "m")
+    a = only(feed(s, {"type": "space.members", "id": "m", "space": "big", "limit": 1000}))
+    assert a == ListMembers("big", None, 1000, "m")
+    a = only(feed(s, {"type": "agent.list", "id": "l", "capability": "urn:x:*", "limit": 5}))
+    assert a == ListAgents("urn:x:*", None, None, 5, "l")
+    a = only(feed(s, {"type": "agent.list", "id": "l", "space": "room", "cursor": "7"}))
+    assert a == ListAgents(None, "room", "7", 100, "l")
+    for bad in (
+        {"type": "space.members", "id": "x", "space": "Bad!"},
+        {"type": "space.members", "id": "x", "space": "big", "limit": 1001},
+        {"type": "space.members", "id": "x", "space": "big", "limit": True},
+        {"type": "space.members", "id": "x", "space": "big", "cursor": ""},
+        {"type": "agent.list", "id": "x", "space": "No Such Name"},
+        {"type": "agent.list", "id": "x", "capability": "c" * 130},
+        {"type": "agent.list", "id": "x", "limit": 0},
+    ):
+        rejected(feed(s, bad), ErrorCode.INVALID_REQUEST, "x")
