@@ -9,18 +9,13 @@ Layout (``P`` is the key prefix, default ``agora``)::
     P:member-of:{agent_id}   HASH   space -> connection id of the holder at join time
     P:space-sizes            HASH   space -> member count, for every non-empty space
     P:join-order             STRING counter giving each join its score
-    P:agent-index            ZSET   every agent id (score 0: lexical order), the directory
-    P:cap:{capability}       ZSET   agent ids declaring that capability (score 0)
-    P:capabilities           ZSET   every declared capability (score 0), for prefix filters
+    P:agent-index, P:cap:{capability}, P:capabilities   the directory's indexes
+                                    (see :mod:`hub.presence.redis_directory`)
 
 Every change that touches more than one key is one Lua script, so a reader
 never sees a member without its index entry, and reaping a dead node is
 atomic: the script that removes the node from ``P:nodes`` is the only one
 that ever sees its agents, so exactly one caller reaps it.
-
-The directory indexes are kept by the same scripts that write agent
-records (claim, update, release, restore, reap): they read the capabilities
-of the record they replace or remove from its ``info`` (``cjson``).
 
 Liveness uses Redis server time only (``TIME`` inside the scripts): nodes'
 clocks never have to agree. Records carry no TTL; a node that stops touching
@@ -30,7 +25,6 @@ its registration is reaped by the survivors, who announce the departures.
 from __future__ import annotations
 
 import contextlib
-import heapq
 import secrets
 from typing import Any
 
@@ -40,44 +34,14 @@ from redis.asyncio import Redis
 from hub.backplane.redis import REDIS_ERRORS, redis_pool, unavailable
 from hub.errors import BackplaneUnavailable, SpaceFull
 from hub.presence.base import (
-    MAX_PREFIX_CAPABILITIES,
     AgentRecord,
     AgentsPage,
     CapabilityFilter,
-    InvalidQuery,
     MembersPage,
     ReapedAgent,
 )
-from protocol.names import is_valid_agent_id
-
-# The directory's indexes, prepended to every script that writes agent records.
-INDEX_LUA = """
-local function caps_of(info)
-  if not info or info == '' then return {} end
-  local ok, data = pcall(cjson.decode, info)
-  if not ok or type(data) ~= 'table' or type(data.capabilities) ~= 'table' then return {} end
-  return data.capabilities
-end
-local function unindex(p, aid, info)
-  redis.call('ZREM', p .. ':agent-index', aid)
-  for _, cap in ipairs(caps_of(info)) do
-    if type(cap) == 'string' then
-      local key = p .. ':cap:' .. cap
-      redis.call('ZREM', key, aid)
-      if redis.call('EXISTS', key) == 0 then redis.call('ZREM', p .. ':capabilities', cap) end
-    end
-  end
-end
-local function index(p, aid, info)
-  redis.call('ZADD', p .. ':agent-index', 0, aid)
-  for _, cap in ipairs(caps_of(info)) do
-    if type(cap) == 'string' then
-      redis.call('ZADD', p .. ':cap:' .. cap, 0, aid)
-      redis.call('ZADD', p .. ':capabilities', 0, cap)
-    end
-  end
-end
-"""
+from hub.presence.redis_directory import INDEX_LUA, RedisDirectory
+from hub.presence.redis_directory import record_from as _record
 
 # KEYS: agent, node-agents of this node. ARGV: agent id, node, conn, info,
 # replace flag ('1' or '0'), connection id that may be replaced, prefix.
@@ -287,22 +251,6 @@ def _info(record: AgentRecord) -> bytes:
     )
 
 
-def _record(agent_id: str, node: bytes, conn: bytes, info: bytes | None) -> AgentRecord:
-    data: dict[str, Any] = {}
-    if info:
-        with contextlib.suppress(orjson.JSONDecodeError):
-            data = orjson.loads(info)
-    return AgentRecord(
-        agent_id,
-        node.decode(),
-        conn.decode(),
-        data.get("type"),
-        tuple(data.get("capabilities") or ()),
-        data.get("metadata") or {},
-        data.get("connected_at") or 0,
-    )
-
-
 class RedisPresence:
     """Presence shared by every node of a cluster through one Redis."""
 
@@ -347,8 +295,7 @@ class RedisPresence:
         self._sizes = f"{prefix}:space-sizes"
         self._order = f"{prefix}:join-order"
         self._my_agents = f"{prefix}:node-agents:{node_id}"
-        self._agent_index = f"{prefix}:agent-index"
-        self._capabilities = f"{prefix}:capabilities"
+        self._directory = RedisDirectory(self._client, prefix, self._check_open)
 
     # ── lifecycle ────────────────────────────────────────────────────────
 
@@ -379,6 +326,10 @@ class RedisPresence:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BackplaneUnavailable("presence closed")
 
     async def _call(self, what: str, script: Any, keys: list[str], args: list[Any]) -> Any:
         if self._closed:
@@ -493,22 +444,7 @@ class RedisPresence:
         return ids, int(result[-1])
 
     async def members_page(self, space: str, cursor: str | None, limit: int) -> MembersPage:
-        after = _join_number(cursor)
-        self._check_open()
-        key = self._members(space)
-        try:
-            async with self._client.pipeline(transaction=True) as pipe:
-                pipe.zrangebyscore(
-                    key, f"({after}", "+inf", start=0, num=limit + 1, withscores=True
-                )
-                pipe.zcard(key)
-                rows, count = await pipe.execute()
-        except REDIS_ERRORS as exc:
-            raise unavailable("members_page", exc) from exc
-        more = len(rows) > limit
-        rows = rows[:limit]
-        next_cursor = str(int(rows[-1][1])) if more else None
-        return MembersPage([m.decode() for m, _ in rows], int(count), next_cursor)
+        return await self._directory.members_page(space, cursor, limit)
 
     async def list_agents(
         self,
@@ -518,103 +454,9 @@ class RedisPresence:
         cursor: str | None,
         limit: int,
     ) -> AgentsPage:
-        try:
-            if space is not None:
-                return await self._space_agents(space, capability, cursor, limit)
-            if cursor is not None and not is_valid_agent_id(cursor):
-                raise InvalidQuery("invalid cursor")
-            start = b"(" + cursor.encode() if cursor else b"-"
-            if capability is None:
-                keys = [self._agent_index]
-            elif not capability.prefix:
-                keys = [self._cap(capability.value)]
-            else:
-                keys = [self._cap(c.decode()) for c in await self._prefixed(capability.value)]
-            ids = await self._merged_ids(keys, start, limit + 1)
-            more = len(ids) > limit
-            ids = ids[:limit]
-            records = await self._records(ids)
-        except REDIS_ERRORS as exc:
-            raise unavailable("list_agents", exc) from exc
-        return AgentsPage([r for r in records if r is not None], ids[-1] if more else None)
-
-    async def _space_agents(
-        self, space: str, capability: CapabilityFilter | None, cursor: str | None, limit: int
-    ) -> AgentsPage:
-        after = _join_number(cursor)
-        self._check_open()
-        rows = await self._client.zrangebyscore(
-            self._members(space), f"({after}", "+inf", start=0, num=limit + 1, withscores=True
+        return await self._directory.list_agents(
+            capability=capability, space=space, cursor=cursor, limit=limit
         )
-        more = len(rows) > limit
-        rows = rows[:limit]
-        records = await self._records([m.decode() for m, _ in rows])
-        agents = [
-            r
-            for r in records
-            if r is not None and (capability is None or capability.matches(r.capabilities))
-        ]
-        return AgentsPage(agents, str(int(rows[-1][1])) if more else None)
-
-    async def _prefixed(self, prefix: str) -> list[bytes]:
-        """The declared capabilities starting with ``prefix`` (bounded)."""
-        self._check_open()
-        raw = prefix.encode()
-        caps = await self._client.zrangebylex(
-            self._capabilities,
-            b"[" + raw,
-            b"[" + raw + b"\xff",
-            start=0,
-            num=MAX_PREFIX_CAPABILITIES + 1,
-        )
-        if len(caps) > MAX_PREFIX_CAPABILITIES:
-            raise InvalidQuery(
-                f"capability prefix matches more than {MAX_PREFIX_CAPABILITIES} "
-                "capabilities: narrow it"
-            )
-        return caps
-
-    async def _merged_ids(self, keys: list[str], start: bytes, n: int) -> list[str]:
-        """The first ``n`` distinct ids after ``start`` of the union of ``keys``
-        (each a score-0 set in lexical order): ``n`` from each, merged."""
-        if not keys:
-            return []
-        self._check_open()
-        async with self._client.pipeline(transaction=False) as pipe:
-            for key in keys:
-                pipe.zrangebylex(key, start, b"+", start=0, num=n)
-            results = await pipe.execute()
-        if len(results) == 1:
-            return [m.decode() for m in results[0]]
-        out: list[str] = []
-        for member in heapq.merge(*results):
-            aid = member.decode()
-            if out and out[-1] == aid:
-                continue
-            out.append(aid)
-            if len(out) >= n:
-                break
-        return out
-
-    async def _records(self, agent_ids: list[str]) -> list[AgentRecord | None]:
-        if not agent_ids:
-            return []
-        self._check_open()
-        async with self._client.pipeline(transaction=False) as pipe:
-            for aid in agent_ids:
-                pipe.hmget(self._agent(aid), ["node", "conn", "info"])
-            rows = await pipe.execute()
-        return [
-            None if conn is None else _record(aid, node or b"", conn, info)
-            for aid, (node, conn, info) in zip(agent_ids, rows, strict=True)
-        ]
-
-    def _cap(self, capability: str) -> str:
-        return f"{self._p}:cap:{capability}"
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise BackplaneUnavailable("presence closed")
 
     async def missing_members(self, space: str, agent_ids: tuple[str, ...]) -> list[str]:
         if self._closed:
@@ -728,12 +570,3 @@ class RedisPresence:
         await self._call(
             "leave_cluster", self._leave_cluster, [self._nodes, self._my_agents], [self.node_id]
         )
-
-
-def _join_number(cursor: str | None) -> int:
-    """A join-order cursor (a member's score), 0 for the start."""
-    if cursor is None:
-        return 0
-    if not (cursor.isascii() and cursor.isdigit()) or len(cursor) > 18:
-        raise InvalidQuery("invalid cursor")
-    return int(cursor)

@@ -164,3 +164,14 @@ async def test_reclaiming_after_the_holders_node_was_killed(redis_server, hub_pr
     assert back.connected and await back.spaces()
     with contextlib.suppress(Exception):
         await victim.aclose()
+
+
+async def test_the_sdk_heartbeat_is_a_valid_message(hub, clients):
+    """Regression: the SDK's heartbeat frame was not JSON (each one got an error)."""
+    server = await hub(heartbeat_interval=0.2, heartbeat_timeout=5.0)
+    counters = server.node.counters
+    await clients(server, "idle")
+    async with asyncio.timeout(TIMEOUT):
+        while counters.messages_in < 3:  # noqa: ASYNC110 (hub counters: no event to wait on)
+            await asyncio.sleep(0.05)
+    assert sum(counters.errors.values()) == 0
