@@ -47,6 +47,7 @@ from hub.client.errors import (
     HubClientError,
     HubConnectionError,
     HubRejected,
+    InvalidRequest,
     RequestTimeout,
     Unauthorized,
     Unavailable,
@@ -665,6 +666,9 @@ class Client:
         except InvalidStatus as exc:
             status = exc.response.status_code
             body = (exc.response.body or b"").decode(errors="replace").strip()
+            if status == 400 and details:
+                # The agent id is checked here already: the hub refused the details.
+                raise InvalidRequest(f"agent details refused: {body[:200]}") from None
             raise ConnectionFailed(
                 f"hub at {self.url} refused the connection: HTTP {status}"
                 + (f": {body[:200]}" if body else ""),
