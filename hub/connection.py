@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from hub.presence import AgentRecord
     from hub.proxies import ClientAddress
     from hub.session import Session
+    from protocol.messages import AgentInfo
 
 OPEN = State.OPEN
 _ENDING = (State.CLOSING, State.CLOSED)
@@ -58,6 +59,8 @@ class HubConnection(ServerConnection):
         #: Who opened the connection (behind trusted proxies: the forwarded client).
         self.client: ClientAddress | None = None
         self.grant: Grant = Grant.unrestricted
+        #: What the handshake query declared (type, capabilities, metadata).
+        self.declared: AgentInfo | None = None
         self.session: Session | None = None
         self.record: AgentRecord | None = None
         self.opened_at = time.monotonic()
@@ -71,6 +74,8 @@ class HubConnection(ServerConnection):
         self._in_handshake = False
         self._failure_reported = False
         self._close_task: asyncio.Task[None] | None = None
+        # Resolved once the hub gives up on the connection (a probe stops waiting).
+        self._ending: asyncio.Future[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -157,6 +162,15 @@ class HubConnection(ServerConnection):
         if self.outbox is not None:
             self.outbox.paused = False
 
+    def data_received(self, data: bytes) -> None:
+        # Any inbound frame is liveness, control frames included: browsers and
+        # client libraries keep connections alive with pings. One clock read
+        # per socket read.
+        session = self.session
+        if session is not None:
+            session.last_seen = self.loop.time()
+        super().data_received(data)
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._handshake_over()
         release, self.release_client = self.release_client, None
@@ -164,7 +178,13 @@ class HubConnection(ServerConnection):
             release()
         if self.outbox is not None:
             self.outbox.stop()
+        self._end()
         super().connection_lost(exc)
+
+    def _end(self) -> None:
+        ending = self._ending
+        if ending is not None and not ending.done():
+            ending.set_result(None)
 
     def _report_failure(self, code: int) -> None:
         """websockets failed the connection over a bad frame and queued its
@@ -209,6 +229,7 @@ class HubConnection(ServerConnection):
                 self.outbox.stop()
         if self.session is not None:
             self.session.begin_close()
+        self._end()
         self._close_task = asyncio.get_running_loop().create_task(
             self.close_gracefully(code, reason)
         )
@@ -232,13 +253,31 @@ class HubConnection(ServerConnection):
         self.transport.abort()
 
     async def probe(self, timeout: float) -> bool:
-        """Is the peer alive? A ping answered within ``timeout``."""
-        if self.protocol.state is not OPEN or self.closing:
+        """Is the peer alive? A ping answered within ``timeout`` — and no
+        longer than the hub keeps the connection: closing it (heartbeat
+        timeout, abuse…) or losing it answers "dead" at once."""
+        if self.protocol.state is not OPEN or self.closing or timeout <= 0:
             return False
+        if self._ending is None:
+            self._ending = self.loop.create_future()
+        ending = self._ending
+
+        async def pong() -> None:
+            waiter = await self.ping()
+            await waiter
+
+        task = self.loop.create_task(pong())
+        task.add_done_callback(_retrieve)
         try:
-            async with asyncio.timeout(timeout):
-                waiter = await self.ping()
-                await waiter
-        except (TimeoutError, ConnectionClosed, OSError):
-            return False
-        return True
+            done, _ = await asyncio.wait(
+                {task, ending}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            task.cancel()
+        return task in done and not task.cancelled() and task.exception() is None
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    """A probe's ping that lost the race may still fail: nobody awaits it."""
+    if not task.cancelled():
+        task.exception()

@@ -46,6 +46,8 @@ from hub.session import (
     Denied,
     Join,
     Leave,
+    ListAgents,
+    ListMembers,
     ListSpaces,
     Publish,
     ReceiverCancel,
@@ -186,6 +188,8 @@ class Node:
             Join: membership.join,
             Leave: membership.leave,
             ListSpaces: membership.list_spaces,
+            ListMembers: membership.list_members,
+            ListAgents: membership.list_agents,
             Register: membership.register,
             Denied: membership.denied,
         }
@@ -310,7 +314,15 @@ class Node:
             )  # fmt: skip
             log.info("connection refused", reason="reserved agent id")
             return
-        record = AgentRecord(agent_id, self.node_id, conn_id)
+        # Declared in the handshake query, so the first `online` shows them.
+        info = conn.declared
+        record = AgentRecord(
+            agent_id, self.node_id, conn_id,
+            info.type if info else None,
+            tuple(info.capabilities) if info else (),
+            info.metadata if info else {},
+            codec.now_ms(),
+        )  # fmt: skip
         self.registry.add(conn_id, conn)
         try:
             claimed = await self.agent_ids.claim(record)
@@ -328,6 +340,14 @@ class Node:
                 f"agent {agent_id!r} is already connected",
             )
             log.info("connection refused", reason="agent exists")
+            return
+        if conn.closing:
+            # The client gave up while the id was being claimed: never announce it.
+            self.registry.evict(conn_id, conn)
+            with contextlib.suppress(BackplaneUnavailable):
+                await self.presence.release_agent(agent_id, conn_id)
+            conn.cleaned_up.set()
+            log.info("connection refused", reason="client gone during the claim")
             return
 
         conn.record = record
@@ -401,8 +421,9 @@ class Node:
             request_prefix=f"{self.ids.tag}-",
         )  # fmt: skip
         record = AgentRecord(
-            agent_id, self.node_id, conn_id, type, tuple(capabilities), metadata or {}
-        )
+            agent_id, self.node_id, conn_id, type, tuple(capabilities), metadata or {},
+            codec.now_ms(),
+        )  # fmt: skip
         self.registry.add(conn_id, member)
         if shared:
             self.reserved_ids.add(agent_id)

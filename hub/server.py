@@ -23,6 +23,7 @@ import contextlib
 import http
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import parse_qs
 
 from websockets.asyncio.server import Server, serve
 from websockets.datastructures import Headers
@@ -36,7 +37,8 @@ from hub.metrics import CONTENT_TYPE_LATEST, render
 from hub.node import Node
 from hub.proxies import ClientAddress, TrustedProxies
 from hub.tls import ServerTls
-from protocol.errors import CloseCode, ErrorCode
+from protocol import codec
+from protocol.errors import CloseCode, ErrorCode, ProtocolError
 from protocol.names import is_valid_agent_id
 
 
@@ -193,12 +195,16 @@ class HubServer:
                 )
             if not self.node.accepting:
                 return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, "hub shutting down\n")
+            declared = codec.handshake_info(creds.agent_id, parse_qs(query, keep_blank_values=True))
             self.origins.check(headers.get("Origin"))
             client = self.client_address(connection, request)
             self.per_ip.acquire(client.ip)
         except HandshakeRefused as exc:
             return _text(http.HTTPStatus(exc.status), exc.reason + "\n")
+        except ProtocolError as exc:
+            return _text(http.HTTPStatus.BAD_REQUEST, f"{exc.message}\n")
         connection.release_client = lambda: self.per_ip.release(client.ip)
+        connection.declared = declared
         connection.agent_id = creds.agent_id
         connection.token = creds.token
         connection.bearer_subprotocol = creds.subprotocol

@@ -25,7 +25,9 @@ from hub.ratelimit import TokenBucket, Verdict
 from protocol import codec
 from protocol.errors import CloseCode, ErrorCode, ProtocolError
 from protocol.messages import (
+    DEFAULT_PAGE,
     AgentInfo,
+    AgentListRequest,
     AgentRegister,
     ClientCancel,
     ClientDelta,
@@ -34,6 +36,7 @@ from protocol.messages import (
     SpaceJoin,
     SpaceLeave,
     SpaceListRequest,
+    SpaceMembersRequest,
     SpacePublish,
 )
 from protocol.names import SpaceKind, check_event_id, space_kind
@@ -125,6 +128,27 @@ class ListSpaces:
 
 
 @dataclass(frozen=True, slots=True)
+class ListMembers:
+    """A page of a space's members (``space.members`` request)."""
+
+    space: str
+    cursor: str | None
+    limit: int
+    request_id: RequestId
+
+
+@dataclass(frozen=True, slots=True)
+class ListAgents:
+    """A page of the agent directory (``agent.list``)."""
+
+    capability: str | None
+    space: str | None
+    cursor: str | None
+    limit: int
+    request_id: RequestId
+
+
+@dataclass(frozen=True, slots=True)
 class StreamDelta:
     space: str
     stream_id: str
@@ -170,6 +194,8 @@ Action = (
     | Publish
     | Denied
     | ListSpaces
+    | ListMembers
+    | ListAgents
     | StreamDelta
     | StreamDone
     | StreamCancel
@@ -254,31 +280,39 @@ class Session:
         self.last_seen = now
         self.messages_in += 1
         verdict = self._bucket.take(now)
-        if verdict is Verdict.ABUSE:
-            return [
-                self._close(
-                    CloseCode.RATE_LIMIT_ABUSE, ErrorCode.RATE_LIMITED, "sustained rate limit abuse"
-                )
-            ]
         try:
             msg = codec.decode(frame)
-            if verdict is Verdict.LIMIT:
+            if verdict is not Verdict.ALLOW:
                 raise ProtocolError(
                     ErrorCode.RATE_LIMITED, "rate limit exceeded: message not processed", msg.id
                 )
             return self._dispatch(msg, now)
         except ProtocolError as exc:
-            if verdict is Verdict.LIMIT and exc.code is not ErrorCode.RATE_LIMITED:
+            if verdict is not Verdict.ALLOW and exc.code is not ErrorCode.RATE_LIMITED:
                 exc = ProtocolError(
                     ErrorCode.RATE_LIMITED,
                     "rate limit exceeded: message not processed",
                     exc.request_id,
                 )
+            if verdict is Verdict.ABUSE:
+                # The refused message is answered like any other, then the close.
+                return [
+                    Reject(exc),
+                    self._close(
+                        CloseCode.RATE_LIMIT_ABUSE,
+                        ErrorCode.RATE_LIMITED,
+                        "sustained rate limit abuse",
+                    ),
+                ]
             return [Reject(exc)]
 
     def silent(self, now: float) -> bool:
         """Nothing received for longer than the heartbeat timeout."""
         return now - self.last_seen > self._limits.heartbeat_timeout
+
+    def allowance(self, now: float) -> float:
+        """Seconds left before silence closes this connection (0 when past)."""
+        return max(0.0, self._limits.heartbeat_timeout - (now - self.last_seen))
 
     def check_liveness(self, now: float) -> Close | None:
         """Close when nothing arrived for ``heartbeat_timeout`` seconds."""
@@ -349,6 +383,13 @@ class Session:
                 return [Leave(space, rid, cancels)]
             case SpaceListRequest():
                 return [ListSpaces(rid)]
+            case SpaceMembersRequest():
+                space = self._checked_space(msg.space, rid)
+                return [ListMembers(space, msg.cursor, msg.limit or DEFAULT_PAGE, rid)]
+            case AgentListRequest():
+                space = None if msg.space is None else self._checked_space(msg.space, rid)
+                limit = msg.limit or DEFAULT_PAGE
+                return [ListAgents(msg.capability, space, msg.cursor, limit, rid)]
             case AgentRegister():
                 if msg.agent.id != self.agent_id:
                     raise ProtocolError(

@@ -164,7 +164,12 @@ class Settings(BaseSettings):
     )
     space_capacity: int = Field(10_000, ge=1, description="Members per space.")
     members_list_limit: int = Field(
-        1000, ge=0, description="Longest members array sent (member_count stays exact)."
+        100,
+        ge=0,
+        description="Longest members array sent; bigger spaces' space.members events carry none.",
+    )
+    member_events_limit: int = Field(
+        1000, ge=0, description="Above this many members, joins and leaves are not broadcast."
     )
     auto_create_spaces: bool = Field(
         True, description="Create user spaces on first join; off = declared spaces only."

@@ -36,6 +36,7 @@ class MessageType(StrEnum):
     SPACE_EVENT_DELTA = "space.event.delta"
     SPACE_EVENT_DONE = "space.event.done"
     SPACE_EVENT_CANCEL = "space.event.cancel"
+    AGENT_LIST = "agent.list"
     ERROR = "error"
 
 
@@ -47,6 +48,14 @@ Recipients = Annotated[list[AgentId], Field(min_length=1, max_length=MAX_RECIPIE
 SpaceName = Annotated[str, Field(min_length=1, max_length=128)]
 EventId = Annotated[str, Field(min_length=1, max_length=260)]
 Reason = Annotated[str, Field(max_length=256)]
+# Paged requests (space.members, agent.list): page size and opaque cursor.
+DEFAULT_PAGE = 100
+MAX_PAGE = 1000
+PageLimit = Annotated[int, Field(ge=1, le=MAX_PAGE)]
+Cursor = Annotated[str, Field(min_length=1, max_length=512)]
+MAX_CAPABILITY = 128
+# An exact capability, or a prefix ending in "*".
+CapabilityFilter = Annotated[str, Field(min_length=1, max_length=MAX_CAPABILITY + 1)]
 
 
 class _Message(BaseModel):
@@ -65,7 +74,7 @@ class _HubMessage(BaseModel):
 class AgentInfo(_Message):
     id: str
     type: str | None = Field(default=None, max_length=64)
-    capabilities: list[Annotated[str, Field(max_length=128)]] = Field(
+    capabilities: list[Annotated[str, Field(max_length=MAX_CAPABILITY)]] = Field(
         default_factory=list, max_length=256
     )
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -124,6 +133,27 @@ class SpaceListRequest(_Message):
     id: RequestId | None = None
 
 
+class SpaceMembersRequest(_Message):
+    """Page through a space's current members (oldest first), cluster-wide."""
+
+    type: Literal["space.members"]
+    id: RequestId | None = None
+    space: SpaceName
+    cursor: Cursor | None = None
+    limit: PageLimit | None = None  # DEFAULT_PAGE
+
+
+class AgentListRequest(_Message):
+    """The agent directory: online agents, by capability or space membership."""
+
+    type: Literal["agent.list"]
+    id: RequestId | None = None
+    capability: CapabilityFilter | None = None
+    space: SpaceName | None = None
+    cursor: Cursor | None = None
+    limit: PageLimit | None = None  # DEFAULT_PAGE
+
+
 class ClientDelta(_Message):
     """One chunk of a stream the client publishes; the first one opens it."""
 
@@ -159,6 +189,8 @@ ClientMessage = Annotated[
     | SpaceLeave
     | SpacePublish
     | SpaceListRequest
+    | SpaceMembersRequest
+    | AgentListRequest
     | ClientDelta
     | ClientDone
     | ClientCancel,
@@ -174,6 +206,8 @@ CLIENT_MODELS: dict[str, type[_Message]] = {
         SpaceLeave,
         SpacePublish,
         SpaceListRequest,
+        SpaceMembersRequest,
+        AgentListRequest,
         ClientDelta,
         ClientDone,
         ClientCancel,
@@ -213,12 +247,18 @@ class SpaceLeft(_HubMessage):
 
 
 class SpaceMembers(_HubMessage):
+    """A join or leave (``joined``/``left``; ``members`` only while the space
+    is small), or the reply to a ``space.members`` request (``id``,
+    ``members``, ``next_cursor``)."""
+
     type: Literal["space.members"] = "space.members"
+    id: str | None = None
     space: str
-    members: list[str]
+    members: list[str] | None = None
     member_count: int
     joined: str | None = None
     left: str | None = None
+    next_cursor: str | None = None
 
 
 class SpaceEvent(_HubMessage):
@@ -280,6 +320,22 @@ class SpaceList(_HubMessage):
     spaces: list[SpaceInfo]
 
 
+class AgentEntry(_HubMessage):
+    id: str
+    type: str | None = None
+    capabilities: list[str]
+    metadata: dict[str, Any]
+    node: str
+    connected_at: int | None = None
+
+
+class AgentList(_HubMessage):
+    type: Literal["agent.list"] = "agent.list"
+    id: str | None = None
+    agents: list[AgentEntry]
+    next_cursor: str | None = None
+
+
 class Error(_HubMessage):
     type: Literal["error"] = "error"
     code: str
@@ -299,6 +355,7 @@ HubMessage = Annotated[
     | HubDone
     | HubCancel
     | SpaceList
+    | AgentList
     | Error,
     Field(discriminator="type"),
 ]

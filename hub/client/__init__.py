@@ -33,10 +33,13 @@ from hub.client.errors import (
     Unavailable,
 )
 from hub.client.models import (
+    AgentEntry,
+    AgentPage,
     AssembledEvent,
     Event,
     JoinResult,
     MembersChanged,
+    MembersPage,
     Message,
     Registration,
     SpaceInfo,
@@ -46,7 +49,9 @@ from hub.client.streams import AssembledEvents, OutgoingStream, StreamAssembler
 from hub.client.subscriptions import Subscription
 
 __all__ = [
+    "AgentEntry",
     "AgentExists",
+    "AgentPage",
     "AssembledEvent",
     "AssembledEvents",
     "Backoff",
@@ -61,6 +66,7 @@ __all__ = [
     "InvalidRequest",
     "JoinResult",
     "MembersChanged",
+    "MembersPage",
     "Message",
     "OutgoingStream",
     "RateLimited",

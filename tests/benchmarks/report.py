@@ -14,6 +14,10 @@ P99_OFFERED = 50_000
 RSS_TARGET_KIB = 20.0
 CLUSTER_P50_EXTRA_MS = 1.0
 WORKERS_TARGET = 1.6
+# Issue 13: forming one space of 2,000 agents on default settings.
+MASSJOIN_AGENTS = 2000
+MASSJOIN_SECONDS = 10.0
+MASSJOIN_MB = 200.0
 
 
 @dataclass
@@ -102,6 +106,7 @@ def build_rows(records: list[dict], compressions: list[str]) -> list[Row]:
             _throughput_rows(rows, "stream", comp, hub, base)
         _cluster_rows(rows, records, comp)
         _workers_rows(rows, records, comp)
+        _massjoin_rows(rows, records, comp)
     return rows
 
 
@@ -366,6 +371,63 @@ def _workers_rows(rows: list[Row], records: list[dict], comp: str) -> None:
             continue
         label = f" {n} worker{'s' if n > 1 else ''}"
         _latency_rows(rows, "workers", comp, lat, base_lat, label, cpu_row=False)
+
+
+def _massjoin_rows(rows: list[Row], records: list[dict], comp: str) -> None:
+    """One block per (agents, nodes): seconds to form, frames, MB, hub CPU."""
+    runs = [r for r in records if r["scenario"] == "massjoin" and r["compression"] == comp]
+    for r in sorted(runs, key=lambda r: (r.get("params", {}).get("agents", 0), r["server"])):
+        n = r.get("params", {}).get("agents", 0)
+        nodes = "2 nodes" if r["server"] == "cluster" else "1 node"
+        label = f"{n:,} agents, {nodes}"
+        if _notice(rows, "massjoin", comp, r):
+            continue
+        form, mb = fig(r, "form_s"), fig(r, "mb_sent")
+        binding = n == MASSJOIN_AGENTS
+        rows.append(
+            Row(
+                "massjoin",
+                f"{label}: seconds to form",
+                comp,
+                fmt(form, 2),
+                "",
+                "",
+                f"< {MASSJOIN_SECONDS:g} s" if binding else "",
+                verdict(None if form is None else form < MASSJOIN_SECONDS, comp) if binding else "",
+            )
+        )
+        rows.append(
+            Row(
+                "massjoin",
+                f"{label}: MB sent by the hub",
+                comp,
+                fmt(mb, 1),
+                "",
+                "",
+                f"< {MASSJOIN_MB:g} MB" if binding else "",
+                verdict(None if mb is None else mb < MASSJOIN_MB, comp) if binding else "",
+            )
+        )
+        frames, expected = fig(r, "frames"), fig(r, "expected_frames")
+        rows.append(
+            Row(
+                "massjoin",
+                f"{label}: frames sent (cost model)",
+                comp,
+                fmt(frames),
+                f"({fmt(expected)})",
+            )
+        )
+        cpu, redis = fig(r, "server_cpu_s"), fig(r, "redis_cpu_s")
+        rows.append(
+            Row(
+                "massjoin",
+                f"{label}: hub CPU s" + (" (redis)" if redis is not None else ""),
+                comp,
+                fmt(cpu, 2),
+                f"({fmt(redis, 2)})" if redis is not None else "",
+            )
+        )
 
 
 HEADERS = ("scenario", "metric", "comp", "agora hub", "baseline", "hub/base", "target", "result")
