@@ -160,6 +160,12 @@ class ReplyWaiters:
                     self._stash.append(msg)
         return future
 
+    def fail_all(self, error: BaseException) -> None:
+        """Every waiting request gets ``error`` raised (the hub is shutting down)."""
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(error)
+
     def forget(self, event_id: str) -> None:
         self._pending.pop(event_id, None)
         stream_id = self._stream_of.pop(event_id, None)

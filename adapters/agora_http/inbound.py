@@ -115,6 +115,7 @@ class AgoraHttpInbound:
                 await self._ensure_joined(space)
             except AgoraHttpError as exc:  # retried by the first request
                 log.warning("agora-http could not join", space=space, reason=exc.message)
+        host.http_app.on_shutdown.append(self._on_shutdown)
         host.http_app.add_routes(
             [
                 web.post("/agora/{space}", self._post),
@@ -129,6 +130,11 @@ class AgoraHttpInbound:
             await self.member.aclose()
         if self.store is not None:
             await self.store.aclose()
+
+    async def _on_shutdown(self, app: web.Application) -> None:
+        """The HTTP port is closing: waiting requests are answered 503 now rather
+        than cut when the server stops waiting for them."""
+        self.waiters.fail_all(AgoraHttpError.transport(503, "Hub shutting down: try again"))
 
     async def _on_message(self, msg: dict[str, Any]) -> None:
         if msg.get("type") == "space.members" and self.protocols is not None:

@@ -112,7 +112,7 @@ class AgoraHttpOutbound:
         self._streams = StreamAssembler(
             self.options.limits.max_request_bytes, max_streams=self.options.max_queued
         )
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[None], dict[str, Any]] = {}
         self._expiries: dict[str, float] = {}
         self._heap: list[tuple[float, str]] = []
         self._background: list[asyncio.Task[None]] = []
@@ -142,12 +142,20 @@ class AgoraHttpOutbound:
         ]
 
     async def aclose(self) -> None:
+        """Stop; events still being served get a failure answer, not silence."""
+        unanswered = list(self._tasks.values())
         for task in [*self._background, *self._tasks]:
             task.cancel()
         for task in [*self._background, *self._tasks]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._background.clear()
+        if unanswered:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(5):
+                    await asyncio.gather(
+                        *(self._answer(e, _failure("Bridge shutting down")) for e in unanswered)
+                    )
         member, self.member = self.member, None
         self.holding.clear()
         if member is not None:
@@ -227,8 +235,8 @@ class AgoraHttpOutbound:
             await self._answer(event, _failure("Bridge busy: try again"))
             return
         task = asyncio.get_running_loop().create_task(self._serve(event))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[task] = event
+        task.add_done_callback(lambda done: self._tasks.pop(done, None))
 
     async def _serve(self, event: dict[str, Any]) -> None:
         async with self._calls:

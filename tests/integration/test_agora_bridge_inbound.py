@@ -478,3 +478,15 @@ async def test_echo_answer_helper_is_what_the_tests_assume():
     assert echo_answer({"body": "a"}) == {"body": "echo:a"}
     assert echo_answer({"body": {"a": 1}}) == {"body": {"echo": {"a": 1}}}
     assert echo_answer({"end_conversation": True}) is None
+
+
+async def test_waiting_requests_get_503_when_the_hub_shuts_down(weather, responders):
+    server = await weather(bridge_timeout=60)
+    silent = await responders(server, answer=lambda d: None)
+    waiting = asyncio.create_task(call("POST", agora(server), {"body": "anyone?"}))
+    await silent.wait_seen(1)
+    started = time.monotonic()
+    await server.aclose()
+    status, reply = await waiting
+    assert status == 503 and reply["error"] == "Hub shutting down: try again"
+    assert time.monotonic() - started < 30  # answered at once, not after bridge_timeout

@@ -32,6 +32,7 @@ class RemoteAgora:
         self.calls: list[dict[str, Any]] = []
         self.handler = handler or self.echo
         self.server: TestServer | None = None
+        self.called = asyncio.Event()
         self.deleted = asyncio.Event()
         self._opened = 0
 
@@ -51,6 +52,7 @@ class RemoteAgora:
         raw = await request.read()
         body = json.loads(raw) if raw else None
         self.calls.append({"method": request.method, "path": request.path, "json": body})
+        self.called.set()
         if request.method == "DELETE":
             self.deleted.set()
             return web.json_response({"status": "success"})
@@ -389,6 +391,27 @@ async def test_standby_takes_over_when_the_holder_goes(hub, remote, agents, redi
     await one.aclose()
     await asyncio.wait_for(second.holding.wait(), 15)
     assert (await ask(alice, {"body": "after"}))["data"]["body"] == "echo:after"
+
+
+@pytest.mark.redis
+async def test_calls_in_flight_are_answered_when_the_bridge_stops(
+    hub, remote, agents, redis_server
+):
+    never = asyncio.Event()
+
+    async def hang(request: web.Request, body: Any) -> web.Response:
+        await never.wait()
+        raise AssertionError("unreachable")
+
+    target = await remote(hang)
+    one = await hub(adapters=[bridge(target.url)], redis_url=redis_server.url)
+    two = await hub(redis_url=redis_server.url)
+    alice = await agents(two, "alice")
+    sent = await send(alice, {"body": "x"})
+    await asyncio.wait_for(target.called.wait(), 10)  # the call is in flight at the remote
+    await one.aclose()
+    answer = await answer_to(alice, sent)
+    assert answer["data"]["error"] == "Bridge shutting down"
 
 
 @pytest.mark.redis
