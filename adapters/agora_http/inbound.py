@@ -21,6 +21,7 @@ with ``Retry-After``), the assembled answer, and the wait itself
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -91,6 +92,8 @@ class AgoraHttpInbound:
         self.timeout = 30.0
         self.waiting = 0
         self._joined: set[str] = set()
+        self._host: Any = None
+        self._joiner: asyncio.Task[None] | None = None
 
     # ── lifecycle ────────────────────────────────────────────────────────
 
@@ -110,11 +113,13 @@ class AgoraHttpInbound:
             INBOUND_AGENT, self._on_message, shared=True, type="bridge",
             capabilities=("agora-http",),
         )  # fmt: skip
-        for space in self.spaces:
-            try:
-                await self._ensure_joined(space)
-            except AgoraHttpError as exc:  # retried by the first request
-                log.warning("agora-http could not join", space=space, reason=exc.message)
+        self._host = host
+        # Joining needs the backplane (a Redis node is ready only once subscribed);
+        # what cannot be joined now is retried in the background, and by requests.
+        if not await self._join_all():
+            self._joiner = asyncio.get_running_loop().create_task(
+                self._keep_joining(min(1.0, s.heartbeat_interval))
+            )
         host.http_app.on_shutdown.append(self._on_shutdown)
         host.http_app.add_routes(
             [
@@ -126,6 +131,10 @@ class AgoraHttpInbound:
         )
 
     async def aclose(self) -> None:
+        if self._joiner is not None:
+            self._joiner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._joiner
         if self.member is not None:
             await self.member.aclose()
         if self.store is not None:
@@ -250,9 +259,31 @@ class AgoraHttpInbound:
                 raise AgoraHttpError.transport(503, "Hub unavailable: try again") from None
         raise AssertionError("unreachable")
 
+    async def _join_all(self) -> bool:
+        """Join every space not joined yet, if the node is ready; True when done."""
+        if not getattr(self._host, "ready", True):
+            return False
+        for space in self.spaces:
+            try:
+                await self._ensure_joined(space)
+            except AgoraHttpError as exc:
+                log.warning("agora-http could not join yet", space=space, reason=exc.error)
+        return self._joined.issuperset(self.spaces)
+
+    async def _keep_joining(self, interval: float) -> None:
+        # A join that fails half-way is rolled back in presence for the agent id —
+        # shared by every node, so it undoes the others' membership too — and must
+        # not be left failed: retry until each space is joined.
+        while True:
+            await asyncio.sleep(interval)
+            if await self._join_all():
+                return
+
     async def _ensure_joined(self, space: str) -> None:
         if space in self._joined:
             return
+        if not getattr(self._host, "ready", True):  # would fail, and roll back (see above)
+            raise AgoraHttpError.transport(503, "Hub unavailable: try again")
         assert self.member is not None
         try:
             await self.member.join(space)
