@@ -5,7 +5,7 @@
 follow-up may land on any node behind the load balancer, so the conversation
 (its space, its protocol and its expiry) lives in the cluster's store. Expiry
 slides: every accepted follow-up extends it by the TTL. An expired conversation
-is reported as expired for one more TTL, then forgotten (not found).
+is reported as expired for one more TTL (at least a minute), then forgotten.
 
 *Outbound* (:class:`OutboundConversations`): per (space, sender,
 ``data.conversation_id``) the remote's ``conversationId``, so a bridge that
@@ -35,6 +35,8 @@ from protocol.agora_http import (
 )
 
 INBOUND_PREFIX = "agora-http:in:"
+#: At least this long after expiry a conversation is still reported as expired.
+EXPIRED_GRACE = 60.0
 OUTBOUND_PREFIX = "agora-http:out:"
 
 
@@ -77,8 +79,8 @@ class InboundConversations:
                 "expires": conversation.expires,
             }
         )
-        # Kept one TTL past its expiry so a late follow-up hears "expired".
-        keep = max(conversation.expires - self._clock(), 0) + self.ttl
+        # Kept a while past its expiry so a late follow-up hears "expired".
+        keep = max(conversation.expires - self._clock(), 0) + max(self.ttl, EXPIRED_GRACE)
         return await self.store.set(INBOUND_PREFIX + conversation.id, value, keep, **condition)
 
     async def open(self, space: str, protocol_hash: str | None) -> Conversation:

@@ -61,18 +61,18 @@ async def test_inbound_conversation_lifecycle():
 async def test_inbound_conversation_expiry_then_forgotten():
     clock = Clock()
     store = MemoryKeyValueStore(clock=clock)
-    convs = InboundConversations(store, ttl=10, clock=clock)
+    convs = InboundConversations(store, ttl=100, clock=clock)
     opened = await convs.open("weather", None)
-    clock.now += 10
+    clock.now += 100
     with pytest.raises(AgoraHttpError) as exc:
         await convs.resume("weather", opened.id)
     assert _error(exc) == (200, "Conversation expired")
-    clock.now += 10  # kept one more TTL to say "expired", then gone
+    clock.now += 100  # kept one more TTL to say "expired", then gone
     with pytest.raises(AgoraHttpError) as exc:
         await convs.resume("weather", opened.id)
     assert _error(exc) == (200, "Conversation not found")
     other = await convs.open("weather", None)
-    clock.now += 10
+    clock.now += 100
     with pytest.raises(AgoraHttpError) as exc:
         await convs.end("weather", other.id)  # ending an expired one removes it
     assert _error(exc) == (200, "Conversation expired")
@@ -86,6 +86,16 @@ async def test_inbound_conversation_with_a_damaged_record_is_not_found(value):
     with pytest.raises(AgoraHttpError) as exc:
         await InboundConversations(store, 60).resume("weather", "x" * 32)
     assert _error(exc) == (200, "Conversation not found")
+
+
+async def test_a_short_ttl_still_says_expired_for_a_minute():
+    clock = Clock()
+    convs = InboundConversations(MemoryKeyValueStore(clock=clock), ttl=1, clock=clock)
+    opened = await convs.open("weather", None)
+    clock.now += 59
+    with pytest.raises(AgoraHttpError) as exc:
+        await convs.resume("weather", opened.id)
+    assert _error(exc) == (200, "Conversation expired")
 
 
 def test_conversation_ttl_must_be_positive():
