@@ -31,12 +31,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-import orjson
 import structlog
 
 from adapters.agora_http.assembly import StreamAssembler, in_reply_to
 from adapters.agora_http.conversations import OutboundConversations, RemoteConversation
+from adapters.agora_http.remote import RemoteEndpoint, failed
 from hub.errors import AgentIdTaken, BackplaneUnavailable
 from hub.kvstore import KeyValueStore, create_kv_store
 from hub.virtual import RequestFailed, VirtualMember
@@ -44,17 +43,14 @@ from protocol.agora_http import (
     CONVERSATION_EXPIRED,
     CONVERSATION_NOT_FOUND,
     DEFAULT_LIMITS,
-    TIMEOUT,
     AgoraLimits,
     HashForm,
     Reply,
-    decode_reply,
     encode_source,
     hash_document,
     outbound_request,
 )
 
-_READ_CHUNK = 64 * 1024
 MAX_CONVERSATION_ID = 256
 
 log = structlog.get_logger("adapters.agora_http")
@@ -74,10 +70,6 @@ class OutboundOptions:
     #: verifies; the hub's own inbound side accepts both.
     hash_form: HashForm = HashForm.BASE64
     limits: AgoraLimits = DEFAULT_LIMITS
-
-
-def _failure(error: str) -> Reply:
-    return Reply("failure", error=error)
 
 
 class AgoraHttpOutbound:
@@ -107,7 +99,7 @@ class AgoraHttpOutbound:
         #: Set while this node holds the bridge's agent id.
         self.holding = asyncio.Event()
         self._host: Any = None
-        self._http: aiohttp.ClientSession | None = None
+        self._remote: RemoteEndpoint | None = None
         self._calls = asyncio.Semaphore(self.options.max_concurrency)
         self._streams = StreamAssembler(
             self.options.limits.max_request_bytes, max_streams=self.options.max_queued
@@ -129,10 +121,11 @@ class AgoraHttpOutbound:
             self.store = create_kv_store(s.redis_url, prefix=s.redis_prefix)
         ttl = self.options.conversation_ttl
         self.conversations = OutboundConversations(self.store, self.agent_id, ttl)
-        self._http = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=self.timeout),
-            connector=aiohttp.TCPConnector(limit=self.options.max_concurrency),
-            trust_env=False,
+        self._remote = RemoteEndpoint(
+            self.url,
+            timeout=self.timeout,
+            max_connections=self.options.max_concurrency,
+            limits=self.options.limits,
         )
         await self._claim()
         loop = asyncio.get_running_loop()
@@ -154,14 +147,14 @@ class AgoraHttpOutbound:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(5):
                     await asyncio.gather(
-                        *(self._answer(e, _failure("Bridge shutting down")) for e in unanswered)
+                        *(self._answer(e, failed("Bridge shutting down")) for e in unanswered)
                     )
         member, self.member = self.member, None
         self.holding.clear()
         if member is not None:
             await member.aclose()
-        if self._http is not None:
-            await self._http.close()
+        if self._remote is not None:
+            await self._remote.aclose()
         if self.store is not None:
             await self.store.aclose()
 
@@ -220,19 +213,19 @@ class AgoraHttpOutbound:
             if self._addressed(msg):
                 lost = self._streams.start(msg)
                 if lost is not None:
-                    await self._answer(lost.event, _failure(f"Request lost: {lost.failure}"))
+                    await self._answer(lost.event, failed(f"Request lost: {lost.failure}"))
             return
         whole = self._streams.feed(msg)
         if whole is None:
             return
         if whole.failure is not None:
-            await self._answer(whole.event, _failure(f"Request lost: {whole.failure}"))
+            await self._answer(whole.event, failed(f"Request lost: {whole.failure}"))
         else:
             await self._accept(whole.event)
 
     async def _accept(self, event: dict[str, Any]) -> None:
         if len(self._tasks) >= self.options.max_concurrency + self.options.max_queued:
-            await self._answer(event, _failure("Bridge busy: try again"))
+            await self._answer(event, failed("Bridge busy: try again"))
             return
         task = asyncio.get_running_loop().create_task(self._serve(event))
         self._tasks[task] = event
@@ -243,10 +236,10 @@ class AgoraHttpOutbound:
             try:
                 reply, conversation_id = await self._exchange(event)
             except BackplaneUnavailable:
-                reply, conversation_id = _failure("Hub unavailable: try again"), None
+                reply, conversation_id = failed("Hub unavailable: try again"), None
             except Exception:
                 log.exception("agora-http bridge call failed", agent_id=self.agent_id)
-                reply, conversation_id = _failure("Bridge error"), None
+                reply, conversation_id = failed("Bridge error"), None
         await self._answer(event, reply, conversation_id)
 
     async def _answer(
@@ -277,15 +270,15 @@ class AgoraHttpOutbound:
         if conversation_id is not None and not (
             isinstance(conversation_id, str) and 0 < len(conversation_id) <= MAX_CONVERSATION_ID
         ):
-            return _failure("conversation_id must be a non-empty string"), None
+            return failed("conversation_id must be a non-empty string"), None
         has_body = "body" in data or isinstance(data.get("text"), str)
         body = data["body"] if "body" in data else data.get("text")
         if has_body and not isinstance(body, str | dict):
-            return _failure("body must be a string or an object"), conversation_id
+            return failed("body must be a string or an object"), conversation_id
         multiround = data.get("multiround") is True
         end = data.get("end_conversation") is True
         if not has_body and not (end and conversation_id is not None):
-            return _failure("The event has no body or text"), conversation_id
+            return failed("The event has no body or text"), conversation_id
 
         remote: RemoteConversation | None = None
         key = None
@@ -294,9 +287,9 @@ class AgoraHttpOutbound:
             remote = await self.conversations.get(key)
             if remote is not None and self.conversations.expired(remote):
                 await self._close(remote)
-                return _failure(CONVERSATION_EXPIRED), conversation_id
+                return failed(CONVERSATION_EXPIRED), conversation_id
             if remote is None and not (multiround and has_body):
-                return _failure(CONVERSATION_NOT_FOUND), conversation_id
+                return failed(CONVERSATION_NOT_FOUND), conversation_id
         elif multiround:
             conversation_id = secrets.token_urlsafe(12)
             key = self.conversations.key(self.space, sender, conversation_id)
@@ -305,8 +298,9 @@ class AgoraHttpOutbound:
             assert remote is not None
             await self._close(remote)
             return Reply("success"), conversation_id
+        assert self._remote is not None
         if remote is not None:
-            reply = await self._post(f"{self.url}/conversations/{remote.remote_id}", {"body": body})
+            reply = await self._remote.post({"body": body}, remote.remote_id)
         else:
             payload = outbound_request(
                 body,
@@ -315,14 +309,14 @@ class AgoraHttpOutbound:
                 multiround=multiround,
                 hash_form=self.options.hash_form,
             )
-            reply = await self._post(self.url, payload)
+            reply = await self._remote.post(payload)
         if not multiround and remote is None:
             return reply, None
         if reply.ok:
             assert key is not None
             remote_id = reply.conversation_id if remote is None else remote.remote_id
             if remote_id is None:
-                return _failure("The remote opened no conversation (no conversationId)"), None
+                return failed("The remote opened no conversation (no conversationId)"), None
             remote = await self.conversations.put(key, remote_id, reply.conversation_expires)
             self._schedule(remote)
         elif remote is None:
@@ -331,39 +325,12 @@ class AgoraHttpOutbound:
             await self._close(remote)
         return reply, conversation_id
 
-    async def _post(self, url: str, payload: dict[str, Any]) -> Reply:
-        limits = self.options.limits
-        raw = orjson.dumps(payload)
-        if len(raw) > limits.max_request_bytes:
-            return _failure(f"Request exceeds {limits.max_request_bytes} bytes")
-        assert self._http is not None
-        try:
-            async with self._http.post(
-                url, data=raw, headers={"Content-Type": "application/json"},
-                allow_redirects=False,
-            ) as resp:  # fmt: skip
-                answer = await _read_limited(resp, limits.max_request_bytes)
-                if answer is None:
-                    return _failure(f"Reply exceeds {limits.max_request_bytes} bytes")
-                return decode_reply(resp.status, answer, limits)
-        except TimeoutError:
-            return _failure(TIMEOUT)
-        except aiohttp.ClientConnectorError:
-            return _failure("Could not connect to the remote Agora server")
-        except aiohttp.ClientError as exc:
-            return _failure(f"Transport error talking to the remote ({type(exc).__name__})")
-
     async def _close(self, remote: RemoteConversation) -> None:
         """Forget a conversation and DELETE it remotely (best effort)."""
-        assert self.conversations is not None and self._http is not None
+        assert self.conversations is not None and self._remote is not None
         await self.conversations.delete(remote.key)
         self._expiries.pop(remote.key, None)
-        url = f"{self.url}/conversations/{remote.remote_id}"
-        try:
-            async with self._http.delete(url, allow_redirects=False) as resp:
-                await _read_limited(resp, _READ_CHUNK)
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            log.info("agora-http conversation not closed remotely", url=url, reason=repr(exc))
+        await self._remote.delete(remote.remote_id)
 
     # ── expiry ──────────────────────────────────────────────────────────
 
@@ -400,17 +367,3 @@ class AgoraHttpOutbound:
                 except BackplaneUnavailable:
                     self._schedule_at(key, now + interval)  # try again later
                     break
-
-
-async def _read_limited(resp: aiohttp.ClientResponse, limit: int) -> bytes | None:
-    """The response body, or ``None`` as soon as it exceeds ``limit`` bytes."""
-    if resp.content_length is not None and resp.content_length > limit:
-        return None
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in resp.content.iter_chunked(_READ_CHUNK):
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
