@@ -121,13 +121,11 @@ class Membership:
             await self.subscriptions.ensure(space)
             members, count = await self.presence.space_members(space, limit)
         except BaseException:
-            with contextlib.suppress(Exception):
-                await self.presence.leave_space(space, conn.agent_id)
+            await self._undo_join(conn, space)
             raise
         if conn.closing:
             # Closed meanwhile: its cleanup does not know of this space.
-            with contextlib.suppress(Exception):
-                await self.presence.leave_space(space, conn.agent_id)
+            await self._undo_join(conn, space)
             return
         # From here the joiner receives the space's messages; the reply goes
         # out first so nothing of the space overtakes space.joined.
@@ -139,10 +137,21 @@ class Membership:
             with contextlib.suppress(BackplaneUnavailable):
                 await self._announce(space, listed, count, joined=conn.agent_id)
 
+    async def _undo_join(self, conn: Peer, space: str) -> None:
+        if _shared(conn):
+            return  # the other nodes' copies rely on that membership
+        with contextlib.suppress(Exception):
+            await self.presence.leave_space(space, conn.agent_id)
+
     async def leave(self, conn: Peer, a: Leave) -> None:
         for cancel in a.cancelled:
             with contextlib.suppress(BackplaneUnavailable):
                 await self.publishing.stream_cancel(conn, cancel)
+        if _shared(conn):
+            # One node's copy of a shared member leaving: the others stay members.
+            self.drop_local(conn, a.space)
+            conn.send_frame(codec.left(a.request_id, a.space))
+            return
         # Cluster first: when it is unreachable the agent stays a member.
         remaining = await self.presence.leave_space(a.space, conn.agent_id)
         self.drop_local(conn, a.space)
@@ -313,3 +322,8 @@ def merged(
         info.metadata if "metadata" in sent else base.metadata,
         base.connected_at,
     )
+
+
+def _shared(conn: Peer) -> bool:
+    """A shared virtual member: every node hosts one under the same agent id."""
+    return bool(getattr(conn, "shared", False))
