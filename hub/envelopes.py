@@ -49,7 +49,8 @@ def is_envelope(data: Mapping[str, Any]) -> bool:
 
 
 def refusal(exc: EnvelopeError, request_id: RequestId) -> ProtocolError:
-    """The ``error`` event for a refused envelope: its hub code, the reason first."""
+    """The ``error`` event for a refused envelope: its hub code, and a message
+    that starts ``envelope refused, {reason}: `` (bridges read the reason)."""
     return ProtocolError(exc.code, f"envelope refused, {exc.reason}: {exc.message}", request_id)
 
 
