@@ -13,6 +13,7 @@ import aiohttp
 import orjson
 import pytest
 
+from hub.cli import main
 from protocol.envelope import verify
 from protocol.identity import did_key
 from tests.support.envelopes import (
@@ -345,6 +346,17 @@ async def test_the_gateway_obeys_the_rate_limit_all_or_nothing(hub):
         await worker.next_event()
     assert sorted(e["data"]["id"] for e in worker.seen) == sorted(e["id"] for e in accepted)
     await worker.close()
+
+
+async def test_the_hub_signs_with_its_identity_file(hub, tmp_path):
+    key_file = tmp_path / "hub.key"
+    assert main(["keygen", "--out", str(key_file)]) == 0
+    did = orjson.loads(key_file.read_bytes())["did"]
+    server = await hub(identity_file=str(key_file))
+    assert await hub_did(server) == did
+    status, err = await post(f"{server.http_url}/envelope/nowhere", agora_request(ALICE))
+    assert status == 404
+    assert_hub_error(did, err, 404)
 
 
 async def test_the_gateway_can_be_turned_off(hub):
