@@ -20,6 +20,7 @@ covers ``data`` exactly. See ``docs/envelopes.md``.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -111,8 +112,12 @@ class EnvelopeCheck:
             raise refusal(verified.replayed(), request_id)
 
     async def forget(self, verified: Verified) -> None:
-        """Undo :meth:`record` for an envelope whose publish then failed."""
-        await self.replay.forget(verified.replay_key)
+        """Undo :meth:`record` for an envelope whose publish then failed.
+
+        Best effort, never raises: when the cache cannot be reached the id
+        stays recorded and the sender must sign the envelope anew."""
+        with contextlib.suppress(Exception):
+            await self.replay.forget(verified.replay_key)
 
     async def aclose(self) -> None:
         await self.replay.aclose()

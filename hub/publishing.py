@@ -9,7 +9,6 @@ member of the audience unchanged.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 from typing import Any
 
@@ -53,6 +52,7 @@ class Publishing:
         #: Signed envelopes (see :mod:`hub.envelopes`); None: relayed as any data.
         self.envelopes = envelopes
         self._signed_spaces = envelopes.signed_spaces if envelopes else frozenset()
+        self._forgetting: set[asyncio.Task[None]] = set()
 
     async def publish(self, conn: Peer, a: Publish) -> None:
         agent = conn.agent_id
@@ -95,7 +95,7 @@ class Publishing:
     async def _publish_envelope(self, conn: Peer, a: Publish, check: EnvelopeCheck) -> None:
         """All or nothing: verified, addressed, recorded against replays, then
         queued; a failure at any step delivers nothing (a recorded id is
-        forgotten again if the backplane refuses). Never streamed, never
+        forgotten again if the backplane refuses it). Never streamed, never
         modified: ``data`` goes out exactly as signed."""
         agent = conn.agent_id
         stamp, verified = check.check(a.space, a.data, a.request_id)
@@ -110,18 +110,26 @@ class Publishing:
         if audience is not None:
             rest["to"] = a.to_field
         head, tail = codec.sequenced("space.event", a.space, event_id, rest)
-        try:
-            seq = await self.backplane.publish_nowait(
-                a.space, Draft(head, tail, None if a.echo else agent, to=audience)
-            )
-        except BaseException:
-            if verified is not None:
-                with contextlib.suppress(Exception):
-                    await check.forget(verified)
-            raise
+        pending = self.backplane.publish_nowait(
+            a.space, Draft(head, tail, None if a.echo else agent, to=audience)
+        )
+        if verified is not None:
+            pending.add_done_callback(functools.partial(self._unrecord, check, verified))
         self.counters.published += 1
-        if not a.echo:
-            conn.send_frame(codec.published(a.request_id, a.space, event_id, seq, ts))
+        if a.echo:
+            await self._unless_queued(conn, pending, a.request_id)
+            return
+        seq = await pending
+        conn.send_frame(codec.published(a.request_id, a.space, event_id, seq, ts))
+
+    def _unrecord(self, check: EnvelopeCheck, verified: Any, pending: asyncio.Future[int]) -> None:
+        """The backplane refused a verified envelope: forget its id, so the
+        sender may send it again (it was never delivered)."""
+        if not pending.cancelled() and pending.exception() is None:
+            return
+        task = asyncio.get_running_loop().create_task(check.forget(verified))
+        self._forgetting.add(task)
+        task.add_done_callback(self._forgetting.discard)
 
     async def _unless_queued(
         self, conn: Peer, pending: asyncio.Future[int], request_id: str | int | None
