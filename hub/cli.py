@@ -91,6 +91,11 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    import signal
+
+    # SIGHUP means "reload" to a running hub; until the handler is installed it
+    # waits (blocked) instead of terminating a hub that is still starting.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
     settings = settings_from_args(args)
     if settings.workers > 1:
         from hub.workers import run_workers

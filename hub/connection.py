@@ -27,6 +27,7 @@ from protocol.errors import CloseCode, ErrorCode
 if TYPE_CHECKING:
     from hub.metrics import Counters
     from hub.presence import AgentRecord
+    from hub.proxies import ClientAddress
     from hub.session import Session
 
 OPEN = State.OPEN
@@ -51,6 +52,8 @@ class HubConnection(ServerConnection):
         self.agent_id: str = ""
         self.connection_id: str = ""
         self.token: str | None = None
+        #: Who opened the connection (behind trusted proxies: the forwarded client).
+        self.client: ClientAddress | None = None
         self.grant: Grant = Grant.unrestricted
         self.session: Session | None = None
         self.record: AgentRecord | None = None

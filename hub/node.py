@@ -348,7 +348,7 @@ class Node:
         session = conn.session = Session(agent_id, conn_id, self.limits, loop.time())
         self.counters.connections_opened += 1
         conn.send_frame(self._registered(agent_id, conn_id))
-        log.info("connection opened", remote=_remote(conn))
+        log.info("connection opened", **_remote(conn))
         try:
             with contextlib.suppress(BackplaneUnavailable):
                 await self.membership.agent_status("online", record)
@@ -498,12 +498,15 @@ def _close(peer: Peer, a: Close) -> None:
     peer.close_for(a.code, a.error, a.reason)
 
 
-def _remote(conn: HubConnection) -> str | None:
+def _remote(conn: HubConnection) -> dict[str, str | None]:
+    client = conn.client  # set at the handshake, with trusted proxies resolved
+    if client is not None:
+        return {"remote": str(client), "via": client.via} if client.via else {"remote": str(client)}
     try:
         host, port = conn.remote_address[:2]
-        return f"{host}:{port}"
+        return {"remote": f"{host}:{port}"}
     except Exception:
-        return None
+        return {"remote": None}
 
 
 def _close_code(conn: HubConnection) -> int | None:

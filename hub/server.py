@@ -7,7 +7,9 @@ to the WebSocket port are answered in ``process_request`` before any upgrade:
 (:mod:`hub.http`, aiohttp) serves the same health routes and the adapters'.
 
 Start order: the node (backplane, presence, adapters), the WebSocket port,
-the HTTP port. Shutdown order (:meth:`HubServer.aclose`): stop accepting,
+the HTTP port. Both ports serve TLS from one :class:`~hub.tls.ServerTls`, whose
+certificate :mod:`hub.reload` can replace (SIGHUP) without touching open
+connections. Shutdown order (:meth:`HubServer.aclose`): stop accepting,
 close the HTTP port, send every connection an ``error`` (UNAVAILABLE) and
 close 1001, wait up to ``shutdown_timeout`` for handlers to finish their
 cleanup, abort what is left, then close the node (adapters, backplane,
@@ -19,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http
-import ssl
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -32,6 +33,8 @@ from hub.connection import HubConnection
 from hub.http import HttpServer
 from hub.metrics import CONTENT_TYPE_LATEST, render
 from hub.node import Node
+from hub.proxies import ClientAddress, TrustedProxies
+from hub.tls import ServerTls
 from protocol.errors import CloseCode, ErrorCode
 from protocol.names import is_valid_agent_id
 
@@ -45,6 +48,9 @@ class HubServer:
         self._server: Server | None = None
         self._http: HttpServer | None = None
         self._closed = False
+        #: TLS of both ports (None without tls_certfile); reloadable.
+        self.tls: ServerTls | None = None
+        self.proxies = TrustedProxies(node.settings.trusted_proxies)
 
     @property
     def port(self) -> int:
@@ -70,13 +76,12 @@ class HubServer:
 
     async def start(self) -> None:
         s = self.node.settings
-        await self.node.start()
         kwargs: dict[str, Any] = {}
-        ctx: ssl.SSLContext | None = None
-        if s.tls_certfile:
-            ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            ctx.load_cert_chain(s.tls_certfile, s.tls_keyfile)
-            kwargs["ssl"] = ctx
+        if s.tls_certfile and s.tls_keyfile:
+            self.tls = ServerTls(s.tls_certfile, s.tls_keyfile)  # ConfigError: unusable files
+            kwargs["ssl"] = self.tls.context
+        ctx = kwargs.get("ssl")
+        await self.node.start()
         if self._reuse_port:
             kwargs["reuse_port"] = True
         self._server = await serve(
@@ -164,8 +169,9 @@ class HubServer:
                 return _text(http.HTTPStatus.OK, "ready\n")
             return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, "not ready\n")
         if path == "/metrics":
-            body = render(self.node.metrics_registry)
-            return _response(http.HTTPStatus.OK, body, CONTENT_TYPE_LATEST)
+            registry = self.node.metrics_registry
+            body = render(registry)
+            return _response(http.HTTPStatus.OK, body, CONTENT_TYPE_LATEST, registry.headers())
         return _text(
             http.HTTPStatus.NOT_FOUND, "not found: use /ws, /healthz, /readyz or /metrics\n"
         )
@@ -191,20 +197,31 @@ class HubServer:
                 token = auth[7:].strip()
         connection.agent_id = agent_ids[0]
         connection.token = token
+        connection.client = self.client_address(connection, request)
         return None
+
+    def client_address(self, connection: Any, request: Request) -> ClientAddress:
+        """Who is opening this WebSocket: the TCP peer, or — when the peer is one
+        of ``trusted_proxies`` — the client it forwards for (``X-Forwarded-For``,
+        ``Forwarded``). Per-client limits key on its ``ip``; see
+        :mod:`hub.proxies`."""
+        return self.proxies.client_address(connection.remote_address, request.headers)
 
 
 def _text(status: http.HTTPStatus, body: str) -> Response:
     return _response(status, body.encode(), "text/plain; charset=utf-8")
 
 
-def _response(status: http.HTTPStatus, body: bytes, content_type: str) -> Response:
+def _response(
+    status: http.HTTPStatus, body: bytes, content_type: str, extra: dict[str, str] | None = None
+) -> Response:
     headers = Headers(
         [
             ("Content-Type", content_type),
             ("Content-Length", str(len(body))),
             ("Connection", "close"),
             ("Server", f"agora-hub/{__version__}"),
+            *(extra or {}).items(),
         ]
     )
     return Response(status.value, status.phrase, headers, body)
