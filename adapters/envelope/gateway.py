@@ -91,6 +91,7 @@ class EnvelopeGateway:
         self._joined: set[str] = set()
         self._joining: dict[str, asyncio.Lock] = {}
         self._attaching = asyncio.Lock()
+        self._closed = False
         self._log = structlog.get_logger("adapters.envelope").bind(adapter="gateway")
 
     async def start(self, host: EnvelopeHost) -> None:
@@ -98,9 +99,16 @@ class EnvelopeGateway:
         host.http_app.router.add_post("/envelope/{space}", self._post_agora)
         host.http_app.router.add_post("/agentprotocol/{space}", self._post_agentprotocol)
         host.http_app.router.add_post("/agentprotocol", self._post_agentprotocol)
+        # The HTTP port closes before the adapters: waiting callers get their
+        # answer (503) then, instead of being cut off.
+        host.http_app.on_shutdown.append(self._stop_waiting)
+
+    async def _stop_waiting(self, app: web.Application | None = None) -> None:
+        self._closed = True
+        self.waits.fail_all(Refused(AgoraErrorCode.UNAVAILABLE, "the hub is shutting down"))
 
     async def aclose(self) -> None:
-        self.waits.cancel_all()
+        await self._stop_waiting()
         if self.member is not None:
             await self.member.aclose()
 
@@ -117,6 +125,8 @@ class EnvelopeGateway:
         assert self.host is not None
         data: dict[str, Any] = {}
         try:
+            if self._closed:
+                raise Refused(AgoraErrorCode.UNAVAILABLE, "the hub is shutting down")
             if request.content_length is not None and request.content_length > self.body_limit:
                 raise Refused(too_large(self.body_limit))
             body = await read_bounded(request.content, self.body_limit)

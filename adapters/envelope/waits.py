@@ -70,9 +70,11 @@ class Waits:
             del self._waits[wait.request_id]
             self.table.forget(wait.request_id)
 
-    def cancel_all(self) -> None:
+    def fail_all(self, error: Exception) -> None:
+        """End every wait with ``error`` (the hub is shutting down)."""
         for wait in list(self._waits.values()):
-            wait.answer.cancel()
+            if not wait.answer.done():
+                wait.answer.set_exception(error)
             self.close(wait)
 
     def offer(self, space: str, data: Mapping[str, Any], now: float) -> bool:

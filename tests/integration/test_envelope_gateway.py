@@ -4,6 +4,7 @@ agent answering over WebSocket (contract §9, "Inbound over HTTP")."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import time
 from collections.abc import Awaitable, Callable
@@ -12,6 +13,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+from websockets.exceptions import ConnectionClosed
 
 from hub.cli import main
 from protocol.envelope import verify
@@ -59,6 +61,10 @@ class Worker:
         return cls(client, answer)
 
     async def _run(self) -> None:
+        with contextlib.suppress(ConnectionClosed):  # the hub went away: done
+            await self._answer_all()
+
+    async def _answer_all(self) -> None:
         while True:
             event = await self.client.wait_for("space.event", timeout=3600)
             self.seen.append(event)
@@ -331,6 +337,18 @@ async def test_waits_are_bounded(hub):
     assert status == 503 and err["payload"]["code"] == "RATE_LIMITED"
     assert [s for s, _ in await asyncio.gather(*first)] == [408, 408]
     await worker.close()
+
+
+async def test_waiting_callers_get_503_when_the_hub_shuts_down(hub):
+    server = await hub(bridge_timeout=60)
+    worker = await Worker.start(server)  # never answers
+    did = await hub_did(server)
+    waiting = asyncio.create_task(post(f"{server.http_url}/envelope/{SPACE}", agora_request(ALICE)))
+    await worker.next_event()  # published: the caller is waiting
+    await server.aclose()
+    status, err = await waiting
+    assert status == 503 and "shutting down" in err["payload"]["message"]
+    assert_hub_error(did, err, 503)
 
 
 async def test_the_gateway_obeys_the_rate_limit_all_or_nothing(hub):
