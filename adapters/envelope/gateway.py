@@ -155,7 +155,7 @@ class EnvelopeGateway:
         if data.get("protocol") != fmt.value:
             raise Refused(AgoraErrorCode.BAD_REQUEST, f"this route takes {fmt.value} envelopes")
         check = self.host.envelopes
-        verified = verify(data, now=time.time(), max_skew=check.max_skew)
+        verified = verify(data, now=time.time(), max_age=check.max_age, max_skew=check.max_skew)
         if space is None:
             raise Refused(AgoraErrorCode.NOT_FOUND, "no space: agentprotocol_space is not set")
         await self._existing(space)

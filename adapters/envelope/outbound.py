@@ -211,7 +211,8 @@ class EnvelopePeer:
                 data,
             )
         assert self.host is not None
-        verify(answer, now=time.time(), max_skew=self.host.envelopes.max_skew)
+        check = self.host.envelopes
+        verify(answer, now=time.time(), max_age=check.max_age, max_skew=check.max_skew)
         return answer
 
     async def _publish(self, sender: str, answer: dict[str, Any], about: dict[str, Any]) -> None:
