@@ -122,6 +122,7 @@ def cmd_keygen(args: argparse.Namespace) -> int:
             print(f"agora-hub: {path} exists (use --force to overwrite)", file=sys.stderr)
             return 1
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # the mode above applies only to a new file
         with os.fdopen(fd, "wb") as fh:
             fh.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
         print(doc["did"])

@@ -28,6 +28,7 @@ from hub.backplane import Backplane, Envelope, create_backplane
 from hub.cluster import ClusterLink
 from hub.connection import HubConnection
 from hub.dispatch import Dispatcher, ErrorSender
+from hub.envelopes import EnvelopeCheck
 from hub.errors import AgentIdTaken, AuthError, BackplaneUnavailable
 from hub.frames import OutFrame
 from hub.handshake import HandshakeSlots
@@ -41,6 +42,7 @@ from hub.peer import Peer
 from hub.presence import AgentRecord, Presence, create_presence
 from hub.publishing import Publishing
 from hub.registry import Registry
+from hub.replay import create_replay_cache
 from hub.session import (
     Close,
     Denied,
@@ -91,6 +93,16 @@ class Node:
         self.presence = presence or create_presence(
             s.redis_url, prefix=s.redis_prefix, node_id=s.node_id, ttl=s.heartbeat_timeout
         )
+        #: Signed envelopes in spaces: verification and the replay cache
+        #: (in Redis when clustered, so a replay to another node is refused).
+        signed_spaces = frozenset(d.id for d in s.spaces if d.require_signed)
+        self.envelopes = EnvelopeCheck(
+            create_replay_cache(
+                s.redis_url, prefix=s.redis_prefix, max_entries=s.envelope_replay_entries
+            ),
+            signed_spaces=signed_spaces,
+            max_skew=s.envelope_max_skew,
+        )
         self.ids = Ids()
         self.registry: Registry[Peer] = Registry()
         self.spaces = SpaceDirectory(s.declared, s.space_capacity, s.auto_create_spaces)
@@ -102,6 +114,7 @@ class Node:
             rate_burst=s.rate_burst,
             rate_abuse_seconds=s.rate_abuse_seconds,
             max_streams=s.max_streams_per_agent,
+            signed_spaces=signed_spaces,
         )
         # Virtual members send no heartbeats and are never closed for abuse;
         # the rate limit and the stream limit hold for them as for anyone.
@@ -111,6 +124,7 @@ class Node:
             rate_burst=s.rate_burst,
             rate_abuse_seconds=math.inf,
             max_streams=s.max_streams_per_agent,
+            signed_spaces=signed_spaces,
         )
         self.flusher = Flusher()
         self.handshakes = HandshakeSlots(s.max_handshakes)
@@ -130,7 +144,7 @@ class Node:
         self.send_error = ErrorSender(self.counters)
         self.publishing = Publishing(
             s, self.backplane, self.presence, self.registry, self.ids, self.counters,
-            self.send_error,
+            self.send_error, self.envelopes,
         )  # fmt: skip
         self.membership = Membership(
             s, self.node_id, self.registry, self.spaces, self.presence, self.backplane,
@@ -241,6 +255,8 @@ class Node:
             await self.presence.aclose()
         with contextlib.suppress(Exception):
             await self.auth.aclose()
+        with contextlib.suppress(Exception):
+            await self.envelopes.aclose()
 
     async def __aenter__(self) -> Node:
         await self.start()

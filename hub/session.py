@@ -23,6 +23,7 @@ from typing import Any
 
 from hub.ratelimit import TokenBucket, Verdict
 from protocol import codec
+from protocol.envelope import PROTOCOLS as _ENVELOPE_PROTOCOLS
 from protocol.errors import CloseCode, ErrorCode, ProtocolError
 from protocol.messages import (
     DEFAULT_PAGE,
@@ -210,6 +211,9 @@ class SessionLimits:
     rate_burst: float = 200.0
     rate_abuse_seconds: float = 5.0
     max_streams: int = 16
+    #: Spaces declared ``require_signed``: no client streams there (a stream
+    #: cannot be verified as a whole before it is relayed).
+    signed_spaces: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)
@@ -405,11 +409,16 @@ class Session:
         self._checked_kind(space, rid)
         return space
 
-    def _may_publish(self, space: str, data: dict[str, Any], rid: RequestId) -> Denied | None:
-        """Common checks for a publish and for a stream's first delta."""
+    def _may_publish(
+        self, space: str, data: dict[str, Any], rid: RequestId, envelope: bool = False
+    ) -> Denied | None:
+        """Common checks for a publish and for a stream's first delta.
+
+        A signed envelope's ``from`` is its own (agentprotocol/0.1's sender
+        object): a publish of one is exempt from the ``data.from`` rule."""
         kind = self._checked_kind(space, rid)
         sender = data.get("from", self.agent_id)
-        if sender != self.agent_id:
+        if sender != self.agent_id and not (envelope and _is_envelope(data)):
             raise ProtocolError(
                 ErrorCode.INVALID_REQUEST,
                 f"data.from must be the connection's agent_id {self.agent_id!r}",
@@ -429,7 +438,7 @@ class Session:
             raise exc.with_request_id(rid) from None
 
     def _publish(self, msg: SpacePublish) -> Action:
-        denied = self._may_publish(msg.space, msg.data, msg.id)
+        denied = self._may_publish(msg.space, msg.data, msg.id, envelope=True)
         if denied:
             return denied
         if msg.to is None:
@@ -471,6 +480,12 @@ class Session:
             denied = self._may_publish(msg.space, msg.data, rid)
             if denied:
                 return denied
+            if msg.space in self._limits.signed_spaces:
+                raise ProtocolError(
+                    ErrorCode.UNAUTHORIZED,
+                    f"space {msg.space!r} accepts only signed envelopes, not streams",
+                    rid,
+                )
             if streams is None:
                 streams = self._streams = _Streams()
             if len(streams.open) >= self._limits.max_streams:
@@ -540,3 +555,8 @@ class Session:
     def _close(self, code: CloseCode, error: ErrorCode, reason: str) -> Close:
         self._transition(SessionState.CLOSING)
         return Close(code, error, reason)
+
+
+def _is_envelope(data: dict[str, Any]) -> bool:
+    proto = data.get("protocol")
+    return proto.__class__ is str and proto in _ENVELOPE_PROTOCOLS

@@ -251,6 +251,18 @@ class Settings(BaseSettings):
     bridges: Bridges = Field(
         default_factory=Bridges, description="Outbound bridges (config file only)."
     )
+    envelope_max_skew: float = Field(
+        30.0, ge=0, le=600, description="Signed envelopes: seconds a timestamp may be ahead."
+    )
+    envelope_replay_entries: int = Field(
+        100_000, ge=100, description="Envelope ids the in-memory replay cache holds at most."
+    )
+    envelope_http: bool = Field(
+        True, description="Serve POST /envelope/{space} and /agentprotocol[/{space}]."
+    )
+    envelope_max_waits: int = Field(
+        1000, ge=1, description="HTTP envelope requests waiting for an answer at once, per node."
+    )
 
     # Where these settings were read from, for SIGHUP (see reread_settings).
     _sources: tuple[dict[str, Any], Path | None] | None = PrivateAttr(default=None)

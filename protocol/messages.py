@@ -271,6 +271,10 @@ class SpaceEvent(_HubMessage):
     data: dict[str, Any]
     request_id: str | None = None
     to: str | list[str] | None = None
+    #: Signed envelopes (``data.protocol`` agora/1.0 or agentprotocol/0.1):
+    #: whether the hub verified its signature, and the signer's key id.
+    verified: bool | None = None
+    signer: str | None = None
 
 
 class SpacePublished(_HubMessage):

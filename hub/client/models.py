@@ -36,6 +36,11 @@ class Event:
     data: dict[str, Any]
     request_id: str | int | None = None
     streamed: bool = False
+    #: For a signed envelope (``data.protocol`` agora/1.0 or
+    #: agentprotocol/0.1): True when the hub verified its signature, False
+    #: for an unsigned one, None for ordinary data. ``signer`` is the key id.
+    verified: bool | None = None
+    signer: str | None = None
 
     @property
     def text(self) -> str | None:
@@ -183,6 +188,8 @@ def parse_event(f: dict[str, Any]) -> Event | None:
         timestamp=_int(f.get("timestamp")),
         data=data,
         request_id=_rid(f.get("request_id")),
+        verified=f.get("verified") if isinstance(f.get("verified"), bool) else None,
+        signer=_str(f.get("signer")),
     )
 
 

@@ -34,6 +34,11 @@ class ReplayCache(Protocol):
         callers with one key, exactly one gets False."""
         ...
 
+    async def forget(self, key: str) -> None:
+        """Drop ``key``: the envelope it recorded was not carried out after
+        all (its publish failed), so the sender may send it again."""
+        ...
+
     async def aclose(self) -> None: ...
 
 

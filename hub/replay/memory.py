@@ -46,6 +46,10 @@ class MemoryReplayCache:
         heapq.heappush(self._heap, (expiry, key))
         return False
 
+    async def forget(self, key: str) -> None:
+        # Its heap entry stays behind and is skipped when it comes up.
+        self._expiry.pop(key, None)
+
     async def aclose(self) -> None:
         self._expiry.clear()
         self._heap.clear()

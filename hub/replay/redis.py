@@ -53,6 +53,14 @@ class RedisReplayCache:
             raise unavailable("replay check", exc) from exc
         return not created
 
+    async def forget(self, key: str) -> None:
+        if self._closed:
+            raise unavailable("replay forget", RuntimeError("cache is closed"))
+        try:
+            await self._client.delete(self._prefix + key)
+        except REDIS_ERRORS as exc:
+            raise unavailable("replay forget", exc) from exc
+
     async def aclose(self) -> None:
         if self._closed:
             return

@@ -104,10 +104,35 @@ def build_rows(records: list[dict], compressions: list[str]) -> list[Row]:
         base = find(records, "stream", "baseline", comp)
         if hub or base:
             _throughput_rows(rows, "stream", comp, hub, base)
+        _signed_rows(rows, records, comp)
         _cluster_rows(rows, records, comp)
         _workers_rows(rows, records, comp)
         _massjoin_rows(rows, records, comp)
     return rows
+
+
+def _signed_rows(rows: list[Row], records: list[dict], comp: str) -> None:
+    """Signed envelopes (hub column) beside the same bytes unsigned (baseline column)."""
+    for scenario in ("signed", "signed-few"):
+        signed = find(records, scenario, "hub-signed", comp)
+        plain = find(records, scenario, "hub-plain", comp)
+        if (signed is None and plain is None) or _notice(rows, scenario, comp, signed, plain):
+            continue
+        n = (signed or plain or {}).get("params", {}).get("subscribers")
+        label = f"{scenario} ({n} members): signed | plain"
+        for metric, key, digits in (
+            ("deliveries/s", "deliveries_per_s", 0),
+            ("publishes/s", "publishes_per_s", 0),
+            ("server CPU s / 100k deliveries", "cpu_s_per_100k", 3),
+        ):
+            h, b = fig(signed, key), fig(plain, key)
+            rows.append(
+                Row(label, metric, comp, fmt(h, digits), fmt(b, digits), fmt(ratio(h, b), 2))
+            )
+        cs, cp = fig(signed, "server_cpu_s"), fig(plain, "server_cpu_s")
+        events = (signed or {}).get("figures", {}).get("events")
+        extra = None if cs is None or cp is None or not events else 1e6 * (cs - cp) / events
+        rows.append(Row(label, "extra server CPU per signed publish, µs", comp, fmt(extra), ""))
 
 
 def _notice(rows: list[Row], scenario: str, comp: str, *records: dict | None) -> bool:

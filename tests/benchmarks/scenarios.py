@@ -281,6 +281,48 @@ async def fanout(
     return out
 
 
+def signed_envelopes(events: int, size: int, *, signed: bool) -> list[bytes]:
+    """Publish frames whose data is an agora/1.0 STATUS envelope of ``size``
+    text bytes, each with its own id, signed now — or, for the plain side
+    of the comparison, the same bytes with a ``protocol`` that is no
+    envelope's, so the hub relays them as ordinary data."""
+    from nacl.signing import SigningKey
+
+    from protocol.envelope import agora
+
+    key = SigningKey(b"\x42" * 32)
+    now = time.time()
+    text = text_of(size)
+    frames = []
+    for i in range(events):
+        env = agora.build(
+            "STATUS", {"status": "ok", "n": i, "text": text}, signing_key=key, now=now
+        )
+        if not signed:
+            env["protocol"] = "plain/1.0"
+        frames.append(Target.publish_frame(env))
+    return frames
+
+
+async def signed_fanout(
+    target: Target, *, subscribers: int, events: int, size: int, window: int, signed: bool
+) -> dict:
+    """Fan-out of signed envelopes (verified, replay-checked) or of the same
+    bytes unsigned. The envelopes are signed once the members are set up,
+    so none is stale by the time it is sent (the window is 60 s)."""
+    frames: list[bytes] = []
+
+    async def sign_now() -> None:
+        frames.extend(signed_envelopes(events, size, signed=signed))
+
+    out = await run_throughput(
+        target, subscribers=subscribers, frames=frames, window=window, before_measure=sign_now
+    )
+    out["publish_bytes"] = len(frames[0])
+    out["publishes_per_s"] = events / out["wall_s"]
+    return out
+
+
 async def streaming(
     target: Target, *, subscribers: int, deltas: int, size: int, window: int
 ) -> dict:

@@ -295,6 +295,34 @@ class Bench:
 
         await self.both("stream", comp, body, params)
 
+    async def signed(self, comp: str) -> None:
+        """Signed envelopes beside the same bytes unsigned, on default
+        settings (rate limit aside): with many members, where fan-out
+        dominates, and with few, where the publish path (verify) does."""
+        s = self.sizes
+        for scenario, subscribers in (("signed", s.fanout_subscribers), ("signed-few", 10)):
+            params = {
+                "subscribers": subscribers,
+                "events": s.fanout_events,
+                "text_bytes": s.event_text,
+                "window": s.window,
+            }
+            for server, signed in (("hub-plain", False), ("hub-signed", True)):
+
+                def body(t: Target, signed: bool = signed, n: int = subscribers) -> Awaitable[dict]:
+                    return scenarios.signed_fanout(
+                        t,
+                        subscribers=n,
+                        events=s.fanout_events,
+                        size=s.event_text,
+                        window=s.window,
+                        signed=signed,
+                    )
+
+                await self.measure(
+                    scenario, server, comp, self._hub(comp), body, {**params, "signed": signed}
+                )
+
     def _redis(self, cores: list[int]) -> ServerProcess | str:
         try:
             proc, url = procs.start_redis(self.pinning, cores)

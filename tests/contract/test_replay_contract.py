@@ -130,6 +130,17 @@ async def test_an_expired_key_is_new_again(cluster: ReplayCluster) -> None:
     assert await cluster.node("b").seen("short", 60) is True
 
 
+async def test_a_forgotten_key_is_new_again_on_every_node(cluster: ReplayCluster) -> None:
+    a, b = cluster.node("a"), cluster.node("b")
+    assert await a.seen("undone", 60) is False
+    assert await a.seen("kept", 60) is False
+    await a.forget("undone")
+    await a.forget("never-recorded")  # nothing to forget: no error
+    assert await b.seen("undone", 60) is False
+    assert await a.seen("undone", 60) is True
+    assert await b.seen("kept", 60) is True
+
+
 @pytest.mark.parametrize("ttl", [0, -1, math.nan, math.inf, "60", True, None])
 async def test_a_bad_ttl_is_refused_and_records_nothing(cluster: ReplayCluster, ttl: Any) -> None:
     cache = cluster.node("a")
