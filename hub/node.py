@@ -35,6 +35,7 @@ from hub.handshake import HandshakeSlots
 from hub.http import health_routes
 from hub.identity import HubIdentity
 from hub.ids import Ids
+from hub.kvstore import create_kv_store
 from hub.membership import Membership
 from hub.metrics import Counters, Gauges, HubCollector, build_registry
 from hub.outbox import Flusher
@@ -42,7 +43,7 @@ from hub.peer import Peer
 from hub.presence import AgentRecord, Presence, create_presence
 from hub.publishing import Publishing
 from hub.registry import Registry
-from hub.replay import create_replay_cache
+from hub.replay import ReplayCache
 from hub.session import (
     Close,
     Denied,
@@ -96,10 +97,11 @@ class Node:
         #: Signed envelopes in spaces: verification and the replay cache
         #: (in Redis when clustered, so a replay to another node is refused).
         signed_spaces = frozenset(d.id for d in s.spaces if d.require_signed)
+        #: Small shared state with expiry (replay ids, bridge conversations):
+        #: in memory on one node, in Redis when clustered.
+        self.kv = create_kv_store(s.redis_url, prefix=s.redis_prefix, max_entries=s.kv_max_entries)
         self.envelopes = EnvelopeCheck(
-            create_replay_cache(
-                s.redis_url, prefix=s.redis_prefix, max_entries=s.envelope_replay_entries
-            ),
+            ReplayCache(self.kv),
             signed_spaces=signed_spaces,
             max_skew=s.envelope_max_skew,
         )
@@ -257,6 +259,8 @@ class Node:
             await self.auth.aclose()
         with contextlib.suppress(Exception):
             await self.envelopes.aclose()
+        with contextlib.suppress(Exception):
+            await self.kv.aclose()
 
     async def __aenter__(self) -> Node:
         await self.start()

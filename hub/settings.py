@@ -254,8 +254,10 @@ class Settings(BaseSettings):
     envelope_max_skew: float = Field(
         30.0, ge=0, le=600, description="Signed envelopes: seconds a timestamp may be ahead."
     )
-    envelope_replay_entries: int = Field(
-        100_000, ge=100, description="Envelope ids the in-memory replay cache holds at most."
+    kv_max_entries: int = Field(
+        100_000,
+        ge=1,
+        description="Single node: live keys of the in-memory store (replay ids, conversations).",
     )
     envelope_http: bool = Field(
         True, description="Serve POST /envelope/{space} and /agentprotocol[/{space}]."

@@ -87,6 +87,7 @@ class AgoraHttpInbound:
         self.waiters = ReplyWaiters(self.options.max_reply_bytes)
         self.member: VirtualMember | None = None
         self.store = store
+        self._own_store: KeyValueStore | None = None
         self.conversations: InboundConversations | None = None
         self.protocols: SpaceProtocols | None = None
         self.timeout = 30.0
@@ -101,7 +102,11 @@ class AgoraHttpInbound:
         s = host.settings
         self.timeout = s.bridge_timeout
         if self.store is None:
-            self.store = create_kv_store(s.redis_url, prefix=s.redis_prefix)
+            # The node's store (shared with the replay cache); its own only
+            # when hosted by something that has none.
+            self.store = getattr(host, "kv", None)
+            if self.store is None:
+                self.store = self._own_store = create_kv_store(s.redis_url, prefix=s.redis_prefix)
         self.conversations = InboundConversations(self.store, self.options.conversation_ttl)
         self.protocols = SpaceProtocols(
             self.spaces,
@@ -137,8 +142,8 @@ class AgoraHttpInbound:
                 await self._joiner
         if self.member is not None:
             await self.member.aclose()
-        if self.store is not None:
-            await self.store.aclose()
+        if self._own_store is not None:
+            await self._own_store.aclose()
 
     async def _on_shutdown(self, app: web.Application) -> None:
         """The HTTP port is closing: waiting requests are answered 503 now rather

@@ -94,6 +94,7 @@ class AgoraHttpOutbound:
         self.options = options or OutboundOptions()
         self.timeout = timeout
         self.store = store
+        self._own_store: KeyValueStore | None = None
         self.member: VirtualMember | None = None
         self.conversations: OutboundConversations | None = None
         #: Set while this node holds the bridge's agent id.
@@ -118,7 +119,11 @@ class AgoraHttpOutbound:
         self.timeout = self.timeout or s.bridge_timeout
         self._retry = self.options.retry_interval or s.heartbeat_interval
         if self.store is None:
-            self.store = create_kv_store(s.redis_url, prefix=s.redis_prefix)
+            # The node's store (shared with the replay cache); its own only
+            # when hosted by something that has none.
+            self.store = getattr(host, "kv", None)
+            if self.store is None:
+                self.store = self._own_store = create_kv_store(s.redis_url, prefix=s.redis_prefix)
         ttl = self.options.conversation_ttl
         self.conversations = OutboundConversations(self.store, self.agent_id, ttl)
         self._remote = RemoteEndpoint(
@@ -155,8 +160,8 @@ class AgoraHttpOutbound:
             await member.aclose()
         if self._remote is not None:
             await self._remote.aclose()
-        if self.store is not None:
-            await self.store.aclose()
+        if self._own_store is not None:
+            await self._own_store.aclose()
 
     async def _claim(self) -> bool:
         try:
