@@ -7,6 +7,12 @@ directly when the holder is on this node, through its node when it is
 elsewhere (:class:`RemoteHolders`, the cluster link). A dead holder is evicted
 (error, close 4408, socket cut) and its departure cleaned up before the
 newcomer is registered.
+
+The newcomer is answered as soon as the holder is known dead: the probe never
+waits longer than the holder's remaining heartbeat allowance, and it ends the
+moment the hub closes the holder (heartbeat timeout) or loses it. A holder on
+a node that is gone (no longer listening, or no longer touching its presence
+registration) is dead without a probe.
 """
 
 from __future__ import annotations
@@ -19,6 +25,10 @@ from hub.presence import AgentRecord, Presence
 from hub.registry import Registry
 from hub.settings import Settings
 from protocol.errors import CloseCode, ErrorCode
+
+#: How long a node waits for an evicted holder's cleanup before it answers
+#: another node's probe (the socket is cut, so it is quick; this bounds it).
+EVICT_CLEANUP = 1.0
 
 
 class RemoteHolders(Protocol):
@@ -69,12 +79,16 @@ class AgentIds:
         return True
 
     async def alive(self, peer: Peer) -> bool:
-        """Does this node's peer still answer? (Silent too long = no.)"""
+        """Does this node's peer still answer? (Silent too long = no.)
+
+        The probe waits at most the peer's remaining heartbeat allowance: past
+        it the peer would be closed for silence anyway.
+        """
         session = peer.session
-        now = asyncio.get_running_loop().time()
-        if session is not None and session.silent(now):
-            return False
-        return await peer.probe(self.settings.liveness_probe_timeout)
+        timeout = self.settings.liveness_probe_timeout
+        if session is not None:
+            timeout = min(timeout, session.allowance(asyncio.get_running_loop().time()))
+        return await peer.probe(timeout)
 
     def evict(self, peer: Peer) -> None:
         """Drop a peer that failed a liveness probe: its id goes to a newcomer."""
@@ -98,7 +112,7 @@ class AgentIds:
         if await self.alive(peer):
             return True
         self.evict(peer)
-        await _wait(peer.cleaned_up, self.settings.close_timeout)
+        await _wait(peer.cleaned_up, EVICT_CLEANUP)
         return False
 
     def evict_local(self, connection_id: str) -> None:

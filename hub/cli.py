@@ -91,6 +91,11 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    import signal
+
+    # SIGHUP means "reload" to a running hub; until the handler is installed it
+    # waits (blocked) instead of terminating a hub that is still starting.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
     settings = settings_from_args(args)
     if settings.workers > 1:
         from hub.workers import run_workers
@@ -117,6 +122,7 @@ def cmd_keygen(args: argparse.Namespace) -> int:
             print(f"agora-hub: {path} exists (use --force to overwrite)", file=sys.stderr)
             return 1
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # the mode above applies only to a new file
         with os.fdopen(fd, "wb") as fh:
             fh.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
         print(doc["did"])

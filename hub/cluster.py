@@ -10,6 +10,9 @@
 - **Remote liveness probes**: a duplicate agent id held on another node is
   checked by asking that node to ping the holder (``probe`` / ``probe_result``
   node messages); a dead holder is replaced and its node told to ``evict`` it.
+  A holder whose node is gone is dead without waiting for an answer: its node
+  no longer touches its presence registration, or nobody listens on its
+  channel any more (a killed process loses its Redis connections at once).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 import orjson
 import structlog
 
+from hub.agents import EVICT_CLEANUP
 from hub.backplane import Backplane
 from hub.errors import BackplaneUnavailable
 from hub.membership import Membership
@@ -30,6 +34,11 @@ from hub.presence import AgentRecord, Presence
 from hub.registry import Registry
 from hub.settings import Settings
 from protocol.errors import CloseCode, ErrorCode
+
+#: While waiting for a probe's answer, how often to check the node still listens.
+NODE_CHECK_INTERVAL = 0.5
+#: A node message that does nothing: sent only to count who listens.
+NODE_PING = b'{"op":"ping"}'
 
 
 class ClusterLink:
@@ -107,6 +116,9 @@ class ClusterLink:
         A holder found dead is evicted (and cleaned up) by its node before the
         answer comes back.
         """
+        settings = self.settings
+        if not await self.presence.node_alive(holder.node_id, settings.heartbeat_timeout):
+            return False
         token = secrets.token_hex(8)
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._probes[token] = future
@@ -116,15 +128,26 @@ class ClusterLink:
             "connection_id": holder.connection_id,
             "reply_to": self.node_id,
         }
-        settings = self.settings
+        loop = asyncio.get_running_loop()
+        # The holder's node answers within the probe timeout plus the
+        # eviction's cleanup (EVICT_CLEANUP): the newcomer's client is kept
+        # waiting for no longer than that, well under a connect timeout.
+        deadline = loop.time() + settings.liveness_probe_timeout + EVICT_CLEANUP + 1.0
         try:
-            await self.backplane.send_to_node(holder.node_id, orjson.dumps(msg))
-            async with asyncio.timeout(
-                settings.liveness_probe_timeout + settings.close_timeout + 1.0
-            ):
-                return await future
-        except TimeoutError:
-            return False
+            payload = orjson.dumps(msg)
+            while await self.backplane.send_to_node(holder.node_id, payload):
+                # Somebody listens there; should the node die while we wait,
+                # the next look finds nobody (a killed process loses its
+                # connections at once) instead of waiting out the deadline.
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return False
+                try:
+                    async with asyncio.timeout(min(NODE_CHECK_INTERVAL, remaining)):
+                        return await asyncio.shield(future)
+                except TimeoutError:
+                    payload = NODE_PING
+            return False  # nobody listens there: the node is gone
         finally:
             self._probes.pop(token, None)
 
@@ -148,6 +171,7 @@ class ClusterLink:
                 future.set_result(bool(msg.get("alive")))
         elif op == "evict":
             self._evict_local(str(msg.get("connection_id", "")))
+        # "ping" (NODE_PING) needs no answer: its sender only counts listeners.
 
     async def _answer_probe(self, msg: dict[str, Any]) -> None:
         alive = await self._probe_local(str(msg.get("connection_id", "")))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from websockets.asyncio.server import ServerConnection
@@ -20,6 +21,7 @@ from websockets.protocol import State
 
 from hub.authz import Grant
 from hub.frames import OutFrame
+from hub.handshake import HandshakeSlots
 from hub.outbox import Flusher, Outbox
 from protocol import codec
 from protocol.errors import CloseCode, ErrorCode
@@ -27,7 +29,9 @@ from protocol.errors import CloseCode, ErrorCode
 if TYPE_CHECKING:
     from hub.metrics import Counters
     from hub.presence import AgentRecord
+    from hub.proxies import ClientAddress
     from hub.session import Session
+    from protocol.messages import AgentInfo
 
 OPEN = State.OPEN
 _ENDING = (State.CLOSING, State.CLOSED)
@@ -42,6 +46,7 @@ class HubConnection(ServerConnection):
 
     flusher: Flusher
     counters: Counters
+    handshakes: HandshakeSlots
     outbox_limit: int = 4 * 1024 * 1024
     preframed: bool = True  # False when permessage-deflate may be negotiated
     hub_close_timeout: float = 5.0
@@ -51,18 +56,42 @@ class HubConnection(ServerConnection):
         self.agent_id: str = ""
         self.connection_id: str = ""
         self.token: str | None = None
+        #: Who opened the connection (behind trusted proxies: the forwarded client).
+        self.client: ClientAddress | None = None
         self.grant: Grant = Grant.unrestricted
+        #: What the handshake query declared (type, capabilities, metadata).
+        self.declared: AgentInfo | None = None
         self.session: Session | None = None
         self.record: AgentRecord | None = None
         self.opened_at = time.monotonic()
         self.hub_close_code: int | None = None
         self.cleaned_up = asyncio.Event()
         self.outbox: Outbox | None = None
+        #: Set by the server when this connection holds a per-IP slot.
+        self.release_client: Callable[[], None] | None = None
+        #: The ``bearer.*`` subprotocol the token came in, selected in the answer.
+        self.bearer_subprotocol: str | None = None
+        self._in_handshake = False
         self._failure_reported = False
         self._close_task: asyncio.Task[None] | None = None
+        # Resolved once the hub gives up on the connection (a probe stops waiting).
+        self._ending: asyncio.Future[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._in_handshake = self.handshakes.acquire()
+        if not self._in_handshake:
+            # Too many handshakes in progress: cut at once, before any read.
+            transport.abort()  # type: ignore[attr-defined]
+
+    def _handshake_over(self) -> None:
+        if self._in_handshake:
+            self._in_handshake = False
+            self.handshakes.release()
 
     def start_outbox(self) -> None:
         """Called once the handshake is done: fixes the write path."""
+        self._handshake_over()
         compress = None
         if self.protocol.extensions or not self.preframed:
             protocol = self.protocol
@@ -133,10 +162,29 @@ class HubConnection(ServerConnection):
         if self.outbox is not None:
             self.outbox.paused = False
 
+    def data_received(self, data: bytes) -> None:
+        # Any inbound frame is liveness, control frames included: browsers and
+        # client libraries keep connections alive with pings. One clock read
+        # per socket read.
+        session = self.session
+        if session is not None:
+            session.last_seen = self.loop.time()
+        super().data_received(data)
+
     def connection_lost(self, exc: Exception | None) -> None:
+        self._handshake_over()
+        release, self.release_client = self.release_client, None
+        if release is not None:
+            release()
         if self.outbox is not None:
             self.outbox.stop()
+        self._end()
         super().connection_lost(exc)
+
+    def _end(self) -> None:
+        ending = self._ending
+        if ending is not None and not ending.done():
+            ending.set_result(None)
 
     def _report_failure(self, code: int) -> None:
         """websockets failed the connection over a bad frame and queued its
@@ -181,6 +229,7 @@ class HubConnection(ServerConnection):
                 self.outbox.stop()
         if self.session is not None:
             self.session.begin_close()
+        self._end()
         self._close_task = asyncio.get_running_loop().create_task(
             self.close_gracefully(code, reason)
         )
@@ -204,13 +253,31 @@ class HubConnection(ServerConnection):
         self.transport.abort()
 
     async def probe(self, timeout: float) -> bool:
-        """Is the peer alive? A ping answered within ``timeout``."""
-        if self.protocol.state is not OPEN or self.closing:
+        """Is the peer alive? A ping answered within ``timeout`` — and no
+        longer than the hub keeps the connection: closing it (heartbeat
+        timeout, abuse…) or losing it answers "dead" at once."""
+        if self.protocol.state is not OPEN or self.closing or timeout <= 0:
             return False
+        if self._ending is None:
+            self._ending = self.loop.create_future()
+        ending = self._ending
+
+        async def pong() -> None:
+            waiter = await self.ping()
+            await waiter
+
+        task = self.loop.create_task(pong())
+        task.add_done_callback(_retrieve)
         try:
-            async with asyncio.timeout(timeout):
-                waiter = await self.ping()
-                await waiter
-        except (TimeoutError, ConnectionClosed, OSError):
-            return False
-        return True
+            done, _ = await asyncio.wait(
+                {task, ending}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            task.cancel()
+        return task in done and not task.cancelled() and task.exception() is None
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    """A probe's ping that lost the race may still fail: nobody awaits it."""
+    if not task.cancelled():
+        task.exception()

@@ -13,14 +13,13 @@ import ssl
 from collections.abc import Callable
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry
 
 from hub.identity import HubIdentity
-from hub.metrics import CONTENT_TYPE_LATEST, render
+from hub.metrics import CONTENT_TYPE_LATEST, HubRegistry, render
 
 
 def health_routes(
-    ready: Callable[[], bool], metrics_registry: CollectorRegistry, identity: HubIdentity
+    ready: Callable[[], bool], metrics_registry: HubRegistry, identity: HubIdentity
 ) -> web.RouteTableDef:
     """``/healthz``, ``/readyz`` (``ready()``), ``/metrics`` and ``/identity``."""
     routes = web.RouteTableDef()
@@ -42,7 +41,8 @@ def health_routes(
     @routes.get("/metrics")
     async def get_metrics(request: web.Request) -> web.Response:
         body = render(metrics_registry)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+        headers = {"Content-Type": CONTENT_TYPE_LATEST, **metrics_registry.headers()}
+        return web.Response(body=body, headers=headers)
 
     return routes
 

@@ -1,7 +1,10 @@
 """structlog set-up: JSON lines in production, a console renderer on a tty.
 
 The stdlib loggers of websockets and redis go through the same formatter. The
-hub logs one line per connection opened and closed, never per message.
+hub logs one line per connection opened and closed, never per message. The
+level can change while running (:func:`set_log_level`, on SIGHUP): loggers
+bound before the change follow it, because the level is checked by the first
+processor rather than baked into the bound loggers.
 """
 
 from __future__ import annotations
@@ -21,8 +24,30 @@ _LEVELS = {
 }
 
 
+_NAMES = {"critical": logging.CRITICAL, "exception": logging.ERROR, **_LEVELS}
+# The current minimum level of structlog events (stdlib records: the root logger's).
+_threshold = logging.INFO
+
+
 def _orjson_str(obj: Any, **_: Any) -> str:
     return orjson.dumps(obj, default=str).decode()
+
+
+def _below_level(logger: Any, method_name: str, event_dict: Any) -> Any:
+    if _NAMES.get(method_name, logging.INFO) < _threshold:
+        raise structlog.DropEvent
+    return event_dict
+
+
+def set_log_level(level: str) -> None:
+    """Change the level of every logger of the process, already bound ones included."""
+    global _threshold
+    numeric = _LEVELS.get(level, logging.INFO)
+    _threshold = numeric
+    logging.getLogger().setLevel(numeric)
+    # websockets logs handshake failures at INFO/ERROR; keep only warnings.
+    logging.getLogger("websockets").setLevel(max(numeric, logging.WARNING))
+    logging.getLogger("redis").setLevel(max(numeric, logging.WARNING))
 
 
 def configure_logging(level: str = "info", fmt: str = "auto") -> None:
@@ -39,11 +64,14 @@ def configure_logging(level: str = "info", fmt: str = "auto") -> None:
         if console
         else structlog.processors.JSONRenderer(serializer=_orjson_str)
     )
-    numeric = _LEVELS.get(level, logging.INFO)
     structlog.configure(
-        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        processors=[
+            _below_level,
+            *shared,
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
         logger_factory=structlog.stdlib.LoggerFactory(),
-        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
         cache_logger_on_first_use=True,
     )
     handler = logging.StreamHandler(sys.stderr)
@@ -53,9 +81,5 @@ def configure_logging(level: str = "info", fmt: str = "auto") -> None:
             processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
         )
     )
-    root = logging.getLogger()
-    root.handlers = [handler]
-    root.setLevel(numeric)
-    # websockets logs handshake failures at INFO/ERROR; keep only warnings.
-    logging.getLogger("websockets").setLevel(max(numeric, logging.WARNING))
-    logging.getLogger("redis").setLevel(max(numeric, logging.WARNING))
+    logging.getLogger().handlers = [handler]
+    set_log_level(level)

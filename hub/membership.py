@@ -4,6 +4,13 @@ Cluster state (who holds an agent id, who is in a space) lives in presence;
 this node's own membership (who gets fan-out here) in the space directory.
 Joining and leaving keep both in step, cluster first: when the cluster can't
 be reached the request fails with UNAVAILABLE and nothing changes.
+
+Membership at scale: a join or leave is told to the other members as
+``space.members`` with the whole member list only while the space has at most
+``members_list_limit`` members, then without the list, and not at all above
+``member_events_limit`` — so forming a space of N costs O(N × min(N,
+member_events_limit)) small frames, not O(N³) member ids. Each join reads at
+most ``members_list_limit`` ids from presence, whatever the space's size.
 """
 
 from __future__ import annotations
@@ -16,16 +23,17 @@ from hub.backplane import Backplane, Draft, Envelope
 from hub.errors import BackplaneUnavailable
 from hub.ids import Ids
 from hub.peer import Peer
-from hub.presence import AgentRecord, Presence
+from hub.presence import AgentRecord, CapabilityFilter, InvalidQuery, Presence
 from hub.publishing import Publishing
 from hub.recovery import Recovery
 from hub.registry import Registry
-from hub.session import Denied, Join, Leave, ListSpaces, Register
+from hub.session import Denied, Join, Leave, ListAgents, ListMembers, ListSpaces, Register
 from hub.settings import Settings
 from hub.spaces import SpaceDirectory
 from hub.subscriptions import Subscriptions
 from protocol import codec
 from protocol.errors import ErrorCode, ProtocolError
+from protocol.messages import AgentInfo
 from protocol.names import AGENT_STATUS_SPACE, SpaceKind, space_kind
 
 # ``from`` of events the hub itself generates; not a valid agent id.
@@ -57,21 +65,28 @@ class Membership:
         self.recovery = Recovery(settings, registry, backplane, subscriptions)
         # Departures the cluster has not heard of yet (backplane was down).
         self.pending_departures: list[tuple[AgentRecord, list[str]]] = []
+        self._declared = settings.declared
+
+    def limits(self, space: str) -> tuple[int, int]:
+        """``members_list_limit`` and ``member_events_limit`` of ``space``."""
+        s, declared = self.settings, self._declared.get(space)
+        if declared is None:
+            return s.members_list_limit, s.member_events_limit
+        return (
+            s.members_list_limit
+            if declared.members_list_limit is None
+            else declared.members_list_limit,
+            s.member_events_limit
+            if declared.member_events_limit is None
+            else declared.member_events_limit,
+        )
 
     async def register(self, conn: Peer, a: Register) -> None:
         """All or nothing: refused (UNAVAILABLE) with nothing changed, or
         stored, announced and acknowledged."""
         session = conn.session
         assert session is not None
-        info = a.info
-        record = AgentRecord(
-            conn.agent_id,
-            self.node_id,
-            session.connection_id,
-            info.type,
-            tuple(info.capabilities),
-            info.metadata,
-        )
+        record = merged(conn.record, a.info, self.node_id, session.connection_id)
         s = self.settings
         # Encode everything before changing anything.
         status = self._status_draft("updated", record)
@@ -98,7 +113,7 @@ class Membership:
         session = conn.session
         assert session is not None
         space, rid = a.space, a.request_id
-        limit = self.settings.members_list_limit
+        limit, events_limit = self.limits(space)
         if space in session.spaces:  # joining twice just answers again
             members, count = await self.presence.space_members(space, limit)
             position = await self.recovery.position(space)
@@ -110,13 +125,11 @@ class Membership:
             await self.subscriptions.ensure(space)
             members, count = await self.presence.space_members(space, limit)
         except BaseException:
-            with contextlib.suppress(Exception):
-                await self.presence.leave_space(space, conn.agent_id)
+            await self._undo_join(conn, space)
             raise
         if conn.closing:
             # Closed meanwhile: its cleanup does not know of this space.
-            with contextlib.suppress(Exception):
-                await self.presence.leave_space(space, conn.agent_id)
+            await self._undo_join(conn, space)
             return
         # From here the joiner receives the space's messages; the reply goes
         # out first so nothing of the space overtakes space.joined, and a
@@ -125,16 +138,28 @@ class Membership:
         try:
             await self.recovery.join(conn, space, a.since, reply)
         except BaseException:
-            with contextlib.suppress(Exception):
-                await self.presence.leave_space(space, conn.agent_id)
+            await self._undo_join(conn, space)
             raise
-        with contextlib.suppress(BackplaneUnavailable):
-            await self._announce(space, members, count, joined=conn.agent_id)
+        if count <= events_limit:
+            listed = members if count <= limit else None
+            with contextlib.suppress(BackplaneUnavailable):
+                await self._announce(space, listed, count, joined=conn.agent_id)
+
+    async def _undo_join(self, conn: Peer, space: str) -> None:
+        if _shared(conn):
+            return  # the other nodes' copies rely on that membership
+        with contextlib.suppress(Exception):
+            await self.presence.leave_space(space, conn.agent_id)
 
     async def leave(self, conn: Peer, a: Leave) -> None:
         for cancel in a.cancelled:
             with contextlib.suppress(BackplaneUnavailable):
                 await self.publishing.stream_cancel(conn, cancel)
+        if _shared(conn):
+            # One node's copy of a shared member leaving: the others stay members.
+            self.drop_local(conn, a.space)
+            conn.send_frame(codec.left(a.request_id, a.space))
+            return
         # Cluster first: when it is unreachable the agent stays a member.
         remaining = await self.presence.leave_space(a.space, conn.agent_id)
         self.drop_local(conn, a.space)
@@ -179,14 +204,15 @@ class Membership:
             await self.backplane.forget(space)
 
     async def announce_departure(self, space: str, agent_id: str) -> None:
-        members, count = await self.presence.space_members(space, self.settings.members_list_limit)
-        if count:
-            await self._announce(space, members, count, left=agent_id)
+        limit, events_limit = self.limits(space)
+        members, count = await self.presence.space_members(space, limit)
+        if count and count <= events_limit:
+            await self._announce(space, members if count <= limit else None, count, left=agent_id)
 
     async def _announce(
         self,
         space: str,
-        members: list[str],
+        members: list[str] | None,
         count: int,
         joined: str | None = None,
         left: str | None = None,
@@ -204,6 +230,32 @@ class Membership:
             for space, n in sorted(sizes.items())
         ]
         conn.send_frame(codec.space_list(a.request_id, spaces))
+
+    async def list_members(self, conn: Peer, a: ListMembers) -> None:
+        """A page of a space's members, cluster-wide, in join order."""
+        if not await self.space_exists(a.space):
+            raise ProtocolError(
+                ErrorCode.SPACE_NOT_FOUND, f"space {a.space!r} does not exist", a.request_id
+            )
+        try:
+            page = await self.presence.members_page(a.space, a.cursor, a.limit)
+        except InvalidQuery as exc:
+            raise ProtocolError(ErrorCode.INVALID_REQUEST, str(exc), a.request_id) from None
+        conn.send_frame(
+            codec.members_page(a.request_id, a.space, page.members, page.count, page.next_cursor)
+        )
+
+    async def list_agents(self, conn: Peer, a: ListAgents) -> None:
+        """A page of the agent directory, cluster-wide."""
+        capability = None if a.capability is None else CapabilityFilter.parse(a.capability)
+        try:
+            page = await self.presence.list_agents(
+                capability=capability, space=a.space, cursor=a.cursor, limit=a.limit
+            )
+        except InvalidQuery as exc:
+            raise ProtocolError(ErrorCode.INVALID_REQUEST, str(exc), a.request_id) from None
+        agents = [record.directory() for record in page.agents]
+        conn.send_frame(codec.agent_list(a.request_id, agents, page.next_cursor))
 
     async def denied(self, conn: Peer, a: Denied) -> None:
         """Publish/stream to a space the agent is not in: which refusal?"""
@@ -259,3 +311,27 @@ class Membership:
                 self.pending_departures.extend(pending)
                 raise
             pending.pop(0)
+
+
+def merged(
+    previous: AgentRecord | None, info: AgentInfo, node_id: str, connection_id: str
+) -> AgentRecord:
+    """The record after an ``agent.register``: a field the message leaves
+    out keeps its value; a field it sends replaces it (``null`` clears
+    ``type``; ``capabilities`` and ``metadata`` are replaced whole)."""
+    sent = info.model_fields_set
+    base = previous or AgentRecord(info.id, node_id, connection_id)
+    return AgentRecord(
+        base.agent_id,
+        node_id,
+        connection_id,
+        info.type if "type" in sent else base.type,
+        tuple(info.capabilities) if "capabilities" in sent else base.capabilities,
+        info.metadata if "metadata" in sent else base.metadata,
+        base.connected_at,
+    )
+
+
+def _shared(conn: Peer) -> bool:
+    """A shared virtual member: every node hosts one under the same agent id."""
+    return bool(getattr(conn, "shared", False))

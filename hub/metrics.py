@@ -3,7 +3,9 @@
 The hot path bumps plain integers on :class:`Counters` (a Prometheus client
 counter takes a lock per increment); a custom collector reads them when
 ``/metrics`` is scraped. Each node has its own registry, so several nodes can
-live in one process (the tests do that).
+live in one process (the tests do that). With ``--workers`` the registry
+serves every worker's series instead (:meth:`HubRegistry.per_worker`,
+:mod:`hub.worker_metrics`).
 """
 
 from __future__ import annotations
@@ -11,12 +13,23 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-__all__ = ["CONTENT_TYPE_LATEST", "Counters", "Gauges", "HubCollector", "render"]
+__all__ = [
+    "CONTENT_TYPE_LATEST",
+    "WORKER_HEADER",
+    "Counters",
+    "Gauges",
+    "HubCollector",
+    "HubRegistry",
+    "render",
+]
+#: Response header of a scrape in ``--workers`` mode: which worker answered.
+WORKER_HEADER = "Agora-Hub-Worker"
 
 
 @dataclass(slots=True)
@@ -111,10 +124,32 @@ def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
     return CounterMetricFamily(name, doc, value=value)
 
 
-def build_registry(collector: HubCollector) -> CollectorRegistry:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)  # type: ignore[arg-type]
-    return registry
+class HubRegistry(CollectorRegistry):
+    """A node's registry: its :class:`HubCollector`, or in ``--workers`` mode a
+    view of every worker (which reads this node's collector for its own part)."""
+
+    def __init__(self, collector: HubCollector):
+        super().__init__(auto_describe=False)
+        self.hub = collector
+        #: The worker answering scrapes, in ``--workers`` mode.
+        self.worker: int | None = None
+        self._served: Any = collector
+        self.register(collector)  # type: ignore[arg-type]
+
+    def per_worker(self, view: Any, worker: int) -> None:
+        """Serve ``view`` (a collector of every worker's series) from now on."""
+        self.unregister(self._served)
+        self.register(view)
+        self._served = view
+        self.worker = worker
+
+    def headers(self) -> dict[str, str]:
+        """Response headers of a scrape: the answering worker, in ``--workers`` mode."""
+        return {} if self.worker is None else {WORKER_HEADER: str(self.worker)}
+
+
+def build_registry(collector: HubCollector) -> HubRegistry:
+    return HubRegistry(collector)
 
 
 def render(registry: CollectorRegistry) -> bytes:

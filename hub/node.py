@@ -28,12 +28,15 @@ from hub.backplane import Backplane, Envelope, create_backplane
 from hub.cluster import ClusterLink
 from hub.connection import HubConnection
 from hub.dispatch import Dispatcher, ErrorSender
+from hub.envelopes import EnvelopeCheck
 from hub.errors import AgentIdTaken, AuthError, BackplaneUnavailable
 from hub.frames import OutFrame
 from hub.gaps import GapFiller
+from hub.handshake import HandshakeSlots
 from hub.http import health_routes
 from hub.identity import HubIdentity
 from hub.ids import Ids
+from hub.kvstore import create_kv_store
 from hub.membership import Membership
 from hub.metrics import Counters, Gauges, HubCollector, build_registry
 from hub.outbox import Flusher
@@ -41,11 +44,14 @@ from hub.peer import Peer
 from hub.presence import AgentRecord, Presence, create_presence
 from hub.publishing import Publishing
 from hub.registry import Registry
+from hub.replay import ReplayCache
 from hub.session import (
     Close,
     Denied,
     Join,
     Leave,
+    ListAgents,
+    ListMembers,
     ListSpaces,
     Publish,
     ReadHistory,
@@ -91,6 +97,17 @@ class Node:
         self.presence = presence or create_presence(
             s.redis_url, prefix=s.redis_prefix, node_id=s.node_id, ttl=s.heartbeat_timeout
         )
+        #: Signed envelopes in spaces: verification and the replay cache
+        #: (in Redis when clustered, so a replay to another node is refused).
+        signed_spaces = frozenset(d.id for d in s.spaces if d.require_signed)
+        #: Small shared state with expiry (replay ids, bridge conversations):
+        #: in memory on one node, in Redis when clustered.
+        self.kv = create_kv_store(s.redis_url, prefix=s.redis_prefix, max_entries=s.kv_max_entries)
+        self.envelopes = EnvelopeCheck(
+            ReplayCache(self.kv),
+            signed_spaces=signed_spaces,
+            max_skew=s.envelope_max_skew,
+        )
         self.ids = Ids()
         self.registry: Registry[Peer] = Registry()
         self.spaces = SpaceDirectory(s.declared, s.space_capacity, s.auto_create_spaces)
@@ -102,6 +119,7 @@ class Node:
             rate_burst=s.rate_burst,
             rate_abuse_seconds=s.rate_abuse_seconds,
             max_streams=s.max_streams_per_agent,
+            signed_spaces=signed_spaces,
         )
         # Virtual members send no heartbeats and are never closed for abuse;
         # the rate limit and the stream limit hold for them as for anyone.
@@ -111,8 +129,10 @@ class Node:
             rate_burst=s.rate_burst,
             rate_abuse_seconds=math.inf,
             max_streams=s.max_streams_per_agent,
+            signed_spaces=signed_spaces,
         )
         self.flusher = Flusher()
+        self.handshakes = HandshakeSlots(s.max_handshakes)
         self.preframe = s.compression == "none"
         self.connection_class: type[HubConnection] = type(
             "NodeConnection",
@@ -120,6 +140,7 @@ class Node:
             {
                 "flusher": self.flusher,
                 "counters": self.counters,
+                "handshakes": self.handshakes,
                 "outbox_limit": s.outbox_max_bytes,
                 "preframed": self.preframe,
                 "hub_close_timeout": s.close_timeout,
@@ -128,7 +149,7 @@ class Node:
         self.send_error = ErrorSender(self.counters)
         self.publishing = Publishing(
             s, self.backplane, self.presence, self.registry, self.ids, self.counters,
-            self.send_error,
+            self.send_error, self.envelopes,
         )  # fmt: skip
         self.membership = Membership(
             s, self.node_id, self.registry, self.spaces, self.presence, self.backplane,
@@ -188,6 +209,8 @@ class Node:
             Join: membership.join,
             Leave: membership.leave,
             ListSpaces: membership.list_spaces,
+            ListMembers: membership.list_members,
+            ListAgents: membership.list_agents,
             Register: membership.register,
             Denied: membership.denied,
             ReadHistory: membership.recovery.history,
@@ -240,6 +263,10 @@ class Node:
             await self.presence.aclose()
         with contextlib.suppress(Exception):
             await self.auth.aclose()
+        with contextlib.suppress(Exception):
+            await self.envelopes.aclose()
+        with contextlib.suppress(Exception):
+            await self.kv.aclose()
 
     async def __aenter__(self) -> Node:
         await self.start()
@@ -321,7 +348,15 @@ class Node:
             )  # fmt: skip
             log.info("connection refused", reason="reserved agent id")
             return
-        record = AgentRecord(agent_id, self.node_id, conn_id)
+        # Declared in the handshake query, so the first `online` shows them.
+        info = conn.declared
+        record = AgentRecord(
+            agent_id, self.node_id, conn_id,
+            info.type if info else None,
+            tuple(info.capabilities) if info else (),
+            info.metadata if info else {},
+            codec.now_ms(),
+        )  # fmt: skip
         self.registry.add(conn_id, conn)
         try:
             claimed = await self.agent_ids.claim(record)
@@ -340,13 +375,21 @@ class Node:
             )
             log.info("connection refused", reason="agent exists")
             return
+        if conn.closing:
+            # The client gave up while the id was being claimed: never announce it.
+            self.registry.evict(conn_id, conn)
+            with contextlib.suppress(BackplaneUnavailable):
+                await self.presence.release_agent(agent_id, conn_id)
+            conn.cleaned_up.set()
+            log.info("connection refused", reason="client gone during the claim")
+            return
 
         conn.record = record
         self.registry.bind_agent(conn)
         session = conn.session = Session(agent_id, conn_id, self.limits, loop.time())
         self.counters.connections_opened += 1
         conn.send_frame(self._registered(agent_id, conn_id))
-        log.info("connection opened", remote=_remote(conn))
+        log.info("connection opened", **_remote(conn))
         try:
             with contextlib.suppress(BackplaneUnavailable):
                 await self.membership.agent_status("online", record)
@@ -412,8 +455,9 @@ class Node:
             request_prefix=f"{self.ids.tag}-",
         )  # fmt: skip
         record = AgentRecord(
-            agent_id, self.node_id, conn_id, type, tuple(capabilities), metadata or {}
-        )
+            agent_id, self.node_id, conn_id, type, tuple(capabilities), metadata or {},
+            codec.now_ms(),
+        )  # fmt: skip
         self.registry.add(conn_id, member)
         if shared:
             self.reserved_ids.add(agent_id)
@@ -496,12 +540,15 @@ def _close(peer: Peer, a: Close) -> None:
     peer.close_for(a.code, a.error, a.reason)
 
 
-def _remote(conn: HubConnection) -> str | None:
+def _remote(conn: HubConnection) -> dict[str, str | None]:
+    client = conn.client  # set at the handshake, with trusted proxies resolved
+    if client is not None:
+        return {"remote": str(client), "via": client.via} if client.via else {"remote": str(client)}
     try:
         host, port = conn.remote_address[:2]
-        return f"{host}:{port}"
+        return {"remote": f"{host}:{port}"}
     except Exception:
-        return None
+        return {"remote": None}
 
 
 def _close_code(conn: HubConnection) -> int | None:

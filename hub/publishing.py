@@ -15,6 +15,7 @@ from typing import Any
 from hub import idempotency
 from hub.backplane import Backplane, Draft, Duplicate, Once, StreamOp
 from hub.dispatch import ErrorSender
+from hub.envelopes import ENVELOPE_PROTOCOLS, EnvelopeCheck
 from hub.ids import Ids
 from hub.metrics import Counters
 from hub.peer import Peer
@@ -40,6 +41,7 @@ class Publishing:
         ids: Ids,
         counters: Counters,
         send_error: ErrorSender,
+        envelopes: EnvelopeCheck | None = None,
     ):
         self.settings = settings
         self.backplane = backplane
@@ -48,10 +50,21 @@ class Publishing:
         self.ids = ids
         self.counters = counters
         self.send_error = send_error
+        #: Signed envelopes (see :mod:`hub.envelopes`); None: relayed as any data.
+        self.envelopes = envelopes
+        self._signed_spaces = envelopes.signed_spaces if envelopes else frozenset()
+        self._forgetting: set[asyncio.Task[None]] = set()
 
     async def publish(self, conn: Peer, a: Publish) -> None:
         agent = conn.agent_id
         data = a.data
+        proto = data.get("protocol")
+        if self.envelopes is not None and (
+            (proto.__class__ is str and proto in ENVELOPE_PROTOCOLS)
+            or a.space in self._signed_spaces
+        ):
+            await self._publish_envelope(conn, a, self.envelopes)
+            return
         if "from" not in data:
             data["from"] = agent
         audience = await self._addressed(a, agent)
@@ -83,6 +96,45 @@ class Publishing:
             return
         seq = await pending
         conn.send_frame(codec.published(a.request_id, a.space, event_id, seq, ts))
+
+    async def _publish_envelope(self, conn: Peer, a: Publish, check: EnvelopeCheck) -> None:
+        """All or nothing: verified, addressed, recorded against replays, then
+        queued; a failure at any step delivers nothing (a recorded id is
+        forgotten again if the backplane refuses it). Never streamed, never
+        modified: ``data`` goes out exactly as signed."""
+        agent = conn.agent_id
+        stamp, verified = check.check(a.space, a.data, a.request_id)
+        audience = await self._addressed(a, agent)
+        if verified is not None:
+            await check.record(verified, a.request_id)
+        event_id = self.ids.event_id()
+        ts = codec.now_ms()
+        rest: dict[str, Any] = {"from": agent, "timestamp": ts, "data": a.data, **stamp}
+        if a.request_id is not None:
+            rest["request_id"] = a.request_id
+        if audience is not None:
+            rest["to"] = a.to_field
+        head, tail = codec.sequenced("space.event", a.space, event_id, rest)
+        pending = self.backplane.publish_nowait(
+            a.space, Draft(head, tail, None if a.echo else agent, to=audience)
+        )
+        if verified is not None:
+            pending.add_done_callback(functools.partial(self._unrecord, check, verified))
+        self.counters.published += 1
+        if a.echo:
+            await self._unless_queued(conn, pending, a.request_id)
+            return
+        seq = await pending
+        conn.send_frame(codec.published(a.request_id, a.space, event_id, seq, ts))
+
+    def _unrecord(self, check: EnvelopeCheck, verified: Any, pending: asyncio.Future[int]) -> None:
+        """The backplane refused a verified envelope: forget its id, so the
+        sender may send it again (it was never delivered)."""
+        if not pending.cancelled() and pending.exception() is None:
+            return
+        task = asyncio.get_running_loop().create_task(check.forget(verified))
+        self._forgetting.add(task)
+        task.add_done_callback(self._forgetting.discard)
 
     async def _unless_queued(
         self, conn: Peer, pending: asyncio.Future[int], request_id: str | int | None

@@ -2,12 +2,17 @@
 
 ``agora-hub serve`` (one process) and each ``--workers`` child call
 :func:`run`: logging, uvloop when available, the node and its server, then a
-graceful shutdown.
+graceful shutdown. SIGHUP reloads the tokens file, the TLS certificate and the
+log level (:mod:`hub.reload`). It is blocked from the start until the reload
+handler is in place, so a SIGHUP that arrives while the hub is starting is
+acted on once it has started, never fatal (a blocked signal stays blocked
+across the ``--workers`` parent's spawn of its children, for the same reason).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 
@@ -15,14 +20,22 @@ import structlog
 
 from hub import __version__
 from hub.errors import ConfigError
-from hub.settings import Settings
+from hub.settings import Settings, check_files, unknown_env_vars
+from hub.worker_metrics import WorkerSlot
 
 
-def run(settings: Settings, *, reuse_port: bool = False) -> int:
-    """Run one node until SIGTERM/SIGINT; returns the exit status."""
+def run(settings: Settings, *, reuse_port: bool = False, worker: WorkerSlot | None = None) -> int:
+    """Run one node until SIGTERM/SIGINT; returns the exit status.
+
+    ``worker``: this process is one of ``--workers`` (its parent already
+    warned about the environment)."""
     from hub.logging import configure_logging
 
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+    check_files(settings)
     configure_logging(settings.log_level, settings.log_format)
+    if worker is None:
+        warn_about_environment()
     loop_factory = None
     try:
         import uvloop
@@ -31,12 +44,22 @@ def run(settings: Settings, *, reuse_port: bool = False) -> int:
     except ImportError:
         pass
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        return runner.run(serve_until_stopped(settings, reuse_port=reuse_port))
+        return runner.run(serve_until_stopped(settings, reuse_port=reuse_port, worker=worker))
 
 
-async def serve_until_stopped(settings: Settings, *, reuse_port: bool = False) -> int:
+def warn_about_environment() -> None:
+    log = structlog.get_logger("hub")
+    for warning in unknown_env_vars():
+        log.warning(warning)
+
+
+async def serve_until_stopped(
+    settings: Settings, *, reuse_port: bool = False, worker: WorkerSlot | None = None
+) -> int:
     from hub.node import Node
+    from hub.reload import reload_hub
     from hub.server import HubServer
+    from hub.worker_metrics import WorkerMetrics
 
     log = structlog.get_logger("hub")
     stop = asyncio.Event()
@@ -47,6 +70,10 @@ async def serve_until_stopped(settings: Settings, *, reuse_port: bool = False) -
 
     node = Node(settings, adapters=from_settings(settings))
     server = HubServer(node, reuse_port=reuse_port)
+    view = None
+    if worker is not None:
+        view = WorkerMetrics(worker, node.metrics_registry.hub.collect, settings.node_id)
+        node.metrics_registry.per_worker(view, worker.index)
     try:
         await server.start()
     except OSError as exc:
@@ -64,8 +91,15 @@ async def serve_until_stopped(settings: Settings, *, reuse_port: bool = False) -
         pid=os.getpid(),
         version=__version__,
     )
+    snapshots = loop.create_task(view.run(log)) if view is not None else None
+    loop.add_signal_handler(signal.SIGHUP, reload_hub, server, log.bind(node=settings.node_id))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
     await stop.wait()
     log.info("hub stopping", node=settings.node_id)
+    if snapshots is not None:
+        snapshots.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await snapshots
     await server.aclose()
     log.info("hub stopped", node=settings.node_id)
     return 0

@@ -7,7 +7,9 @@ to the WebSocket port are answered in ``process_request`` before any upgrade:
 (:mod:`hub.http`, aiohttp) serves the same health routes and the adapters'.
 
 Start order: the node (backplane, presence, adapters), the WebSocket port,
-the HTTP port. Shutdown order (:meth:`HubServer.aclose`): stop accepting,
+the HTTP port. Both ports serve TLS from one :class:`~hub.tls.ServerTls`, whose
+certificate :mod:`hub.reload` can replace (SIGHUP) without touching open
+connections. Shutdown order (:meth:`HubServer.aclose`): stop accepting,
 close the HTTP port, send every connection an ``error`` (UNAVAILABLE) and
 close 1001, wait up to ``shutdown_timeout`` for handlers to finish their
 cleanup, abort what is left, then close the node (adapters, backplane,
@@ -19,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http
-import ssl
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -29,10 +31,14 @@ from websockets.http11 import Request, Response
 
 from hub import __version__
 from hub.connection import HubConnection
+from hub.handshake import ConnectionsPerIp, HandshakeRefused, OriginPolicy, credentials
 from hub.http import HttpServer
 from hub.metrics import CONTENT_TYPE_LATEST, render
 from hub.node import Node
-from protocol.errors import CloseCode, ErrorCode
+from hub.proxies import ClientAddress, TrustedProxies
+from hub.tls import ServerTls
+from protocol import codec
+from protocol.errors import CloseCode, ErrorCode, ProtocolError
 from protocol.names import is_valid_agent_id
 
 
@@ -45,6 +51,11 @@ class HubServer:
         self._server: Server | None = None
         self._http: HttpServer | None = None
         self._closed = False
+        #: TLS of both ports (None without tls_certfile); reloadable.
+        self.tls: ServerTls | None = None
+        self.proxies = TrustedProxies(node.settings.trusted_proxies)
+        self.origins = OriginPolicy(node.settings.allowed_origins)
+        self.per_ip = ConnectionsPerIp(node.settings.max_connections_per_ip)
 
     @property
     def port(self) -> int:
@@ -70,13 +81,12 @@ class HubServer:
 
     async def start(self) -> None:
         s = self.node.settings
-        await self.node.start()
         kwargs: dict[str, Any] = {}
-        ctx: ssl.SSLContext | None = None
-        if s.tls_certfile:
-            ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            ctx.load_cert_chain(s.tls_certfile, s.tls_keyfile)
-            kwargs["ssl"] = ctx
+        if s.tls_certfile and s.tls_keyfile:
+            self.tls = ServerTls(s.tls_certfile, s.tls_keyfile)  # ConfigError: unusable files
+            kwargs["ssl"] = self.tls.context
+        ctx = kwargs.get("ssl")
+        await self.node.start()
         if self._reuse_port:
             kwargs["reuse_port"] = True
         self._server = await serve(
@@ -84,6 +94,8 @@ class HubServer:
             s.host,
             s.port,
             process_request=self._process_request,
+            select_subprotocol=_select_subprotocol,
+            open_timeout=s.handshake_timeout,
             create_connection=self.node.connection_class,
             compression="deflate" if s.compression == "deflate" else None,
             max_size=s.max_frame_bytes,
@@ -164,47 +176,79 @@ class HubServer:
                 return _text(http.HTTPStatus.OK, "ready\n")
             return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, "not ready\n")
         if path == "/metrics":
-            body = render(self.node.metrics_registry)
-            return _response(http.HTTPStatus.OK, body, CONTENT_TYPE_LATEST)
+            registry = self.node.metrics_registry
+            body = render(registry)
+            return _response(http.HTTPStatus.OK, body, CONTENT_TYPE_LATEST, registry.headers())
         return _text(
             http.HTTPStatus.NOT_FOUND, "not found: use /ws, /healthz, /readyz or /metrics\n"
         )
 
     def _upgrade(self, connection: Any, request: Request, query: str) -> Response | None:
-        params = parse_qs(query, keep_blank_values=True)
-        agent_ids = params.get("agent_id", [])
-        if len(agent_ids) != 1 or not is_valid_agent_id(agent_ids[0]):
-            return _text(
-                http.HTTPStatus.BAD_REQUEST,
-                "agent_id is required: 1-128 characters of [A-Za-z0-9._:-], "
-                "starting with a letter or digit\n",
-            )
-        if not self.node.accepting:
-            return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, "hub shutting down\n")
-        tokens = params.get("token", [])
-        if len(tokens) > 1:
-            return _text(http.HTTPStatus.BAD_REQUEST, "token given more than once\n")
-        token = tokens[0] if tokens else None
-        if token is None:
-            auth = request.headers.get("Authorization", "")
-            if auth[:7].lower() == "bearer ":
-                token = auth[7:].strip()
-        connection.agent_id = agent_ids[0]
-        connection.token = token
+        headers = request.headers
+        try:
+            creds = credentials(query, headers.get("Authorization"), _subprotocols(headers))
+            if creds is None or not is_valid_agent_id(creds.agent_id):
+                return _text(
+                    http.HTTPStatus.BAD_REQUEST,
+                    "agent_id is required: 1-128 characters of [A-Za-z0-9._:-], "
+                    "starting with a letter or digit\n",
+                )
+            if not self.node.accepting:
+                return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, "hub shutting down\n")
+            declared = codec.handshake_info(creds.agent_id, parse_qs(query, keep_blank_values=True))
+            self.origins.check(headers.get("Origin"))
+            client = self.client_address(connection, request)
+            self.per_ip.acquire(client.ip)
+        except HandshakeRefused as exc:
+            return _text(http.HTTPStatus(exc.status), exc.reason + "\n")
+        except ProtocolError as exc:
+            return _text(http.HTTPStatus.BAD_REQUEST, f"{exc.message}\n")
+        connection.release_client = lambda: self.per_ip.release(client.ip)
+        connection.declared = declared
+        connection.agent_id = creds.agent_id
+        connection.token = creds.token
+        connection.bearer_subprotocol = creds.subprotocol
+        connection.client = client
         return None
+
+    def client_address(self, connection: Any, request: Request) -> ClientAddress:
+        """Who is opening this WebSocket: the TCP peer, or — when the peer is one
+        of ``trusted_proxies`` — the client it forwards for (``X-Forwarded-For``,
+        ``Forwarded``). Per-client limits key on its ``ip``; see
+        :mod:`hub.proxies`."""
+        return self.proxies.client_address(connection.remote_address, request.headers)
+
+
+def _subprotocols(headers: Headers) -> list[str]:
+    return [
+        p.strip()
+        for value in headers.get_all("Sec-WebSocket-Protocol")
+        for p in value.split(",")
+        if p.strip()
+    ]
+
+
+def _select_subprotocol(connection: Any, subprotocols: Sequence[str]) -> str | None:
+    """Answer with the ``bearer.*`` subprotocol the token came in (browsers
+    require the server to select one they offered); no other is spoken."""
+    chosen = getattr(connection, "bearer_subprotocol", None)
+    return chosen if chosen in subprotocols else None
 
 
 def _text(status: http.HTTPStatus, body: str) -> Response:
     return _response(status, body.encode(), "text/plain; charset=utf-8")
 
 
-def _response(status: http.HTTPStatus, body: bytes, content_type: str) -> Response:
+def _response(
+    status: http.HTTPStatus, body: bytes, content_type: str, extra: dict[str, str] | None = None
+) -> Response:
     headers = Headers(
         [
             ("Content-Type", content_type),
             ("Content-Length", str(len(body))),
             ("Connection", "close"),
             ("Server", f"agora-hub/{__version__}"),
+            *(extra or {}).items(),
         ]
     )
     return Response(status.value, status.phrase, headers, body)

@@ -23,9 +23,12 @@ from typing import Any
 
 from hub.ratelimit import TokenBucket, Verdict
 from protocol import codec
+from protocol.envelope import PROTOCOLS as _ENVELOPE_PROTOCOLS
 from protocol.errors import CloseCode, ErrorCode, ProtocolError
 from protocol.messages import (
+    DEFAULT_PAGE,
     AgentInfo,
+    AgentListRequest,
     AgentRegister,
     ClientCancel,
     ClientDelta,
@@ -36,6 +39,7 @@ from protocol.messages import (
     SpaceJoin,
     SpaceLeave,
     SpaceListRequest,
+    SpaceMembersRequest,
     SpacePublish,
 )
 from protocol.names import SpaceKind, check_event_id, space_kind
@@ -130,6 +134,27 @@ class ListSpaces:
 
 
 @dataclass(frozen=True, slots=True)
+class ListMembers:
+    """A page of a space's members (``space.members`` request)."""
+
+    space: str
+    cursor: str | None
+    limit: int
+    request_id: RequestId
+
+
+@dataclass(frozen=True, slots=True)
+class ListAgents:
+    """A page of the agent directory (``agent.list``)."""
+
+    capability: str | None
+    space: str | None
+    cursor: str | None
+    limit: int
+    request_id: RequestId
+
+
+@dataclass(frozen=True, slots=True)
 class StreamDelta:
     space: str
     stream_id: str
@@ -185,6 +210,8 @@ Action = (
     | Publish
     | Denied
     | ListSpaces
+    | ListMembers
+    | ListAgents
     | StreamDelta
     | StreamDone
     | StreamCancel
@@ -200,6 +227,9 @@ class SessionLimits:
     rate_burst: float = 200.0
     rate_abuse_seconds: float = 5.0
     max_streams: int = 16
+    #: Spaces declared ``require_signed``: no client streams there (a stream
+    #: cannot be verified as a whole before it is relayed).
+    signed_spaces: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)
@@ -270,31 +300,39 @@ class Session:
         self.last_seen = now
         self.messages_in += 1
         verdict = self._bucket.take(now)
-        if verdict is Verdict.ABUSE:
-            return [
-                self._close(
-                    CloseCode.RATE_LIMIT_ABUSE, ErrorCode.RATE_LIMITED, "sustained rate limit abuse"
-                )
-            ]
         try:
             msg = codec.decode(frame)
-            if verdict is Verdict.LIMIT:
+            if verdict is not Verdict.ALLOW:
                 raise ProtocolError(
                     ErrorCode.RATE_LIMITED, "rate limit exceeded: message not processed", msg.id
                 )
             return self._dispatch(msg, now)
         except ProtocolError as exc:
-            if verdict is Verdict.LIMIT and exc.code is not ErrorCode.RATE_LIMITED:
+            if verdict is not Verdict.ALLOW and exc.code is not ErrorCode.RATE_LIMITED:
                 exc = ProtocolError(
                     ErrorCode.RATE_LIMITED,
                     "rate limit exceeded: message not processed",
                     exc.request_id,
                 )
+            if verdict is Verdict.ABUSE:
+                # The refused message is answered like any other, then the close.
+                return [
+                    Reject(exc),
+                    self._close(
+                        CloseCode.RATE_LIMIT_ABUSE,
+                        ErrorCode.RATE_LIMITED,
+                        "sustained rate limit abuse",
+                    ),
+                ]
             return [Reject(exc)]
 
     def silent(self, now: float) -> bool:
         """Nothing received for longer than the heartbeat timeout."""
         return now - self.last_seen > self._limits.heartbeat_timeout
+
+    def allowance(self, now: float) -> float:
+        """Seconds left before silence closes this connection (0 when past)."""
+        return max(0.0, self._limits.heartbeat_timeout - (now - self.last_seen))
 
     def check_liveness(self, now: float) -> Close | None:
         """Close when nothing arrived for ``heartbeat_timeout`` seconds."""
@@ -370,6 +408,13 @@ class Session:
                 if space not in self.spaces:
                     return [Denied(space, rid)]
                 return [ReadHistory(space, msg.limit, msg.before_seq, rid)]
+            case SpaceMembersRequest():
+                space = self._checked_space(msg.space, rid)
+                return [ListMembers(space, msg.cursor, msg.limit or DEFAULT_PAGE, rid)]
+            case AgentListRequest():
+                space = None if msg.space is None else self._checked_space(msg.space, rid)
+                limit = msg.limit or DEFAULT_PAGE
+                return [ListAgents(msg.capability, space, msg.cursor, limit, rid)]
             case AgentRegister():
                 if msg.agent.id != self.agent_id:
                     raise ProtocolError(
@@ -385,11 +430,16 @@ class Session:
         self._checked_kind(space, rid)
         return space
 
-    def _may_publish(self, space: str, data: dict[str, Any], rid: RequestId) -> Denied | None:
-        """Common checks for a publish and for a stream's first delta."""
+    def _may_publish(
+        self, space: str, data: dict[str, Any], rid: RequestId, envelope: bool = False
+    ) -> Denied | None:
+        """Common checks for a publish and for a stream's first delta.
+
+        A signed envelope's ``from`` is its own (agentprotocol/0.1's sender
+        object): a publish of one is exempt from the ``data.from`` rule."""
         kind = self._checked_kind(space, rid)
         sender = data.get("from", self.agent_id)
-        if sender != self.agent_id:
+        if sender != self.agent_id and not (envelope and _is_envelope(data)):
             raise ProtocolError(
                 ErrorCode.INVALID_REQUEST,
                 f"data.from must be the connection's agent_id {self.agent_id!r}",
@@ -409,7 +459,7 @@ class Session:
             raise exc.with_request_id(rid) from None
 
     def _publish(self, msg: SpacePublish) -> Action:
-        denied = self._may_publish(msg.space, msg.data, msg.id)
+        denied = self._may_publish(msg.space, msg.data, msg.id, envelope=True)
         if denied:
             return denied
         key = msg.idempotency_key
@@ -452,6 +502,12 @@ class Session:
             denied = self._may_publish(msg.space, msg.data, rid)
             if denied:
                 return denied
+            if msg.space in self._limits.signed_spaces:
+                raise ProtocolError(
+                    ErrorCode.UNAUTHORIZED,
+                    f"space {msg.space!r} accepts only signed envelopes, not streams",
+                    rid,
+                )
             if streams is None:
                 streams = self._streams = _Streams()
             if len(streams.open) >= self._limits.max_streams:
@@ -521,3 +577,8 @@ class Session:
     def _close(self, code: CloseCode, error: ErrorCode, reason: str) -> Close:
         self._transition(SessionState.CLOSING)
         return Close(code, error, reason)
+
+
+def _is_envelope(data: dict[str, Any]) -> bool:
+    proto = data.get("protocol")
+    return proto.__class__ is str and proto in _ENVELOPE_PROTOCOLS

@@ -13,14 +13,16 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
     Field,
+    PrivateAttr,
     SecretStr,
     ValidationError,
     ValidationInfo,
@@ -29,13 +31,17 @@ from pydantic import (
 )
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
 
 from hub.authz import parse_patterns
+from hub.config_checks import FILES, check_file, closest_field
+from hub.config_checks import unknown_env_vars as _unknown_env_vars
 from hub.errors import ConfigError
+from hub.proxies import parse_networks
 from protocol.names import SpaceKind, space_kind
 
 ENV_PREFIX = "AGORA_HUB_"
@@ -158,7 +164,12 @@ class Settings(BaseSettings):
     )
     space_capacity: int = Field(10_000, ge=1, description="Members per space.")
     members_list_limit: int = Field(
-        1000, ge=0, description="Longest members array sent (member_count stays exact)."
+        100,
+        ge=0,
+        description="Longest members array sent; bigger spaces' space.members events carry none.",
+    )
+    member_events_limit: int = Field(
+        1000, ge=0, description="Above this many members, joins and leaves are not broadcast."
     )
     auto_create_spaces: bool = Field(
         True, description="Create user spaces on first join; off = declared spaces only."
@@ -205,6 +216,23 @@ class Settings(BaseSettings):
     )
     tls_certfile: Path | None = Field(None, description="PEM certificate: serve wss://.")
     tls_keyfile: Path | None = Field(None, description="PEM private key for tls_certfile.")
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Proxies (IPs or CIDRs, comma-separated) whose X-Forwarded-For is believed.",
+    )
+    allowed_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Browser origins allowed to connect (comma-separated); unset = any.",
+    )
+    max_connections_per_ip: int = Field(
+        0, ge=0, description="Open connections per client IP (0 = no limit); beyond: HTTP 429."
+    )
+    max_handshakes: int = Field(
+        1000, ge=1, description="TCP connections in their opening handshake at once."
+    )
+    handshake_timeout: float = Field(
+        10.0, gt=0, description="Seconds a client has to finish the opening handshake."
+    )
     compression: Literal["none", "deflate"] = Field(
         "none", description="permessage-deflate; costs about 3x CPU per delivery."
     )
@@ -232,6 +260,39 @@ class Settings(BaseSettings):
     bridges: Bridges = Field(
         default_factory=Bridges, description="Outbound bridges (config file only)."
     )
+    envelope_max_skew: float = Field(
+        30.0, ge=0, le=600, description="Signed envelopes: seconds a timestamp may be ahead."
+    )
+    kv_max_entries: int = Field(
+        100_000,
+        ge=1,
+        description="Single node: live keys of the in-memory store (replay ids, conversations).",
+    )
+    envelope_http: bool = Field(
+        True, description="Serve POST /envelope/{space} and /agentprotocol[/{space}]."
+    )
+    envelope_max_waits: int = Field(
+        1000, ge=1, description="HTTP envelope requests waiting for an answer at once, per node."
+    )
+
+    # Where these settings were read from, for SIGHUP (see reread_settings).
+    _sources: tuple[dict[str, Any], Path | None] | None = PrivateAttr(default=None)
+
+    @field_validator("allowed_origins", mode="before")
+    @classmethod
+    def _origins(cls, value: Any) -> Any:
+        if isinstance(value, str):  # a flag or env var: comma-separated
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        return value
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _networks(cls, value: Any) -> Any:
+        if isinstance(value, str):  # a flag or env var: comma-separated
+            value = value.split(",")
+        if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+            return [str(n) for n in parse_networks(value)]
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
@@ -279,6 +340,8 @@ class Settings(BaseSettings):
 
 # Settings that only make sense in the config file, not as flags.
 FILE_ONLY = {"spaces", "bridges"}
+#: What SIGHUP re-reads from the config file; every other change needs a restart.
+RELOADABLE = {"log_level"}
 
 
 def load_settings(
@@ -291,18 +354,48 @@ def load_settings(
         raise ConfigError(f"config file {config} does not exist")
     token = _config_file.set(config)
     try:
-        return Settings(**(overrides or {}))
+        settings = Settings(**(overrides or {}))
     except ValidationError as exc:
         raise ConfigError(_describe(exc)) from None
     except (OSError, ValueError) as exc:  # unreadable or malformed TOML
         raise ConfigError(f"cannot read config {config}: {exc}") from None
     finally:
         _config_file.reset(token)
+    settings._sources = (dict(overrides or {}), config)
+    return settings
+
+
+def reread_settings(settings: Settings) -> Settings | None:
+    """The same flags, env and config file read again (SIGHUP); None when
+    ``settings`` did not come from :func:`load_settings`. ConfigError if the
+    file is now unusable."""
+    if settings._sources is None:
+        return None
+    overrides, config = settings._sources
+    return load_settings(overrides, config)
+
+
+def check_files(settings: Settings) -> None:
+    """Before serving: every file the settings name can be read (ConfigError
+    naming the setting, the path and what the file is for)."""
+    for name, purpose in FILES.items():
+        check_file(getattr(settings, name), name, purpose)
+
+
+def unknown_env_vars(environ: Mapping[str, str] | None = None) -> list[str]:
+    """One warning per ``AGORA_HUB_*`` variable that names no setting (they are
+    otherwise ignored), with the closest setting's variable when there is one."""
+    names = [*Settings.model_fields, "config"]
+    return _unknown_env_vars(os.environ if environ is None else environ, names, ENV_PREFIX)
 
 
 def _describe(exc: ValidationError) -> str:
     lines = []
     for err in exc.errors(include_url=False):
         loc = ".".join(str(p) for p in err["loc"]) or "settings"
-        lines.append(f"{loc}: {err['msg']}")
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            close = closest_field(Settings, err["loc"])
+            msg = f"unknown setting; did you mean {close}?" if close else "unknown setting"
+        lines.append(f"{loc}: {msg}")
     return "invalid settings: " + "; ".join(lines)

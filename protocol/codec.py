@@ -23,7 +23,7 @@ import orjson
 from pydantic import ValidationError
 
 from protocol.errors import ErrorCode, ProtocolError
-from protocol.messages import CLIENT_MODELS, ClientMessage
+from protocol.messages import CLIENT_MODELS, AgentInfo, ClientMessage
 
 dumps = orjson.dumps
 
@@ -81,6 +81,40 @@ def decode(frame: str | bytes) -> ClientMessage:
         raise ProtocolError(
             ErrorCode.INVALID_REQUEST, f"invalid {kind}: {_describe(exc)}", rid
         ) from None
+
+
+def handshake_info(agent_id: str, query: Mapping[str, list[str]]) -> AgentInfo | None:
+    """The agent's details declared in the ``/ws`` query, or None.
+
+    ``type=…``, ``capability=…`` (repeated, one per capability) and
+    ``metadata=…`` (a JSON object) — what ``agent.register`` would carry, known
+    before the agent is announced. Raises :class:`ProtocolError` when invalid.
+    """
+    types, caps, metas = query.get("type", []), query.get("capability", []), query.get("metadata")
+    if not (types or caps or metas):
+        return None
+    if len(types) > 1 or (metas is not None and len(metas) > 1):
+        raise ProtocolError(ErrorCode.INVALID_REQUEST, "type and metadata may be given once")
+    fields: dict[str, Any] = {"id": agent_id}
+    if types:
+        fields["type"] = types[0]
+    if caps:
+        fields["capabilities"] = caps
+    if metas:
+        try:
+            metadata = orjson.loads(metas[0])
+        except orjson.JSONDecodeError as exc:
+            raise ProtocolError(
+                ErrorCode.INVALID_REQUEST, f"metadata: invalid JSON: {exc}"
+            ) from None
+        if not isinstance(metadata, dict):
+            raise ProtocolError(ErrorCode.INVALID_REQUEST, "metadata must be a JSON object")
+        check_json_bounds(metas[0], metadata)
+        fields["metadata"] = metadata
+    try:
+        return AgentInfo.model_validate(fields)
+    except ValidationError as exc:
+        raise ProtocolError(ErrorCode.INVALID_REQUEST, f"invalid {_describe(exc)}") from None
 
 
 def check_json_bounds(text: str, obj: Any, request_id: str | int | None = None) -> None:
@@ -213,17 +247,49 @@ def left(request_id: str | int | None, space: str) -> bytes:
 
 
 def members(
-    space: str, member_ids: list[str], count: int, joined: str | None, left: str | None
+    space: str, member_ids: list[str] | None, count: int, joined: str | None, left: str | None
 ) -> bytes:
+    """A join or leave; ``member_ids`` None leaves the array out (a big space)."""
+    msg: dict[str, Any] = {"type": "space.members", "space": space}
+    if member_ids is not None:
+        msg["members"] = member_ids
+    msg["member_count"] = count
+    msg["joined"] = joined
+    msg["left"] = left
+    return dumps(msg)
+
+
+def members_page(
+    request_id: str | int | None,
+    space: str,
+    member_ids: list[str],
+    count: int,
+    next_cursor: str | None,
+) -> bytes:
+    """The reply to a ``space.members`` request."""
     return dumps(
-        {
-            "type": "space.members",
-            "space": space,
-            "members": member_ids,
-            "member_count": count,
-            "joined": joined,
-            "left": left,
-        }
+        _with_id(
+            {
+                "type": "space.members",
+                "space": space,
+                "members": member_ids,
+                "member_count": count,
+                "next_cursor": next_cursor,
+            },
+            request_id,
+        )
+    )
+
+
+def agent_list(
+    request_id: str | int | None, agents: Iterable[Mapping[str, Any]], next_cursor: str | None
+) -> bytes:
+    """The reply to an ``agent.list`` request."""
+    return dumps(
+        _with_id(
+            {"type": "agent.list", "agents": list(agents), "next_cursor": next_cursor},
+            request_id,
+        )
     )
 
 

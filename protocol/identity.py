@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import re
 from collections.abc import Mapping
@@ -17,6 +18,7 @@ from typing import Any
 from nacl.signing import SigningKey
 
 _B58 = b"123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+_B58_INDEX = {chr(c): i for i, c in enumerate(_B58)}
 ED25519_MULTICODEC = b"\xed\x01"
 KEY_LEN = 32
 SIGNATURE_LEN = 64
@@ -42,21 +44,25 @@ def b58encode(data: bytes) -> str:
 
 def b58decode(text: str) -> bytes:
     n = 0
-    for ch in text.encode():
-        idx = _B58.find(bytes([ch]))
-        if idx < 0:
-            raise ValueError(f"invalid base58 character {chr(ch)!r}")
+    index = _B58_INDEX
+    for ch in text:
+        idx = index.get(ch)
+        if idx is None:
+            raise ValueError(f"invalid base58 character {ch!r}")
         n = n * 58 + idx
     pad = len(text) - len(text.lstrip("1"))
     body = n.to_bytes((n.bit_length() + 7) // 8, "big") if n else b""
     return b"\0" * pad + body
 
 
+# Agents sign many envelopes with one key: its did:key is worked out once.
+@functools.lru_cache(maxsize=4096)
 def did_key(public_key: bytes) -> str:
     """``did:key:z…`` for a raw 32-byte Ed25519 public key."""
     return DID_KEY_PREFIX + b58encode(ED25519_MULTICODEC + public_key)
 
 
+@functools.lru_cache(maxsize=4096)  # failures are not cached: they raise again
 def public_key_from_did(did: str) -> bytes:
     if not did.startswith(DID_KEY_PREFIX):
         raise ValueError("not a did:key with base58btc (z) encoding")

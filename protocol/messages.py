@@ -37,6 +37,7 @@ class MessageType(StrEnum):
     SPACE_EVENT_DONE = "space.event.done"
     SPACE_EVENT_CANCEL = "space.event.cancel"
     SPACE_HISTORY = "space.history"
+    AGENT_LIST = "agent.list"
     ERROR = "error"
 
 
@@ -53,6 +54,14 @@ Epoch = Annotated[str, Field(min_length=1, max_length=64)]
 IdempotencyKey = Annotated[str, Field(min_length=1, max_length=128)]
 #: Most events one ``space.history`` reply carries.
 MAX_HISTORY_LIMIT = 100
+# Paged requests (space.members, agent.list): page size and opaque cursor.
+DEFAULT_PAGE = 100
+MAX_PAGE = 1000
+PageLimit = Annotated[int, Field(ge=1, le=MAX_PAGE)]
+Cursor = Annotated[str, Field(min_length=1, max_length=512)]
+MAX_CAPABILITY = 128
+# An exact capability, or a prefix ending in "*".
+CapabilityFilter = Annotated[str, Field(min_length=1, max_length=MAX_CAPABILITY + 1)]
 
 
 class _Message(BaseModel):
@@ -71,7 +80,7 @@ class _HubMessage(BaseModel):
 class AgentInfo(_Message):
     id: str
     type: str | None = Field(default=None, max_length=64)
-    capabilities: list[Annotated[str, Field(max_length=128)]] = Field(
+    capabilities: list[Annotated[str, Field(max_length=MAX_CAPABILITY)]] = Field(
         default_factory=list, max_length=256
     )
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -152,6 +161,27 @@ class SpaceHistoryRequest(_Message):
     before_seq: int | None = Field(default=None, ge=1, le=2**63 - 1)
 
 
+class SpaceMembersRequest(_Message):
+    """Page through a space's current members (oldest first), cluster-wide."""
+
+    type: Literal["space.members"]
+    id: RequestId | None = None
+    space: SpaceName
+    cursor: Cursor | None = None
+    limit: PageLimit | None = None  # DEFAULT_PAGE
+
+
+class AgentListRequest(_Message):
+    """The agent directory: online agents, by capability or space membership."""
+
+    type: Literal["agent.list"]
+    id: RequestId | None = None
+    capability: CapabilityFilter | None = None
+    space: SpaceName | None = None
+    cursor: Cursor | None = None
+    limit: PageLimit | None = None  # DEFAULT_PAGE
+
+
 class ClientDelta(_Message):
     """One chunk of a stream the client publishes; the first one opens it."""
 
@@ -187,6 +217,8 @@ ClientMessage = Annotated[
     | SpaceLeave
     | SpacePublish
     | SpaceListRequest
+    | SpaceMembersRequest
+    | AgentListRequest
     | ClientDelta
     | ClientDone
     | ClientCancel
@@ -203,6 +235,8 @@ CLIENT_MODELS: dict[str, type[_Message]] = {
         SpaceLeave,
         SpacePublish,
         SpaceListRequest,
+        SpaceMembersRequest,
+        AgentListRequest,
         ClientDelta,
         ClientDone,
         ClientCancel,
@@ -248,12 +282,18 @@ class SpaceLeft(_HubMessage):
 
 
 class SpaceMembers(_HubMessage):
+    """A join or leave (``joined``/``left``; ``members`` only while the space
+    is small), or the reply to a ``space.members`` request (``id``,
+    ``members``, ``next_cursor``)."""
+
     type: Literal["space.members"] = "space.members"
+    id: str | None = None
     space: str
-    members: list[str]
+    members: list[str] | None = None
     member_count: int
     joined: str | None = None
     left: str | None = None
+    next_cursor: str | None = None
 
 
 class SpaceEvent(_HubMessage):
@@ -266,6 +306,10 @@ class SpaceEvent(_HubMessage):
     data: dict[str, Any]
     request_id: str | None = None
     to: str | list[str] | None = None
+    #: Signed envelopes (``data.protocol`` agora/1.0 or agentprotocol/0.1):
+    #: whether the hub verified its signature, and the signer's key id.
+    verified: bool | None = None
+    signer: str | None = None
 
 
 class SpacePublished(_HubMessage):
@@ -330,6 +374,22 @@ class SpaceList(_HubMessage):
     spaces: list[SpaceInfo]
 
 
+class AgentEntry(_HubMessage):
+    id: str
+    type: str | None = None
+    capabilities: list[str]
+    metadata: dict[str, Any]
+    node: str
+    connected_at: int | None = None
+
+
+class AgentList(_HubMessage):
+    type: Literal["agent.list"] = "agent.list"
+    id: str | None = None
+    agents: list[AgentEntry]
+    next_cursor: str | None = None
+
+
 class Error(_HubMessage):
     type: Literal["error"] = "error"
     code: str
@@ -350,6 +410,7 @@ HubMessage = Annotated[
     | HubCancel
     | SpaceList
     | SpaceHistory
+    | AgentList
     | Error,
     Field(discriminator="type"),
 ]

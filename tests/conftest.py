@@ -71,6 +71,16 @@ def hub_process() -> Iterator[Any]:
         proc.close()
 
 
+@pytest.fixture(scope="session")
+def agora_peer() -> Any:
+    """The real ``agora-protocol`` 0.2.0 library, run from its own cached venv
+    (:mod:`tests.support.agora_peer`); skipped when it cannot be installed,
+    a failure under ``CI=true``."""
+    from tests.support.agora_peer import require_agora_peer
+
+    return require_agora_peer()
+
+
 def _redis_binary() -> str:
     binary = redis_server_binary()
     if binary is None:

@@ -12,6 +12,7 @@ restrictions (see :mod:`hub.authz`)::
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -62,7 +63,17 @@ class TokenFileAuth:
 
     def reload(self) -> None:
         """Re-read the file; if it is unusable the old tokens stay and ConfigError is raised."""
-        self._entries = self.load(self.path)
+        self.prepare_reload()()
+
+    def prepare_reload(self) -> Callable[[], None]:
+        """Read and check the file; the returned function puts its tokens in
+        service (SIGHUP reloads several files all or nothing)."""
+        entries = self.load(self.path)
+
+        def commit() -> None:
+            self._entries = entries
+
+        return commit
 
     async def authenticate(self, agent_id: str, token: str | None) -> Grant:
         expected, grant = self._entries.get(agent_id, (None, Grant.unrestricted))

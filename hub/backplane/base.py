@@ -203,8 +203,11 @@ class Backplane(Protocol):
         """Deliver an unsequenced message (membership changes) everywhere."""
         ...
 
-    async def send_to_node(self, node_id: str, payload: bytes) -> None:
-        """Deliver ``payload`` to one node's ``node_message`` (at most once)."""
+    async def send_to_node(self, node_id: str, payload: bytes) -> int:
+        """Deliver ``payload`` to one node's ``node_message`` (at most once).
+
+        Returns how many subscribers took it: 0 means that node is gone.
+        """
         ...
 
     async def forget(self, space: str) -> None:

@@ -143,9 +143,9 @@ class MemoryBackplane:
         if self._handler is not None and envelope.space in self._subscribed:
             self._handler.deliver(envelope)
 
-    async def send_to_node(self, node_id: str, payload: bytes) -> None:
+    async def send_to_node(self, node_id: str, payload: bytes) -> int:
         # One node: a message to "another node" has nowhere to go.
-        return None
+        return 0
 
     async def forget(self, space: str) -> None:
         now = self._clock()

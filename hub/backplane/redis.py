@@ -499,11 +499,11 @@ class RedisBackplane:
         except REDIS_ERRORS as exc:
             raise unavailable("send", exc) from exc
 
-    async def send_to_node(self, node_id: str, payload: bytes) -> None:
+    async def send_to_node(self, node_id: str, payload: bytes) -> int:
         if not self._ready:
             raise BackplaneUnavailable(_NOT_READY_TEXT)
         try:
-            await self._client.publish(f"{self._prefix}:node:{node_id}", payload)
+            return int(await self._client.publish(f"{self._prefix}:node:{node_id}", payload))
         except REDIS_ERRORS as exc:
             raise unavailable("send_to_node", exc) from exc
 

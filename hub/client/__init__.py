@@ -33,11 +33,14 @@ from hub.client.errors import (
     Unavailable,
 )
 from hub.client.models import (
+    AgentEntry,
+    AgentPage,
     AssembledEvent,
     Event,
     HistoryPage,
     JoinResult,
     MembersChanged,
+    MembersPage,
     Message,
     Position,
     Registration,
@@ -49,7 +52,9 @@ from hub.client.streams import AssembledEvents, OutgoingStream, StreamAssembler
 from hub.client.subscriptions import Subscription
 
 __all__ = [
+    "AgentEntry",
     "AgentExists",
+    "AgentPage",
     "AssembledEvent",
     "AssembledEvents",
     "Backoff",
@@ -65,6 +70,7 @@ __all__ = [
     "InvalidRequest",
     "JoinResult",
     "MembersChanged",
+    "MembersPage",
     "Message",
     "OutgoingStream",
     "Position",

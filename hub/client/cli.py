@@ -117,12 +117,25 @@ def add_commands(sub: Any) -> None:
     agents = sub.add_parser(
         "agents",
         parents=[common],
-        help="watch agents come and go (agent.status)",
+        help="watch agents come and go (agent.status), or list them (--list)",
         description="Join agent.status and print every agent that comes online, goes "
-        "offline or updates its registration.",
+        "offline or updates its registration. With --list, print the agents online now "
+        "(cluster-wide), optionally those with a capability or in a space, and exit.",
     )
     agents.add_argument(
         "-n", "--count", type=int, default=None, help="exit after printing N events"
+    )
+    agents.add_argument(
+        "--list", action="store_true", help="list the agents online now (agent.list) and exit"
+    )
+    agents.add_argument(
+        "--capability",
+        metavar="CAP",
+        default=None,
+        help="with --list: agents declaring CAP (a prefix when it ends in *)",
+    )
+    agents.add_argument(
+        "--space", metavar="SPACE", default=None, help="with --list: members of SPACE only"
     )
     agents.add_argument(
         "--no-reconnect", action="store_true", help="exit when the connection drops"
@@ -344,6 +357,10 @@ def cmd_agents(args: argparse.Namespace) -> int:
 
 
 async def _agents(client: Client, args: argparse.Namespace, out: Output) -> int:
+    if args.list:
+        return await _list_agents(client, args, out)
+    if args.capability is not None or args.space is not None:
+        return _fail("--capability and --space go with --list", EXIT_USAGE)
     sub = client.events("agent.status")
     await client.join("agent.status")
     printed = 0
@@ -372,6 +389,46 @@ async def _agents(client: Client, args: argparse.Namespace, out: Output) -> int:
             )
         printed += 1
     return EXIT_OK
+
+
+async def _list_agents(client: Client, args: argparse.Namespace, out: Output) -> int:
+    agents = await client.find_agents(capability=args.capability, space=args.space)
+    if out.json_lines:
+        for a in agents:
+            out.json(
+                {
+                    "id": a.id,
+                    "type": a.type,
+                    "capabilities": a.capabilities,
+                    "metadata": a.metadata,
+                    "node": a.node,
+                    "connected_at": a.connected_at,
+                }
+            )
+        return EXIT_OK
+    rows = [
+        (
+            a.id,
+            a.type or "-",
+            a.node,
+            _since(a.connected_at),
+            ",".join(a.capabilities) or "-",
+        )
+        for a in agents
+    ]
+    header = ("AGENT", "TYPE", "NODE", "CONNECTED", "CAPABILITIES")
+    widths = [max([len(r[i]) for r in rows] + [len(header[i])]) for i in range(4)]
+    for row in (header, *rows):
+        out.line(
+            "  ".join(f"{v:<{w}}" for v, w in zip(row[:4], widths, strict=True)) + f"  {row[4]}"
+        )
+    return EXIT_OK
+
+
+def _since(timestamp_ms: int | None) -> str:
+    if timestamp_ms is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp_ms / 1000))
 
 
 # ── output ──────────────────────────────────────────────────────────────────

@@ -55,6 +55,7 @@ from hub.client.errors import (
     HubClientError,
     HubConnectionError,
     HubRejected,
+    InvalidRequest,
     RateLimited,
     RequestTimeout,
     Unauthorized,
@@ -62,19 +63,24 @@ from hub.client.errors import (
     rejected,
 )
 from hub.client.models import (
+    AgentEntry,
+    AgentPage,
     Event,
     HistoryPage,
     JoinResult,
     MembersChanged,
+    MembersPage,
     Message,
     Position,
     Registration,
     Resumed,
     SpaceInfo,
     StreamChunk,
+    parse_agent_page,
     parse_chunk,
     parse_event,
     parse_members,
+    parse_members_page,
     parse_registration,
     parse_spaces,
 )
@@ -100,6 +106,10 @@ TERMINAL_CLOSE_CODES = frozenset(
 _HEARTBEAT = b'{"type":"agent.heartbeat"}'
 # How often publish() sends an idempotent publish again after lost connections.
 MAX_PUBLISH_RETRIES = 5
+# Agent details ride in the handshake query (so the hub's first ``online``
+# shows them) while the query stays this short; longer ones are registered
+# right after connecting instead.
+MAX_DETAILS_QUERY = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +135,8 @@ class Client:
     ``url`` is the hub's WebSocket URL (``ws://host:8765/ws``; a URL without
     a path gets ``/ws``). ``token`` is sent as ``Authorization: Bearer``.
     ``agent_type``, ``capabilities`` and ``metadata``, when given, are
-    registered right after connecting (and after every reconnect).
+    declared in the handshake (on every reconnect too), so the agent's first
+    ``online`` on ``agent.status`` and the directory already show them.
 
     ``queue_size`` bounds every subscription and the backlog of unread items:
     when full, the oldest item is dropped and counted (see
@@ -304,11 +315,19 @@ class Client:
     ) -> Registration:
         """Tell the hub what this agent is; others see it on ``agent.status``.
 
-        Repeated after every reconnect.
+        Only the details given are sent, and the hub keeps the others (a
+        field left out of ``agent.register`` keeps its value). Remembered and
+        declared again on every reconnect.
         """
-        info = _agent_info(self.agent_id, type, capabilities, metadata)
-        reply = await self._request({"type": MessageType.AGENT_REGISTER, "agent": info})
-        self._agent_info = info
+        sent: dict[str, Any] = {"id": self.agent_id}
+        if type is not None:
+            sent["type"] = type
+        if capabilities is not None:
+            sent["capabilities"] = list(capabilities)
+        if metadata is not None:
+            sent["metadata"] = dict(metadata)
+        reply = await self._request({"type": MessageType.AGENT_REGISTER, "agent": sent})
+        self._agent_info = {**(self._agent_info or {}), **sent}
         return self._registered(reply)
 
     async def join(self, space: str, *, since: Position | None = None) -> JoinResult:
@@ -421,6 +440,79 @@ class Client:
         """Every space in the hub (cluster-wide) with its member count."""
         reply = await self._request({"type": MessageType.SPACE_LIST})
         return parse_spaces(reply)
+
+    async def space_members(
+        self, space: str, *, cursor: str | None = None, limit: int | None = None
+    ) -> MembersPage:
+        """One page of ``space``'s current members, cluster-wide, oldest first.
+
+        Pass the page's ``next_cursor`` to get the next one (``None``: done).
+        ``limit`` is 1–1000 (the hub's default 100). The way to know who is in
+        a big space, whose join/leave events carry no list.
+        """
+        msg: dict[str, Any] = {"type": MessageType.SPACE_MEMBERS, "space": space}
+        if cursor is not None:
+            msg["cursor"] = cursor
+        if limit is not None:
+            msg["limit"] = limit
+        page = parse_members_page(await self._request(msg))
+        if page is None:
+            raise HubClientError("malformed space.members reply")
+        return page
+
+    async def all_members(self, space: str, *, page_size: int = 1000) -> list[str]:
+        """Every current member of ``space``, paging through :meth:`space_members`."""
+        out: list[str] = []
+        cursor: str | None = None
+        while True:
+            page = await self.space_members(space, cursor=cursor, limit=page_size)
+            out.extend(page.members)
+            if page.next_cursor is None:
+                return out
+            cursor = page.next_cursor
+
+    async def list_agents(
+        self,
+        *,
+        capability: str | None = None,
+        space: str | None = None,
+        cursor: str | None = None,
+        limit: int | None = None,
+    ) -> AgentPage:
+        """One page of the agent directory: agents online cluster-wide.
+
+        ``capability`` is an exact capability or a prefix ending in ``*``;
+        ``space`` keeps the members of that space (in join order; otherwise
+        the order is by agent id). Pass ``next_cursor`` for the next page.
+        """
+        msg: dict[str, Any] = {"type": MessageType.AGENT_LIST}
+        for key, value in (
+            ("capability", capability),
+            ("space", space),
+            ("cursor", cursor),
+            ("limit", limit),
+        ):
+            if value is not None:
+                msg[key] = value
+        page = parse_agent_page(await self._request(msg))
+        if page is None:
+            raise HubClientError("malformed agent.list reply")
+        return page
+
+    async def find_agents(
+        self, *, capability: str | None = None, space: str | None = None
+    ) -> list[AgentEntry]:
+        """Every agent :meth:`list_agents` matches, paging through them all."""
+        out: list[AgentEntry] = []
+        cursor: str | None = None
+        while True:
+            page = await self.list_agents(
+                capability=capability, space=space, cursor=cursor, limit=1000
+            )
+            out.extend(page.agents)
+            if page.next_cursor is None:
+                return out
+            cursor = page.next_cursor
 
     async def ping(self) -> int | None:
         """One heartbeat round trip; returns the hub's timestamp (Unix ms)."""
@@ -659,7 +751,11 @@ class Client:
         if self._token is not None:
             headers["Authorization"] = f"Bearer {self._token}"
         sep = "&" if urlsplit(self.url).query else "?"
-        uri = f"{self.url}{sep}{urlencode({'agent_id': self.agent_id})}"
+        query = [("agent_id", self.agent_id)]
+        details = _details_query(self._agent_info)
+        if details is not None:
+            query += details
+        uri = f"{self.url}{sep}{urlencode(query)}"
         kwargs: dict[str, Any] = {
             "open_timeout": self.open_timeout,
             "max_size": self._max_size,
@@ -674,6 +770,9 @@ class Client:
         except InvalidStatus as exc:
             status = exc.response.status_code
             body = (exc.response.body or b"").decode(errors="replace").strip()
+            if status == 400 and details:
+                # The agent id is checked here already: the hub refused the details.
+                raise InvalidRequest(f"agent details refused: {body[:200]}") from None
             raise ConnectionFailed(
                 f"hub at {self.url} refused the connection: HTTP {status}"
                 + (f": {body[:200]}" if body else ""),
@@ -711,7 +810,9 @@ class Client:
         self._reader = loop.create_task(self._read(ws, self._generation))
         heartbeat = self._heartbeat = loop.create_task(self._heartbeats(ws, registration))
         try:
-            if self._agent_info is not None:
+            if self._agent_info is not None and details is None:
+                # Too long for the query: registered now (watchers see
+                # `online` without the details, then `updated`).
                 self._registered(
                     await self._request(
                         {"type": MessageType.AGENT_REGISTER, "agent": self._agent_info}, ws=ws
@@ -903,11 +1004,11 @@ class Client:
                     if stream is not None:
                         stream._mark_cancelled(chunk.reason or "cancelled")
             self._router.dispatch(chunk.space, chunk.kind, chunk)
-        elif kind == MessageType.SPACE_MEMBERS:
+        elif kind == MessageType.SPACE_MEMBERS and rid is None:  # (a reply has an id)
             change = parse_members(f)
             if change is None:
                 return
-            if change.space in self._joined:
+            if change.space in self._joined and change.members is not None:
                 self._members[change.space] = change.members
             self._router.dispatch(change.space, "members", change)
         elif kind == MessageType.SPACE_JOINED:
@@ -1040,6 +1141,22 @@ def _agent_info(
     info["capabilities"] = list(capabilities or [])
     info["metadata"] = dict(metadata or {})
     return info
+
+
+def _details_query(info: dict[str, Any] | None) -> list[tuple[str, str]] | None:
+    """``type``, ``capability`` (one each) and ``metadata`` (JSON) for the
+    handshake query; None when there are none or they are too long for it."""
+    if info is None:
+        return None
+    query: list[tuple[str, str]] = []
+    if info.get("type") is not None:
+        query.append(("type", info["type"]))
+    query += [("capability", c) for c in info.get("capabilities") or ()]
+    if info.get("metadata"):
+        query.append(("metadata", orjson.dumps(info["metadata"]).decode()))
+    if len(urlencode(query)) > MAX_DETAILS_QUERY:
+        return None
+    return query
 
 
 def _int(v: Any) -> int:

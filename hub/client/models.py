@@ -39,6 +39,11 @@ class Event:
     #: The hub answered a retried publish (same ``idempotency_key``) with the
     #: original event's ids: nothing was published the second time.
     duplicate: bool = False
+    #: For a signed envelope (``data.protocol`` agora/1.0 or
+    #: agentprotocol/0.1): True when the hub verified its signature, False
+    #: for an unsigned one, None for ordinary data. ``signer`` is the key id.
+    verified: bool | None = None
+    signer: str | None = None
 
     @property
     def text(self) -> str | None:
@@ -49,10 +54,16 @@ class Event:
 
 @dataclass(frozen=True, slots=True)
 class MembersChanged:
-    """``space.members``: somebody else joined or left a space this client is in."""
+    """``space.members``: somebody else joined or left a space this client is in.
+
+    ``members`` is the whole list only while the space is small (the hub's
+    ``members_list_limit``, 100 by default); above it ``None`` — page the
+    list with :meth:`Client.space_members`. Above ``member_events_limit``
+    the hub sends no join/leave events at all.
+    """
 
     space: str
-    members: list[str]
+    members: list[str] | None
     member_count: int
     joined: str | None = None
     left: str | None = None
@@ -150,6 +161,38 @@ class HistoryPage:
 
 
 @dataclass(frozen=True, slots=True)
+class MembersPage:
+    """One page of :meth:`Client.space_members`: members oldest first, the
+    exact count, and the cursor of the next page (``None``: the last one)."""
+
+    space: str
+    members: list[str]
+    member_count: int
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AgentEntry:
+    """One entry of the agent directory (:meth:`Client.list_agents`)."""
+
+    id: str
+    type: str | None
+    capabilities: list[str]
+    metadata: dict[str, Any]
+    node: str
+    connected_at: int | None  # Unix ms
+
+
+@dataclass(frozen=True, slots=True)
+class AgentPage:
+    """One page of :meth:`Client.list_agents`; a page may hold fewer agents
+    than asked for: only ``next_cursor is None`` says the listing is done."""
+
+    agents: list[AgentEntry]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class SpaceInfo:
     """One entry of ``spaces()``."""
 
@@ -202,20 +245,55 @@ def parse_event(f: dict[str, Any]) -> Event | None:
         timestamp=_int(f.get("timestamp")),
         data=data,
         request_id=_rid(f.get("request_id")),
+        verified=f.get("verified") if isinstance(f.get("verified"), bool) else None,
+        signer=_str(f.get("signer")),
     )
 
 
 def parse_members(f: dict[str, Any]) -> MembersChanged | None:
     space, members, count = _str(f.get("space")), f.get("members"), _int(f.get("member_count"))
-    if space is None or not isinstance(members, list) or count is None:
+    if space is None or not isinstance(members, list | None) or count is None:
         return None
     return MembersChanged(
         space=space,
-        members=[m for m in members if isinstance(m, str)],
+        members=None if members is None else [m for m in members if isinstance(m, str)],
         member_count=count,
         joined=_str(f.get("joined")),
         left=_str(f.get("left")),
     )
+
+
+def parse_members_page(f: dict[str, Any]) -> MembersPage | None:
+    space, members, count = _str(f.get("space")), f.get("members"), _int(f.get("member_count"))
+    if space is None or not isinstance(members, list) or count is None:
+        return None
+    return MembersPage(
+        space, [m for m in members if isinstance(m, str)], count, _str(f.get("next_cursor"))
+    )
+
+
+def parse_agent_page(f: dict[str, Any]) -> AgentPage | None:
+    agents = f.get("agents")
+    if not isinstance(agents, list):
+        return None
+    out = []
+    for a in agents:
+        if not isinstance(a, dict) or _str(a.get("id")) is None:
+            continue
+        caps = a.get("capabilities")
+        out.append(
+            AgentEntry(
+                id=a["id"],
+                type=_str(a.get("type")),
+                capabilities=[c for c in caps if isinstance(c, str)]
+                if isinstance(caps, list)
+                else [],
+                metadata=a["metadata"] if isinstance(a.get("metadata"), dict) else {},
+                node=_str(a.get("node")) or "",
+                connected_at=_int(a.get("connected_at")),
+            )
+        )
+    return AgentPage(out, _str(f.get("next_cursor")))
 
 
 _KINDS: dict[str, ChunkKind] = {

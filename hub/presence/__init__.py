@@ -6,10 +6,28 @@ serves a single node, the Redis one a cluster (chosen from ``redis_url``).
 
 from __future__ import annotations
 
-from hub.presence.base import AgentRecord, Presence, ReapedAgent
+from hub.presence.base import (
+    AgentRecord,
+    AgentsPage,
+    CapabilityFilter,
+    InvalidQuery,
+    MembersPage,
+    Presence,
+    ReapedAgent,
+)
 from hub.presence.memory import MemoryPresence
 
-__all__ = ["AgentRecord", "MemoryPresence", "Presence", "ReapedAgent", "create_presence"]
+__all__ = [
+    "AgentRecord",
+    "AgentsPage",
+    "CapabilityFilter",
+    "InvalidQuery",
+    "MembersPage",
+    "MemoryPresence",
+    "Presence",
+    "ReapedAgent",
+    "create_presence",
+]
 
 
 def create_presence(

@@ -16,6 +16,8 @@ class AgentRecord:
     type: str | None = None
     capabilities: tuple[str, ...] = ()
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: When the connection was accepted (Unix epoch ms); 0 when unknown.
+    connected_at: int = 0
 
     def public(self) -> dict[str, Any]:
         """The agent as ``agent.status`` events show it."""
@@ -25,6 +27,59 @@ class AgentRecord:
             "capabilities": list(self.capabilities),
             "metadata": self.metadata,
         }
+
+    def directory(self) -> dict[str, Any]:
+        """The agent as an ``agent.list`` entry shows it."""
+        return {
+            **self.public(),
+            "node": self.node_id,
+            "connected_at": self.connected_at or None,
+        }
+
+
+class InvalidQuery(ValueError):
+    """A paged query the store cannot answer as asked (bad cursor, filter too broad)."""
+
+
+#: Most distinct capabilities one prefix filter may expand to.
+MAX_PREFIX_CAPABILITIES = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class CapabilityFilter:
+    """``agent.list``'s ``capability``: an exact URI, or a prefix ending in ``*``."""
+
+    value: str
+    prefix: bool
+
+    @classmethod
+    def parse(cls, text: str) -> CapabilityFilter:
+        if text.endswith("*"):
+            return cls(text[:-1], True)
+        return cls(text, False)
+
+    def matches(self, capabilities: tuple[str, ...]) -> bool:
+        if self.prefix:
+            return any(c.startswith(self.value) for c in capabilities)
+        return self.value in capabilities
+
+
+@dataclass(frozen=True, slots=True)
+class MembersPage:
+    """One page of a space's members, oldest first, and the exact count."""
+
+    members: list[str]
+    count: int
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AgentsPage:
+    """One page of the agent directory (may hold fewer than asked: only a
+    ``None`` ``next_cursor`` says the listing is complete)."""
+
+    agents: list[AgentRecord]
+    next_cursor: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +126,32 @@ class Presence(Protocol):
 
     async def space_members(self, space: str, limit: int) -> tuple[list[str], int]:
         """Up to ``limit`` member ids (oldest first) and the exact count."""
+        ...
+
+    async def members_page(self, space: str, cursor: str | None, limit: int) -> MembersPage:
+        """Members of ``space`` after ``cursor`` in join order, at most ``limit``.
+
+        Stable under concurrent joins and leaves: a member present for the
+        whole paging is listed exactly once. Raises :class:`InvalidQuery`
+        for a cursor this store did not hand out.
+        """
+        ...
+
+    async def list_agents(
+        self,
+        *,
+        capability: CapabilityFilter | None,
+        space: str | None,
+        cursor: str | None,
+        limit: int,
+    ) -> AgentsPage:
+        """Agents online cluster-wide, by agent id (or by join order with
+        ``space``), filtered by capability and/or space membership. Uses an
+        index, never a scan of every agent. Raises :class:`InvalidQuery`."""
+        ...
+
+    async def node_alive(self, node_id: str, within: float) -> bool:
+        """Did ``node_id`` touch its registration in the last ``within`` s?"""
         ...
 
     async def missing_members(self, space: str, agent_ids: tuple[str, ...]) -> list[str]:

@@ -9,6 +9,8 @@ Layout (``P`` is the key prefix, default ``agora``)::
     P:member-of:{agent_id}   HASH   space -> connection id of the holder at join time
     P:space-sizes            HASH   space -> member count, for every non-empty space
     P:join-order             STRING counter giving each join its score
+    P:agent-index, P:cap:{capability}, P:capabilities   the directory's indexes
+                                    (see :mod:`hub.presence.redis_directory`)
 
 Every change that touches more than one key is one Lua script, so a reader
 never sees a member without its index entry, and reaping a dead node is
@@ -31,33 +33,70 @@ from redis.asyncio import Redis
 
 from hub.backplane.redis import REDIS_ERRORS, redis_pool, unavailable
 from hub.errors import BackplaneUnavailable, SpaceFull
-from hub.presence.base import AgentRecord, ReapedAgent
+from hub.presence.base import (
+    AgentRecord,
+    AgentsPage,
+    CapabilityFilter,
+    MembersPage,
+    ReapedAgent,
+)
+from hub.presence.redis_directory import INDEX_LUA, RedisDirectory
+from hub.presence.redis_directory import record_from as _record
 
 # KEYS: agent, node-agents of this node. ARGV: agent id, node, conn, info,
-# replace flag ('1' or '0'), connection id that may be replaced.
-CLAIM_LUA = """
+# replace flag ('1' or '0'), connection id that may be replaced, prefix.
+CLAIM_LUA = (
+    INDEX_LUA
+    + """
 local holder = redis.call('HMGET', KEYS[1], 'node', 'conn', 'info')
 if holder[2] and (ARGV[5] ~= '1' or holder[2] ~= ARGV[6]) then
   return {holder[1] or '', holder[2], holder[3] or ''}
 end
+if holder[2] then unindex(ARGV[7], ARGV[1], holder[3]) end
 redis.call('HSET', KEYS[1], 'node', ARGV[2], 'conn', ARGV[3], 'info', ARGV[4])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+index(ARGV[7], ARGV[1], ARGV[4])
 return false
 """
+)
 
-# KEYS: agent, node-agents of this node. ARGV: agent id, conn.
-RELEASE_LUA = """
-if redis.call('HGET', KEYS[1], 'conn') == ARGV[2] then redis.call('DEL', KEYS[1]) end
+# KEYS: agent, node-agents of this node. ARGV: agent id, conn, prefix.
+RELEASE_LUA = (
+    INDEX_LUA
+    + """
+local rec = redis.call('HMGET', KEYS[1], 'conn', 'info')
+if rec[1] == ARGV[2] then
+  unindex(ARGV[3], ARGV[1], rec[2])
+  redis.call('DEL', KEYS[1])
+end
 if redis.call('HGET', KEYS[2], ARGV[1]) == ARGV[2] then redis.call('HDEL', KEYS[2], ARGV[1]) end
 return 0
 """
+)
 
-# KEYS: agent. ARGV: conn, node, info.
-UPDATE_LUA = """
-if redis.call('HGET', KEYS[1], 'conn') == ARGV[1] then
+# KEYS: agent. ARGV: conn, node, info, agent id, prefix.
+UPDATE_LUA = (
+    INDEX_LUA
+    + """
+local rec = redis.call('HMGET', KEYS[1], 'conn', 'info')
+if rec[1] == ARGV[1] then
+  unindex(ARGV[5], ARGV[4], rec[2])
   redis.call('HSET', KEYS[1], 'node', ARGV[2], 'info', ARGV[3])
+  index(ARGV[5], ARGV[4], ARGV[3])
 end
 return 0
+"""
+)
+
+# KEYS: nodes. ARGV: node id, window (ms). 1 when the node touched its
+# registration within the window (Redis time).
+NODE_ALIVE_LUA = """
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if now - tonumber(score) > tonumber(ARGV[2]) then return 0 end
+return 1
 """
 
 # KEYS: members, member-of, space-sizes, join-order, agent.
@@ -117,14 +156,18 @@ return 0
 # KEYS: agent, node-agents of this node, member-of, space-sizes, join-order.
 # ARGV: prefix, agent id, node, conn, info, claim flag, spaces...
 # Returns the holder when another connection holds the id (nothing restored).
-RESTORE_LUA = """
+RESTORE_LUA = (
+    INDEX_LUA
+    + """
 if ARGV[6] == '1' then
   local holder = redis.call('HMGET', KEYS[1], 'node', 'conn', 'info')
   if holder[2] and holder[2] ~= ARGV[4] then
     return {holder[1] or '', holder[2], holder[3] or ''}
   end
+  if holder[2] then unindex(ARGV[1], ARGV[2], holder[3]) end
   redis.call('HSET', KEYS[1], 'node', ARGV[3], 'conn', ARGV[4], 'info', ARGV[5])
   redis.call('HSET', KEYS[2], ARGV[2], ARGV[4])
+  index(ARGV[1], ARGV[2], ARGV[5])
 end
 local conn = redis.call('HGET', KEYS[1], 'conn') or ''
 for i = 7, #ARGV do
@@ -138,13 +181,16 @@ for i = 7, #ARGV do
 end
 return false
 """
+)
 
 # KEYS: nodes, space-sizes. ARGV: prefix, dead_after (ms), this node's id.
 # For each agent a dead node registered: if the dead connection still holds
 # the id, the record and all the agent's memberships go; if the id has moved
 # to a new connection since, only memberships joined by the dead connection go.
 # Returns {agent, node, conn, info, spaces...} per removed agent.
-REAP_LUA = """
+REAP_LUA = (
+    INDEX_LUA
+    + """
 local p = ARGV[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -180,7 +226,10 @@ for _, node in ipairs(dead) do
           entry[#entry + 1] = space
         end
       end
-      if owned then redis.call('DEL', akey) end
+      if owned then
+        unindex(p, aid, rec[3])
+        redis.call('DEL', akey)
+      end
       if owned or #entry > 4 then out[#out + 1] = entry end
     end
     redis.call('DEL', index)
@@ -188,26 +237,17 @@ for _, node in ipairs(dead) do
 end
 return out
 """
+)
 
 
 def _info(record: AgentRecord) -> bytes:
     return orjson.dumps(
-        {"type": record.type, "capabilities": record.capabilities, "metadata": record.metadata}
-    )
-
-
-def _record(agent_id: str, node: bytes, conn: bytes, info: bytes | None) -> AgentRecord:
-    data: dict[str, Any] = {}
-    if info:
-        with contextlib.suppress(orjson.JSONDecodeError):
-            data = orjson.loads(info)
-    return AgentRecord(
-        agent_id,
-        node.decode(),
-        conn.decode(),
-        data.get("type"),
-        tuple(data.get("capabilities") or ()),
-        data.get("metadata") or {},
+        {
+            "type": record.type,
+            "capabilities": record.capabilities,
+            "metadata": record.metadata,
+            "connected_at": record.connected_at,
+        }
     )
 
 
@@ -250,10 +290,12 @@ class RedisPresence:
         self._restore = script(RESTORE_LUA)
         self._reap = script(REAP_LUA)
         self._retire = script(RETIRE_LUA)
+        self._node_alive = script(NODE_ALIVE_LUA)
         self._nodes = f"{prefix}:nodes"
         self._sizes = f"{prefix}:space-sizes"
         self._order = f"{prefix}:join-order"
         self._my_agents = f"{prefix}:node-agents:{node_id}"
+        self._directory = RedisDirectory(self._client, prefix, self._check_open)
 
     # ── lifecycle ────────────────────────────────────────────────────────
 
@@ -284,6 +326,10 @@ class RedisPresence:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BackplaneUnavailable("presence closed")
 
     async def _call(self, what: str, script: Any, keys: list[str], args: list[Any]) -> Any:
         if self._closed:
@@ -318,6 +364,7 @@ class RedisPresence:
                 _info(record),
                 "0" if replace is None else "1",
                 replace or "",
+                self._p,
             ],
         )
         if not holder:
@@ -329,7 +376,7 @@ class RedisPresence:
             "release_agent",
             self._release,
             [self._agent(agent_id), self._my_agents],
-            [agent_id, connection_id],
+            [agent_id, connection_id, self._p],
         )
 
     async def update_agent(self, record: AgentRecord) -> None:
@@ -337,7 +384,7 @@ class RedisPresence:
             "update_agent",
             self._update,
             [self._agent(record.agent_id)],
-            [record.connection_id, record.node_id, _info(record)],
+            [record.connection_id, record.node_id, _info(record), record.agent_id, self._p],
         )
 
     async def get_agent(self, agent_id: str) -> AgentRecord | None:
@@ -396,6 +443,21 @@ class RedisPresence:
         ids = [m.decode() for m in result[0]] if limit > 0 else []
         return ids, int(result[-1])
 
+    async def members_page(self, space: str, cursor: str | None, limit: int) -> MembersPage:
+        return await self._directory.members_page(space, cursor, limit)
+
+    async def list_agents(
+        self,
+        *,
+        capability: CapabilityFilter | None,
+        space: str | None,
+        cursor: str | None,
+        limit: int,
+    ) -> AgentsPage:
+        return await self._directory.list_agents(
+            capability=capability, space=space, cursor=cursor, limit=limit
+        )
+
     async def missing_members(self, space: str, agent_ids: tuple[str, ...]) -> list[str]:
         if self._closed:
             raise BackplaneUnavailable("presence closed")
@@ -421,6 +483,15 @@ class RedisPresence:
     async def touch_node(self) -> bool:
         added = await self._call("touch_node", self._touch, [self._nodes], [self.node_id])
         return bool(added)
+
+    async def node_alive(self, node_id: str, within: float) -> bool:
+        alive = await self._call(
+            "node_alive",
+            self._node_alive,
+            [self._nodes],
+            [node_id, max(1, round(within * 1000))],
+        )
+        return bool(alive)
 
     async def restore(
         self, agents: list[AgentRecord], memberships: dict[str, list[str]]

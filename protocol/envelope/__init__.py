@@ -37,6 +37,7 @@ from protocol.envelope.models import AgentProtocolType, AgoraType
 from protocol.envelope.verification import (
     DEFAULT_MAX_AGE,
     DEFAULT_MAX_SKEW,
+    PROTOCOLS,
     Format,
     Verified,
     Window,
@@ -47,6 +48,7 @@ __all__ = [
     "DEFAULT_MAX_SKEW",
     "MAX_DEPTH",
     "MAX_ENVELOPE_BYTES",
+    "PROTOCOLS",
     "AgentProtocolErrorCode",
     "AgentProtocolType",
     "AgoraErrorCode",

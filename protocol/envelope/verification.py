@@ -28,6 +28,10 @@ class Format(StrEnum):
     AGENTPROTOCOL = "agentprotocol/0.1"
 
 
+#: The ``protocol`` values that make a JSON object an envelope.
+PROTOCOLS = frozenset(f.value for f in Format)
+
+
 @dataclass(frozen=True, slots=True)
 class Verified:
     """An envelope whose signature, shape and timestamp were checked.

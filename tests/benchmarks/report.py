@@ -14,6 +14,10 @@ P99_OFFERED = 50_000
 RSS_TARGET_KIB = 20.0
 CLUSTER_P50_EXTRA_MS = 1.0
 WORKERS_TARGET = 1.6
+# Issue 13: forming one space of 2,000 agents on default settings.
+MASSJOIN_AGENTS = 2000
+MASSJOIN_SECONDS = 10.0
+MASSJOIN_MB = 200.0
 
 
 @dataclass
@@ -100,9 +104,35 @@ def build_rows(records: list[dict], compressions: list[str]) -> list[Row]:
         base = find(records, "stream", "baseline", comp)
         if hub or base:
             _throughput_rows(rows, "stream", comp, hub, base)
+        _signed_rows(rows, records, comp)
         _cluster_rows(rows, records, comp)
         _workers_rows(rows, records, comp)
+        _massjoin_rows(rows, records, comp)
     return rows
+
+
+def _signed_rows(rows: list[Row], records: list[dict], comp: str) -> None:
+    """Signed envelopes (hub column) beside the same bytes unsigned (baseline column)."""
+    for scenario in ("signed", "signed-few"):
+        signed = find(records, scenario, "hub-signed", comp)
+        plain = find(records, scenario, "hub-plain", comp)
+        if (signed is None and plain is None) or _notice(rows, scenario, comp, signed, plain):
+            continue
+        n = (signed or plain or {}).get("params", {}).get("subscribers")
+        label = f"{scenario} ({n} members): signed | plain"
+        for metric, key, digits in (
+            ("deliveries/s", "deliveries_per_s", 0),
+            ("publishes/s", "publishes_per_s", 0),
+            ("server CPU s / 100k deliveries", "cpu_s_per_100k", 3),
+        ):
+            h, b = fig(signed, key), fig(plain, key)
+            rows.append(
+                Row(label, metric, comp, fmt(h, digits), fmt(b, digits), fmt(ratio(h, b), 2))
+            )
+        cs, cp = fig(signed, "server_cpu_s"), fig(plain, "server_cpu_s")
+        events = (signed or {}).get("figures", {}).get("events")
+        extra = None if cs is None or cp is None or not events else 1e6 * (cs - cp) / events
+        rows.append(Row(label, "extra server CPU per signed publish, µs", comp, fmt(extra), ""))
 
 
 def _notice(rows: list[Row], scenario: str, comp: str, *records: dict | None) -> bool:
@@ -366,6 +396,63 @@ def _workers_rows(rows: list[Row], records: list[dict], comp: str) -> None:
             continue
         label = f" {n} worker{'s' if n > 1 else ''}"
         _latency_rows(rows, "workers", comp, lat, base_lat, label, cpu_row=False)
+
+
+def _massjoin_rows(rows: list[Row], records: list[dict], comp: str) -> None:
+    """One block per (agents, nodes): seconds to form, frames, MB, hub CPU."""
+    runs = [r for r in records if r["scenario"] == "massjoin" and r["compression"] == comp]
+    for r in sorted(runs, key=lambda r: (r.get("params", {}).get("agents", 0), r["server"])):
+        n = r.get("params", {}).get("agents", 0)
+        nodes = "2 nodes" if r["server"] == "cluster" else "1 node"
+        label = f"{n:,} agents, {nodes}"
+        if _notice(rows, "massjoin", comp, r):
+            continue
+        form, mb = fig(r, "form_s"), fig(r, "mb_sent")
+        binding = n == MASSJOIN_AGENTS
+        rows.append(
+            Row(
+                "massjoin",
+                f"{label}: seconds to form",
+                comp,
+                fmt(form, 2),
+                "",
+                "",
+                f"< {MASSJOIN_SECONDS:g} s" if binding else "",
+                verdict(None if form is None else form < MASSJOIN_SECONDS, comp) if binding else "",
+            )
+        )
+        rows.append(
+            Row(
+                "massjoin",
+                f"{label}: MB sent by the hub",
+                comp,
+                fmt(mb, 1),
+                "",
+                "",
+                f"< {MASSJOIN_MB:g} MB" if binding else "",
+                verdict(None if mb is None else mb < MASSJOIN_MB, comp) if binding else "",
+            )
+        )
+        frames, expected = fig(r, "frames"), fig(r, "expected_frames")
+        rows.append(
+            Row(
+                "massjoin",
+                f"{label}: frames sent (cost model)",
+                comp,
+                fmt(frames),
+                f"({fmt(expected)})",
+            )
+        )
+        cpu, redis = fig(r, "server_cpu_s"), fig(r, "redis_cpu_s")
+        rows.append(
+            Row(
+                "massjoin",
+                f"{label}: hub CPU s" + (" (redis)" if redis is not None else ""),
+                comp,
+                fmt(cpu, 2),
+                f"({fmt(redis, 2)})" if redis is not None else "",
+            )
+        )
 
 
 HEADERS = ("scenario", "metric", "comp", "agora hub", "baseline", "hub/base", "target", "result")

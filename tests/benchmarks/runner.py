@@ -3,9 +3,10 @@
     .venv/bin/python -m tests.benchmarks [--quick] [--only fanout,latency,...]
         [--compression both|none|deflate] [--json PATH] [--profile]
 
-Scenarios: fanout, latency, idle, stream, cluster, workers (cluster and
-workers need a redis-server and the hub's Redis backplane; they are skipped,
-with the reason, when a Redis-mode hub does not come up).
+Scenarios: fanout, latency, idle, stream, signed, cluster, workers, massjoin
+(cluster, workers and the two-node half of massjoin need a redis-server and the
+hub's Redis backplane; they are skipped, with the reason, when a Redis-mode hub
+does not come up).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 from tests.benchmarks import procs, profiling, report
 from tests.benchmarks.suite import QUIET_PCT, Bench, log, raise_fd_limit
 
-ALL = ("fanout", "latency", "idle", "stream", "cluster", "workers")
+ALL = ("fanout", "latency", "idle", "stream", "signed", "cluster", "workers", "massjoin")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -158,6 +159,9 @@ def write_json(bench: Bench, rows: list[report.Row], path: Path, interrupted: bo
             "rss_kib_per_idle_connection": report.RSS_TARGET_KIB,
             "cluster_p50_added_ms": report.CLUSTER_P50_EXTRA_MS,
             "workers_2_vs_1": report.WORKERS_TARGET,
+            "massjoin_form_s": report.MASSJOIN_SECONDS,
+            "massjoin_mb": report.MASSJOIN_MB,
+            "massjoin_agents": report.MASSJOIN_AGENTS,
         },
         "results": bench.records,
         "table": [asdict(r) for r in rows],

@@ -71,7 +71,10 @@ class Target:
         self._ids += 1
         path = f"/ws?agent_id={prefix}{self._ids}" if self.is_hub else "/"
         client = await LoadClient.connect("127.0.0.1", port, path, deflate=self.deflate)
-        await client.expect("agent.registered" if self.is_hub else "ready")
+        first = await client.expect("agent.registered" if self.is_hub else "ready")
+        if self.is_hub:
+            # Half the hub's heartbeat interval, as a client library would.
+            client.keep_alive(first["heartbeat_interval"] / 2000)
         if self.deflate and client.inflater is None:
             raise RuntimeError("permessage-deflate was offered but not negotiated")
         return client
@@ -123,7 +126,7 @@ async def settle(clients: Sequence[LoadClient], quiet: float = 0.25, timeout: fl
     while loop.time() < deadline:
         await asyncio.sleep(0.05)
         now = loop.time()
-        total = sum(c.frames for c in clients)
+        total = sum(c.total_frames for c in clients)
         if total != last:
             last, quiet_since = total, now
         elif now - quiet_since >= quiet:
@@ -278,6 +281,48 @@ async def fanout(
     return out
 
 
+def signed_envelopes(events: int, size: int, *, signed: bool) -> list[bytes]:
+    """Publish frames whose data is an agora/1.0 STATUS envelope of ``size``
+    text bytes, each with its own id, signed now — or, for the plain side
+    of the comparison, the same bytes with a ``protocol`` that is no
+    envelope's, so the hub relays them as ordinary data."""
+    from nacl.signing import SigningKey
+
+    from protocol.envelope import agora
+
+    key = SigningKey(b"\x42" * 32)
+    now = time.time()
+    text = text_of(size)
+    frames = []
+    for i in range(events):
+        env = agora.build(
+            "STATUS", {"status": "ok", "n": i, "text": text}, signing_key=key, now=now
+        )
+        if not signed:
+            env["protocol"] = "plain/1.0"
+        frames.append(Target.publish_frame(env))
+    return frames
+
+
+async def signed_fanout(
+    target: Target, *, subscribers: int, events: int, size: int, window: int, signed: bool
+) -> dict:
+    """Fan-out of signed envelopes (verified, replay-checked) or of the same
+    bytes unsigned. The envelopes are signed once the members are set up,
+    so none is stale by the time it is sent (the window is 60 s)."""
+    frames: list[bytes] = []
+
+    async def sign_now() -> None:
+        frames.extend(signed_envelopes(events, size, signed=signed))
+
+    out = await run_throughput(
+        target, subscribers=subscribers, frames=frames, window=window, before_measure=sign_now
+    )
+    out["publish_bytes"] = len(frames[0])
+    out["publishes_per_s"] = events / out["wall_s"]
+    return out
+
+
 async def streaming(
     target: Target, *, subscribers: int, deltas: int, size: int, window: int
 ) -> dict:
@@ -406,6 +451,67 @@ async def idle(target: Target, *, connections: int, concurrency: int = 64) -> di
             rss_per_conn_kib=(rss1 - rss0) / connections / 1024,
             connects_per_s=connections / connect_wall,
             server_cpu_ms_per_connect=1000 * out["server_cpu_s"] / connections,
+        )
+        return out
+    finally:
+        close_all(clients)
+
+
+def mass_join_cost(agents: int, list_limit: int = 100, events_limit: int = 1000) -> dict[str, int]:
+    """Frames the hub sends to form a space of ``agents`` (the cost model of
+    docs/performance.md): one ``agent.registered`` and one ``space.joined``
+    per agent, and a ``space.members`` to the k-1 others for the k-th join
+    while k <= ``events_limit`` (with the member list while k <= ``list_limit``)."""
+    broadcast = min(agents, events_limit)
+    listed = min(agents, list_limit)
+    return {
+        "registered": agents,
+        "joined": agents,
+        "members_with_list": listed * (listed - 1) // 2,
+        "members_without_list": broadcast * (broadcast - 1) // 2 - listed * (listed - 1) // 2,
+    }
+
+
+async def mass_join(
+    target: Target, *, agents: int, concurrency: int = 64, timeout: float = 600.0
+) -> dict[str, Any]:
+    """``agents`` connect and join one space, ``concurrency`` handshakes at a time.
+
+    Formed = every agent has its ``space.joined`` and the hub has sent the last
+    membership frame (no frame for 0.5 s afterwards). Frames and bytes are what
+    the clients received from the hub, WebSocket framing included.
+    """
+    clients: list[LoadClient] = []
+    win = Window(target)
+    start = win.t0
+
+    async def one(i: int) -> LoadClient:
+        client = await target.open(node=i, prefix="mj")
+        clients.append(client)
+        await target.join(client)
+        client.start_counting()  # stop keeping frames: only count them
+        return client
+
+    try:
+        async with asyncio.timeout(timeout):
+            await gather_limited(agents, one, concurrency)
+        joined_ns = monotonic_ns()
+        await settle(clients, quiet=0.5, timeout=timeout)
+        end = max(c.last_rx_ns for c in clients)
+        out: dict[str, Any] = win.close(end)
+        frames = sum(c.total_frames for c in clients)
+        sent = sum(c.total_bytes for c in clients)
+        expected = mass_join_cost(agents)
+        out.update(
+            agents=agents,
+            concurrency=concurrency,
+            joined_s=(joined_ns - start) / 1e9,
+            form_s=out["wall_s"],
+            frames=frames,
+            expected_frames=sum(expected.values()),
+            cost_model=expected,
+            mb_sent=sent / 1e6,
+            bytes_per_agent=sent / agents,
         )
         return out
     finally:

@@ -42,6 +42,7 @@ class Sizes:
     stream_subscribers: int = 100
     stream_deltas: int = 10_000
     delta_text: int = 40
+    massjoin_agents: tuple[int, ...] = (500, 2000, 5000)
 
 
 FULL = Sizes()
@@ -54,6 +55,7 @@ QUICK = Sizes(
     idle_connections=500,
     stream_subscribers=20,
     stream_deltas=1000,
+    massjoin_agents=(200, 500),
 )
 
 
@@ -293,6 +295,34 @@ class Bench:
 
         await self.both("stream", comp, body, params)
 
+    async def signed(self, comp: str) -> None:
+        """Signed envelopes beside the same bytes unsigned, on default
+        settings (rate limit aside): with many members, where fan-out
+        dominates, and with few, where the publish path (verify) does."""
+        s = self.sizes
+        for scenario, subscribers in (("signed", s.fanout_subscribers), ("signed-few", 10)):
+            params = {
+                "subscribers": subscribers,
+                "events": s.fanout_events,
+                "text_bytes": s.event_text,
+                "window": s.window,
+            }
+            for server, signed in (("hub-plain", False), ("hub-signed", True)):
+
+                def body(t: Target, signed: bool = signed, n: int = subscribers) -> Awaitable[dict]:
+                    return scenarios.signed_fanout(
+                        t,
+                        subscribers=n,
+                        events=s.fanout_events,
+                        size=s.event_text,
+                        window=s.window,
+                        signed=signed,
+                    )
+
+                await self.measure(
+                    scenario, server, comp, self._hub(comp), body, {**params, "signed": signed}
+                )
+
     def _redis(self, cores: list[int]) -> ServerProcess | str:
         try:
             proc, url = procs.start_redis(self.pinning, cores)
@@ -383,6 +413,58 @@ class Bench:
         finally:
             await asyncio.to_thread(redis.stop)
 
+    async def massjoin(self, comp: str) -> None:
+        """N agents form one space on default settings: one node, then two."""
+        if comp != "none":
+            return  # the defaults: compression off
+        for n in self.sizes.massjoin_agents:
+            raise_fd_limit(n + 1000)
+
+            def body(t: Target, n: int = n) -> Awaitable[dict]:
+                return scenarios.mass_join(t, agents=n)
+
+            params = {"agents": n, "concurrency": 64, "settings": "defaults"}
+            await self.measure("massjoin", "hub", comp, self._hub(comp), body, params)
+        redis = self._redis(self.pinning.client_cores)
+        if isinstance(redis, str):
+            for n in self.sizes.massjoin_agents:
+                self.records.append(
+                    {
+                        "scenario": "massjoin",
+                        "server": "cluster",
+                        "compression": comp,
+                        "params": {"agents": n},
+                        "skipped": redis,
+                    }
+                )
+            log(f"massjoin cluster: SKIPPED: {redis}")
+            return
+        self._redis_proc = redis
+        try:
+            for n in self.sizes.massjoin_agents:
+
+                def body(t: Target, n: int = n) -> Awaitable[dict]:
+                    return scenarios.mass_join(t, agents=n)
+
+                params = {
+                    "agents": n,
+                    "concurrency": 64,
+                    "settings": "defaults",
+                    "nodes": 2,
+                    "split": "agents alternate between nodes",
+                }
+                await self.measure(
+                    "massjoin",
+                    "cluster",
+                    comp,
+                    self._cluster_start(comp),
+                    body,
+                    params,
+                    skip_on_start_failure=True,
+                )
+        finally:
+            await asyncio.to_thread(redis.stop)
+
     def _workers_start(
         self, comp: str, n: int, redis: ServerProcess
     ) -> Callable[[], tuple[Target, list[ServerProcess]]]:
@@ -470,6 +552,11 @@ def _headline(f: dict[str, Any]) -> str:
 
 
 def _figures(f: dict[str, Any]) -> str:
+    if "form_s" in f:
+        return (
+            f"{f['agents']} agents formed in {f['form_s']:.2f} s, {f['frames']:,} frames,"
+            f" {f['mb_sent']:.1f} MB, hub CPU {f['server_cpu_s']:.2f} s"
+        )
     if "deltas_delivered_per_s" in f:
         return f"{f['deltas_delivered_per_s']:,.0f} deltas/s, {f['cpu_s_per_100k']:.3f} CPU-s/100k"
     if "deliveries_per_s" in f:

@@ -12,7 +12,10 @@ every compressed frame, as a real client must (context takeover).
 
 It speaks just enough of RFC 6455 for a benchmark against a trusted server
 on 127.0.0.1: unfragmented server messages, pings answered, close frames
-acknowledged. Client frames are masked as the RFC requires.
+acknowledged. Client frames are masked as the RFC requires. Like a real
+client library it keeps an idle connection alive with WebSocket pings
+(:meth:`LoadClient.keep_alive`): the hub runs with its default 60 s heartbeat
+timeout, and pings count as liveness without adding data frames to count.
 """
 
 from __future__ import annotations
@@ -67,6 +70,11 @@ class LoadClient(asyncio.Protocol):
         self.last_ns = 0  # when the frame that met the target arrived
         self._target = 0
         self._target_waiter: asyncio.Future[None] | None = None
+        # Since the connection opened, never reset: data frames, bytes, last arrival.
+        self.total_frames = 0
+        self.total_bytes = 0
+        self.last_rx_ns = 0
+        self._keepalive: asyncio.TimerHandle | None = None
 
     # ── connecting ───────────────────────────────────────────────────────
 
@@ -99,6 +107,8 @@ class LoadClient(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self._keepalive is not None:
+            self._keepalive.cancel()
         if not self.opened.done():
             self.opened.set_exception(HandshakeError(f"connection lost during handshake: {exc}"))
         self._wake_inbox()
@@ -136,6 +146,7 @@ class LoadClient(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         now = monotonic_ns()
         self.reads += 1
+        self.total_bytes += len(data)
         if self._buf or not self.upgraded:
             # Rare: a frame split across reads, or the handshake. Usually the
             # chunk holds whole frames and is parsed in place, without a copy.
@@ -195,6 +206,8 @@ class LoadClient(asyncio.Protocol):
             self._buf += buf[pos:]
         if frames:
             self.frames += frames
+            self.total_frames += frames
+            self.last_rx_ns = now
             if self.collect:
                 self._wake_inbox()
             if self._target_waiter is not None and self.frames >= self._target:
@@ -273,8 +286,21 @@ class LoadClient(asyncio.Protocol):
         """Already-framed bytes (one or several frames)."""
         self._write(data)
 
+    def keep_alive(self, interval: float) -> None:
+        """Send a WebSocket ping every ``interval`` seconds while open."""
+
+        def ping() -> None:
+            if self.closed:
+                return
+            self._write(Frame(Opcode.PING, b"ka").serialize(mask=True))
+            self._keepalive = self.loop.call_later(interval, ping)
+
+        self._keepalive = self.loop.call_later(interval, ping)
+
     def abort(self) -> None:
         """Drop the connection at once (RST: no TIME_WAIT left behind)."""
+        if self._keepalive is not None:
+            self._keepalive.cancel()
         waiter, self._target_waiter = self._target_waiter, None
         if waiter is not None and not waiter.done():
             waiter.cancel()  # nobody waits any more (a run that failed or was stopped)

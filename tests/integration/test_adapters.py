@@ -179,3 +179,27 @@ async def test_a_virtual_member_is_never_silent(hub):
     assert code == 4409
     assert not member.closing
     await member.aclose()
+
+
+@pytest.mark.redis
+async def test_a_shared_member_keeps_its_membership_when_one_copy_fails_or_leaves(
+    hub, redis_server
+):
+    settings = {"redis_url": redis_server.url, "heartbeat_interval": 0.5, "heartbeat_timeout": 5}
+    one = await hub(**settings)
+    two = await hub(**settings)
+    first = await one.node.attach("relay", shared=True)
+    second = await two.node.attach("relay", shared=True)
+    await first.join(SPACE)
+    await second.join(SPACE)
+    await second.leave(SPACE)  # one node's copy leaves: the space keeps its member
+    asker = await WsClient.connect(two.url, "asker")
+    joined = await asker.join(SPACE)
+    assert "relay" in joined["members"]
+    ev = await asker.request(
+        {"type": "space.publish", "space": SPACE, "to": "relay", "data": {"q": 1}}
+    )
+    assert ev["to"] == "relay"  # still addressable: a member cluster-wide
+    await first.aclose()
+    await second.aclose()
+    await asker.close()

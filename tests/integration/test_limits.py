@@ -1,5 +1,6 @@
 """Every limit, hit on purpose; the hub keeps serving everyone else."""
 
+import asyncio
 import random
 
 import orjson
@@ -55,15 +56,55 @@ async def test_rate_limit_refuses_and_does_not_deliver(hub):
 async def test_sustained_abuse_closes_4429(hub):
     server = await hub(rate_limit=20, rate_burst=20, rate_abuse_seconds=0.5)
     c = await WsClient.connect(server.url, "flood")
-    frame = orjson.dumps({"type": "agent.heartbeat"}).decode()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    sent = 0
     try:
-        for _ in range(2000):
-            await c.ws.send(frame)
+        # Far above the rate, kept up: 20 messages every 10 ms (100x the rate).
+        while loop.time() - started < 20:
+            for _ in range(20):
+                sent += 1
+                await c.ws.send(
+                    orjson.dumps({"type": "agent.heartbeat", "id": f"h{sent}"}).decode()
+                )
+            await asyncio.sleep(0.01)
     except Exception:
-        pass  # the hub may close while we are still sending
+        pass  # the hub closed while we were still sending
     code, frames = await c.closed()
     assert code == 4429
-    assert frames[-1]["type"] == "error" and frames[-1]["code"] == "RATE_LIMITED"
+    # Sustained: not before rate_abuse_seconds of wall time.
+    assert loop.time() - started >= 0.5
+    close_error = frames[-1]
+    assert close_error["type"] == "error" and close_error["code"] == "RATE_LIMITED"
+    # Every refused message was answered with its own request id first.
+    refused = [f for f in frames[:-1] if f["type"] == "error"]
+    assert refused and all(f["code"] == "RATE_LIMITED" and f["request_id"] for f in refused)
+
+
+async def test_a_burst_is_refused_message_by_message_and_never_closes(hub):
+    """Regression: 30 publishes at once with rate 5/burst 5 closed the connection (4429)."""
+    server = await hub(rate_limit=5, rate_burst=5)
+    c = await WsClient.connect(server.url, "bursty")
+    await c.join("general")
+    for n in range(30):
+        await c.send({"type": "space.publish", "id": f"p{n}", "space": "general", "data": {"n": n}})
+    answers = {}
+    while len(answers) < 30:
+        msg = await c.recv()
+        rid = msg.get("request_id")
+        if rid is not None:
+            answers[rid] = msg
+    assert set(answers) == {f"p{n}" for n in range(30)}
+    limited = [m for m in answers.values() if m["type"] == "error"]
+    assert len(limited) >= 25 and all(m["code"] == "RATE_LIMITED" for m in limited)
+    # Still open and served once the bucket refills.
+    reply = await c.request({"type": "agent.heartbeat"}, timeout=10)
+    while reply["type"] == "error":  # a token comes back every 200 ms
+        await asyncio.sleep(0.05)
+        reply = await c.request({"type": "agent.heartbeat"}, timeout=10)
+    assert reply["type"] == "agent.heartbeat"
+    assert c.ws.close_code is None
+    await c.close()
 
 
 async def test_slow_consumer_is_closed_4008_and_others_keep_receiving(hub):

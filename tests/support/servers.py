@@ -62,9 +62,13 @@ def _env_without_hub_settings() -> dict[str, str]:
 
 
 class HubProcess:
-    """``agora-hub serve`` as a real child process."""
+    """``agora-hub serve`` as a real child process.
 
-    def __init__(self, **settings: Any):
+    ``env``: extra environment variables (the test's own ``AGORA_HUB_*`` are
+    never passed on)."""
+
+    def __init__(self, env: dict[str, str] | None = None, **settings: Any):
+        self.env = env or {}
         self.settings = {**FAST, "port": free_port(), "http_port": free_port(), **settings}
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = Path(tempfile.mkstemp(prefix="agora-hub-", suffix=".log")[1])
@@ -87,7 +91,7 @@ class HubProcess:
             cwd=ROOT,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            env=_env_without_hub_settings(),
+            env={**_env_without_hub_settings(), **self.env},
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

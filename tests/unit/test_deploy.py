@@ -41,8 +41,9 @@ DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"
 SYSTEMD = DEPLOY / "systemd"
 # Contract settings the hub does not have yet; deploy files may set them as
-# variables already (the hub ignores unknown AGORA_HUB_* variables, but not
-# unknown keys in its TOML file, which test_systemd_files_load checks).
+# variables already (the hub warns about unknown AGORA_HUB_* variables at start
+# but runs; unknown keys in its TOML file stop it, which
+# test_systemd_files_load checks).
 CONTRACT_SETTINGS = {"http_port", "identity_file", "trusted_proxies", "api_key", "admin_token"}
 SETTINGS = {f"AGORA_HUB_{n.upper()}" for n in {*Settings.model_fields, *CONTRACT_SETTINGS}}
 SETTINGS.add("AGORA_HUB_CONFIG")

@@ -28,3 +28,25 @@ def test_keygen_writes_a_private_file(tmp_path, capsys):
     key = SigningKey(b64url_decode(doc["private_key"]))
     assert did_key(bytes(key.verify_key)) == doc["did"]
     assert main(["keygen", "--out", str(out)]) == 1  # refuses to overwrite
+
+
+def test_keygen_refuses_to_overwrite_and_leaves_the_file_alone(tmp_path, capsys):
+    out = tmp_path / "hub.key"
+    assert main(["keygen", "--out", str(out)]) == 0
+    before = out.read_bytes()
+    capsys.readouterr()
+    assert main(["keygen", "--out", str(out)]) == 1
+    assert "--force" in capsys.readouterr().err
+    assert out.read_bytes() == before
+
+
+def test_keygen_force_overwrites_with_a_new_private_key(tmp_path, capsys):
+    out = tmp_path / "hub.key"
+    out.write_text("an old world-readable file")
+    out.chmod(0o644)
+    assert main(["keygen", "--out", str(out), "--force"]) == 0
+    doc = orjson.loads(out.read_bytes())
+    assert capsys.readouterr().out.strip() == doc["did"]
+    assert out.stat().st_mode & 0o777 == 0o600  # tightened, not inherited
+    assert main(["keygen", "--out", str(out), "--force"]) == 0
+    assert orjson.loads(out.read_bytes())["did"] != doc["did"]

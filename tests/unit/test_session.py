@@ -8,6 +8,8 @@ from hub.session import (
     Denied,
     Join,
     Leave,
+    ListAgents,
+    ListMembers,
     ListSpaces,
     Publish,
     ReceiverCancel,
@@ -151,15 +153,22 @@ def test_rate_limit_refuses_excess_and_closes_on_abuse():
     assert "not processed" in err.message
     # Bad frames over the limit are reported as rate limited too.
     rejected(feed(s, "garbage", now=1.0), ErrorCode.RATE_LIMITED)
+    # A burst, however long, is refused message by message: no close.
+    for n in range(200):
+        rejected(feed(s, {**hb, "id": f"b{n}"}, now=1.0), ErrorCode.RATE_LIMITED, f"b{n}")
+    # Kept up far above the rate for rate_abuse_seconds of wall time: closed,
+    # and the message that tipped it over still gets its own refusal.
     actions = []
-    for _ in range(20):
-        actions = feed(s, hb, now=1.0)
-        if isinstance(actions[0], Close):
+    for n in range(1000):
+        actions = feed(s, {**hb, "id": f"s{n}"}, now=1.0 + n / 100)
+        if len(actions) > 1:
             break
-    close = only(actions)
+    refusal, close = actions
+    assert refusal.error.code is ErrorCode.RATE_LIMITED and refusal.error.request_id == f"s{n}"
     assert close == Close(CloseCode.RATE_LIMIT_ABUSE, ErrorCode.RATE_LIMITED, close.reason)
+    assert 1.0 <= n / 100 < 1.2
     assert s.state is SessionState.CLOSING
-    assert feed(s, hb, now=1.0) == []
+    assert feed(s, hb, now=3.0) == []
 
 
 def test_liveness_counts_any_frame():
@@ -284,3 +293,25 @@ def test_finished_ids_are_remembered_with_a_bound():
 )
 def test_invalid_stream_frames(frame):
     rejected(feed(make(), frame), ErrorCode.INVALID_REQUEST)
+
+
+def test_members_and_agent_list_requests_become_actions():
+    s = make(spaces=())
+    a = only(feed(s, {"type": "space.members", "id": "m", "space": "big", "cursor": "12"}))
+    assert a == ListMembers("big", "12", 100, "m")
+    a = only(feed(s, {"type": "space.members", "id": "m", "space": "big", "limit": 1000}))
+    assert a == ListMembers("big", None, 1000, "m")
+    a = only(feed(s, {"type": "agent.list", "id": "l", "capability": "urn:x:*", "limit": 5}))
+    assert a == ListAgents("urn:x:*", None, None, 5, "l")
+    a = only(feed(s, {"type": "agent.list", "id": "l", "space": "room", "cursor": "7"}))
+    assert a == ListAgents(None, "room", "7", 100, "l")
+    for bad in (
+        {"type": "space.members", "id": "x", "space": "Bad!"},
+        {"type": "space.members", "id": "x", "space": "big", "limit": 1001},
+        {"type": "space.members", "id": "x", "space": "big", "limit": True},
+        {"type": "space.members", "id": "x", "space": "big", "cursor": ""},
+        {"type": "agent.list", "id": "x", "space": "No Such Name"},
+        {"type": "agent.list", "id": "x", "capability": "c" * 130},
+        {"type": "agent.list", "id": "x", "limit": 0},
+    ):
+        rejected(feed(s, bad), ErrorCode.INVALID_REQUEST, "x")

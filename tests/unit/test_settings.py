@@ -17,8 +17,9 @@ def test_defaults_match_the_contract(monkeypatch):
         100,
         200,
         10_000,
-        1000,
+        100,
     )
+    assert s.member_events_limit == 1000
     assert (s.stream_threshold, s.stream_chunk, s.stream_idle_timeout) == (65536, 16384, 30)
     assert (s.auth_mode, s.compression, s.auto_create_spaces) == ("none", "none", True)
     assert s.max_streams_per_agent == 16 and s.shutdown_timeout == 10

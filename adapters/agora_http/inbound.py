@@ -1,0 +1,377 @@
+"""HTTP Agora, inbound: an HTTP Agora client talks to the agents of a space.
+
+For every space declared with ``agora_http = true`` the HTTP port serves::
+
+    POST   /agora/{space}                      a request (multiround: true opens a conversation)
+    POST   /agora/{space}/conversations/{id}   a follow-up in a conversation
+    DELETE /agora/{space}/conversations/{id}   ends the conversation
+    GET    /agora/{space}/wellknown            the supported Protocol Documents
+
+A request becomes a ``space.event`` from the shared virtual agent
+``agora-http`` (one copy per node, so any node behind a load balancer can
+serve it); the first event in the space whose ``data.in_reply_to`` is that
+event's ``event_id`` is the answer, a streamed one assembled first. Replies
+reach every node's copy; only the node holding the HTTP request answers it.
+
+Bounded: request bodies (413), requests waiting for an answer per node (503
+with ``Retry-After``), the assembled answer, and the wait itself
+(``bridge_timeout`` → ``{"status": "failure", "error": "Timeout"}``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import structlog
+from aiohttp import web
+
+from adapters.agora_http.assembly import Assembled, ReplyWaiters
+from adapters.agora_http.conversations import Conversation, InboundConversations
+from adapters.agora_http.protocols import SpaceProtocols
+from hub.errors import BackplaneUnavailable
+from hub.kvstore import KeyValueStore, create_kv_store
+from hub.virtual import RequestFailed, VirtualMember
+from protocol.agora_http import (
+    DEFAULT_LIMITS,
+    TIMEOUT,
+    UNSUPPORTED_PROTOCOL,
+    AgoraHttpError,
+    AgoraLimits,
+    check_conversation_id,
+    check_follow_up,
+    decode_request,
+    failure,
+    interpret_reply,
+    success,
+)
+
+#: The shared virtual agent HTTP requests come from.
+INBOUND_AGENT = "agora-http"
+_READ_CHUNK = 64 * 1024
+
+log = structlog.get_logger("adapters.agora_http")
+
+
+@dataclass(frozen=True, slots=True)
+class InboundOptions:
+    #: Idle time after which a conversation expires (each follow-up extends it).
+    conversation_ttl: float = 300.0
+    #: Requests of this node waiting for an answer at once; more → 503.
+    max_waiting: int = 256
+    #: Largest answer assembled from a streamed reply.
+    max_reply_bytes: int = 8 * 1024 * 1024
+    #: Members whose registered Protocol Documents are read per space.
+    member_scan_limit: int = 200
+    limits: AgoraLimits = DEFAULT_LIMITS
+
+
+class AgoraHttpInbound:
+    """The inbound adapter: routes on the HTTP port, the ``agora-http`` member."""
+
+    def __init__(
+        self,
+        spaces: Mapping[str, Mapping[str, str]],
+        options: InboundOptions | None = None,
+        *,
+        store: KeyValueStore | None = None,
+    ):
+        """``spaces``: each opted-in space → its declared documents, by hash."""
+        self.spaces = {space: dict(docs) for space, docs in spaces.items()}
+        self.options = options or InboundOptions()
+        self.waiters = ReplyWaiters(self.options.max_reply_bytes)
+        self.member: VirtualMember | None = None
+        self.store = store
+        self._own_store: KeyValueStore | None = None
+        self.conversations: InboundConversations | None = None
+        self.protocols: SpaceProtocols | None = None
+        self.timeout = 30.0
+        self.waiting = 0
+        self._joined: set[str] = set()
+        self._host: Any = None
+        self._joiner: asyncio.Task[None] | None = None
+
+    # ── lifecycle ────────────────────────────────────────────────────────
+
+    async def start(self, host: Any) -> None:
+        s = host.settings
+        self.timeout = s.bridge_timeout
+        if self.store is None:
+            # The node's store (shared with the replay cache); its own only
+            # when hosted by something that has none.
+            self.store = getattr(host, "kv", None)
+            if self.store is None:
+                self.store = self._own_store = create_kv_store(s.redis_url, prefix=s.redis_prefix)
+        self.conversations = InboundConversations(self.store, self.options.conversation_ttl)
+        self.protocols = SpaceProtocols(
+            self.spaces,
+            host.presence,
+            scan_limit=self.options.member_scan_limit,
+            exclude=(INBOUND_AGENT,),
+        )
+        self.member = await host.attach(
+            INBOUND_AGENT, self._on_message, shared=True, type="bridge",
+            capabilities=("agora-http",),
+        )  # fmt: skip
+        self._host = host
+        # Joining needs the backplane (a Redis node is ready only once subscribed);
+        # what cannot be joined now is retried in the background, and by requests.
+        if not await self._join_all():
+            self._joiner = asyncio.get_running_loop().create_task(
+                self._keep_joining(min(1.0, s.heartbeat_interval))
+            )
+        host.http_app.on_shutdown.append(self._on_shutdown)
+        host.http_app.add_routes(
+            [
+                web.post("/agora/{space}", self._post),
+                web.post("/agora/{space}/conversations/{id}", self._post),
+                web.delete("/agora/{space}/conversations/{id}", self._delete),
+                web.get("/agora/{space}/wellknown", self._wellknown),
+            ]
+        )
+
+    async def aclose(self) -> None:
+        if self._joiner is not None:
+            self._joiner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._joiner
+        if self.member is not None:
+            await self.member.aclose()
+        if self._own_store is not None:
+            await self._own_store.aclose()
+
+    async def _on_shutdown(self, app: web.Application) -> None:
+        """The HTTP port is closing: waiting requests are answered 503 now rather
+        than cut when the server stops waiting for them."""
+        self.waiters.fail_all(AgoraHttpError.transport(503, "Hub shutting down: try again"))
+
+    async def _on_message(self, msg: dict[str, Any]) -> None:
+        if msg.get("type") == "space.members" and self.protocols is not None:
+            self.protocols.invalidate(str(msg.get("space")))
+            return
+        self.waiters.feed(msg)
+
+    # ── routes ───────────────────────────────────────────────────────────
+
+    async def _post(self, request: web.Request) -> web.Response:
+        space = request.match_info["space"]
+        if space not in self.spaces:
+            return _unknown_space(space)
+        if self.waiting >= self.options.max_waiting:
+            return _respond(503, failure("Too many requests waiting: try again"), retry=True)
+        self.waiting += 1
+        try:
+            return _respond(*await self._exchange(request, space, request.match_info.get("id")))
+        except AgoraHttpError as exc:
+            return _respond(*exc.response(), retry=exc.http_status in (429, 503))
+        except BackplaneUnavailable:
+            return _respond(503, failure("Hub unavailable: try again"), retry=True)
+        finally:
+            self.waiting -= 1
+
+    async def _delete(self, request: web.Request) -> web.Response:
+        space = request.match_info["space"]
+        if space not in self.spaces:
+            return _unknown_space(space)
+        assert self.conversations is not None
+        try:
+            conversation_id = check_conversation_id(request.match_info["id"])
+            await self.conversations.end(space, conversation_id)
+        except AgoraHttpError as exc:
+            return _respond(*exc.response())
+        except BackplaneUnavailable:
+            return _respond(503, failure("Hub unavailable: try again"), retry=True)
+        await self._announce_end(space, conversation_id)
+        return _respond(200, {"status": "success"})
+
+    async def _wellknown(self, request: web.Request) -> web.Response:
+        space = request.match_info["space"]
+        if space not in self.spaces:
+            return _unknown_space(space)
+        assert self.protocols is not None
+        try:
+            documents = await self.protocols.documents(space)
+        except BackplaneUnavailable:
+            return _respond(503, failure("Hub unavailable: try again"), retry=True)
+        return _respond(200, {digest: [text] for digest, text in sorted(documents.items())})
+
+    # ── one request ──────────────────────────────────────────────────────
+
+    async def _exchange(
+        self, request: web.Request, space: str, conversation_id: str | None
+    ) -> tuple[int, dict[str, Any]]:
+        assert self.conversations is not None and self.protocols is not None
+        limits = self.options.limits
+        agora = decode_request(await _read_body(request, limits.max_request_bytes), limits)
+        opened = conversation = None
+        if conversation_id is None:
+            if not await self.protocols.supports(space, agora):
+                raise AgoraHttpError.failure(UNSUPPORTED_PROTOCOL)
+            if agora.multiround:
+                opened = conversation = await self.conversations.open(space, agora.protocol_hash)
+        else:
+            check_conversation_id(conversation_id)
+            conversation = await self.conversations.resume(space, conversation_id)
+            check_follow_up(agora, conversation.protocol_hash)
+            agora = dataclasses.replace(
+                agora, protocol_hash=conversation.protocol_hash, multiround=True
+            )
+        try:
+            answer = await self._ask(space, agora.event_data(conversation and conversation.id))
+        except BaseException:
+            if opened is not None:
+                await _quietly(self.conversations.discard(opened))
+            raise
+        if not answer.ok and opened is not None:
+            await _quietly(self.conversations.discard(opened))
+            conversation = None
+        return 200, _reply(answer, conversation)
+
+    async def _ask(self, space: str, data: dict[str, Any]) -> Any:
+        """Publish the request event and wait for its answer."""
+        with self.waiters.publishing():
+            event_id = await self._publish(space, data)
+            future = self.waiters.expect(event_id)
+        try:
+            async with asyncio.timeout(self.timeout):
+                whole: Assembled = await future
+        except TimeoutError:
+            raise AgoraHttpError.failure(TIMEOUT) from None
+        finally:
+            self.waiters.forget(event_id)
+        return _interpret(whole)
+
+    async def _publish(self, space: str, data: dict[str, Any]) -> str:
+        assert self.member is not None
+        await self._ensure_joined(space)
+        for attempt in (1, 2):
+            try:
+                published = await self.member.publish(space, data, echo=False)
+                return str(published["event_id"])
+            except RequestFailed as exc:
+                # Membership lost (Redis flushed, space re-created): join again, once.
+                if attempt == 1 and exc.code in ("UNAUTHORIZED", "SPACE_NOT_FOUND"):
+                    self._joined.discard(space)
+                    await self._ensure_joined(space)
+                    continue
+                raise _refused(exc) from None
+            except TimeoutError:
+                raise AgoraHttpError.transport(503, "Hub unavailable: try again") from None
+        raise AssertionError("unreachable")
+
+    async def _join_all(self) -> bool:
+        """Join every space not joined yet, if the node is ready; True when done."""
+        if not getattr(self._host, "ready", True):
+            return False
+        for space in self.spaces:
+            try:
+                await self._ensure_joined(space)
+            except AgoraHttpError as exc:
+                log.warning("agora-http could not join yet", space=space, reason=exc.error)
+        return self._joined.issuperset(self.spaces)
+
+    async def _keep_joining(self, interval: float) -> None:
+        # A join that fails half-way is rolled back in presence for the agent id —
+        # shared by every node, so it undoes the others' membership too — and must
+        # not be left failed: retry until each space is joined.
+        while True:
+            await asyncio.sleep(interval)
+            if await self._join_all():
+                return
+
+    async def _ensure_joined(self, space: str) -> None:
+        if space in self._joined:
+            return
+        if not getattr(self._host, "ready", True):  # would fail, and roll back (see above)
+            raise AgoraHttpError.transport(503, "Hub unavailable: try again")
+        assert self.member is not None
+        try:
+            await self.member.join(space)
+        except RequestFailed as exc:
+            raise _refused(exc) from None
+        except TimeoutError:
+            raise AgoraHttpError.transport(503, "Hub unavailable: try again") from None
+        self._joined.add(space)
+
+    async def _announce_end(self, space: str, conversation_id: str) -> None:
+        """Tell the space a conversation ended, so agents can drop its state."""
+        assert self.member is not None
+        data = {"via": INBOUND_AGENT, "conversation_id": conversation_id, "end_conversation": True}
+        try:
+            await self.member.publish(space, data, echo=False)
+        except (RequestFailed, TimeoutError) as exc:
+            log.info("conversation end not announced", space=space, reason=str(exc))
+
+
+# ── helpers ──────────────────────────────────────────────────────────────
+
+
+async def _read_body(request: web.Request, limit: int) -> bytes:
+    """The request body, refused (413) as soon as it is known to exceed ``limit``."""
+    too_large = AgoraHttpError.transport(413, f"request body exceeds {limit} bytes")
+    if request.content_length is not None and request.content_length > limit:
+        raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_chunked(_READ_CHUNK):
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _interpret(whole: Assembled) -> Any:
+    """The answering event's data → a :class:`~protocol.agora_http.Reply`."""
+    if whole.failure is not None:
+        return interpret_reply({"status": "failure", "error": f"Reply lost: {whole.failure}"})
+    data = whole.data
+    if data.get("status") in ("failure", "error"):
+        return interpret_reply({"status": "failure", "error": data.get("error")})
+    body = data["body"] if "body" in data else data.get("text")
+    return interpret_reply({"status": "success", "body": body})
+
+
+def _reply(answer: Any, conversation: Conversation | None) -> dict[str, Any]:
+    if not answer.ok:
+        return failure(answer.error)
+    if conversation is None:
+        return success(answer.body)
+    return success(
+        answer.body,
+        conversation_id=conversation.id,
+        conversation_expires=conversation.expires_at,
+    )
+
+
+def _refused(exc: RequestFailed) -> AgoraHttpError:
+    """The hub refused the bridge's own request: a transport-level answer."""
+    if exc.code == "RATE_LIMITED":
+        return AgoraHttpError.transport(429, "Rate limited: try again")
+    if exc.code == "UNAVAILABLE":
+        return AgoraHttpError.transport(503, "Hub unavailable: try again")
+    log.warning("agora-http request refused by the hub", code=exc.code, reason=str(exc))
+    return AgoraHttpError.transport(503, f"Space refused the request ({exc.code})")
+
+
+async def _quietly(coro: Any) -> None:
+    try:
+        await coro
+    except BackplaneUnavailable:
+        pass  # the key expires by itself
+
+
+def _unknown_space(space: str) -> web.Response:
+    return _respond(404, failure(f"No HTTP Agora space {space[:128]!r}"))
+
+
+def _respond(status: int, body: dict[str, Any], *, retry: bool = False) -> web.Response:
+    headers = {"Retry-After": "1"} if retry else None
+    return web.Response(
+        status=status, body=orjson.dumps(body), content_type="application/json", headers=headers
+    )

@@ -1,0 +1,374 @@
+"""HTTP Agora, outbound: agents of a space call an HTTP Agora agent elsewhere.
+
+``[[bridges.agora_http]]`` (``space``, ``agent_id``, ``url``, optional
+``protocol_document`` and ``timeout``) makes ``agent_id`` a member of
+``space``. An event addressed to it (``to``) is POSTed to ``url``; the answer
+is published back from ``agent_id``, addressed to the sender::
+
+    {"in_reply_to": <event_id>, "status": "success", "body": …, "conversation_id": …}
+    {"in_reply_to": <event_id>, "status": "failure", "error": "…", "conversation_id": …}
+
+``data.body`` (or ``data.text``) is the request body; ``data.multiround: true``
+opens a remote conversation and ``data.conversation_id`` continues it (per
+space, sender and id); ``data.end_conversation: true`` closes it with DELETE, as
+does expiry. Timeouts, refused connections and anything unreadable are failure
+answers: a request is never lost silently.
+
+Exactly one node of a cluster holds ``agent_id`` (a claimed virtual member); the
+others stand by and retry the claim every ``retry_interval``, so when the
+holder's node dies the bridge moves. Only ``url`` (and its
+``/conversations/{id}``) is ever called, without following redirects; calls per
+bridge, events waiting for a call, and bodies both ways are bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from adapters.agora_http.assembly import StreamAssembler, in_reply_to
+from adapters.agora_http.conversations import OutboundConversations, RemoteConversation
+from adapters.agora_http.remote import RemoteEndpoint, failed
+from hub.errors import AgentIdTaken, BackplaneUnavailable
+from hub.kvstore import KeyValueStore, create_kv_store
+from hub.virtual import RequestFailed, VirtualMember
+from protocol.agora_http import (
+    CONVERSATION_EXPIRED,
+    CONVERSATION_NOT_FOUND,
+    DEFAULT_LIMITS,
+    AgoraLimits,
+    HashForm,
+    Reply,
+    encode_source,
+    hash_document,
+    outbound_request,
+)
+
+MAX_CONVERSATION_ID = 256
+
+log = structlog.get_logger("adapters.agora_http")
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundOptions:
+    #: HTTP calls in progress at once, per bridge.
+    max_concurrency: int = 8
+    #: Events waiting for a call slot; one more is answered "Bridge busy".
+    max_queued: int = 64
+    #: Idle time after which a remote conversation is closed (DELETE).
+    conversation_ttl: float = 300.0
+    #: How often a standby node retries the claim; ``None``: heartbeat_interval.
+    retry_interval: float | None = None
+    #: The hash form sent to the remote: base64 is what agora-protocol 0.2.0
+    #: verifies; the hub's own inbound side accepts both.
+    hash_form: HashForm = HashForm.BASE64
+    limits: AgoraLimits = DEFAULT_LIMITS
+
+
+class AgoraHttpOutbound:
+    """One ``[[bridges.agora_http]]`` entry."""
+
+    def __init__(
+        self,
+        space: str,
+        agent_id: str,
+        url: str,
+        *,
+        document: str | None = None,
+        timeout: float | None = None,
+        options: OutboundOptions | None = None,
+        store: KeyValueStore | None = None,
+    ):
+        self.space = space
+        self.agent_id = agent_id
+        self.url = url.rstrip("/")
+        self.protocol_hash = None if document is None else hash_document(document)
+        self.sources = [] if document is None else [encode_source(document)]
+        self.options = options or OutboundOptions()
+        self.timeout = timeout
+        self.store = store
+        self._own_store: KeyValueStore | None = None
+        self.member: VirtualMember | None = None
+        self.conversations: OutboundConversations | None = None
+        #: Set while this node holds the bridge's agent id.
+        self.holding = asyncio.Event()
+        self._host: Any = None
+        self._remote: RemoteEndpoint | None = None
+        self._calls = asyncio.Semaphore(self.options.max_concurrency)
+        self._streams = StreamAssembler(
+            self.options.limits.max_request_bytes, max_streams=self.options.max_queued
+        )
+        self._tasks: dict[asyncio.Task[None], dict[str, Any]] = {}
+        self._expiries: dict[str, float] = {}
+        self._heap: list[tuple[float, str]] = []
+        self._background: list[asyncio.Task[None]] = []
+        self._retry = 1.0
+
+    # ── lifecycle and the claim ─────────────────────────────────────────
+
+    async def start(self, host: Any) -> None:
+        s = host.settings
+        self._host = host
+        self.timeout = self.timeout or s.bridge_timeout
+        self._retry = self.options.retry_interval or s.heartbeat_interval
+        if self.store is None:
+            # The node's store (shared with the replay cache); its own only
+            # when hosted by something that has none.
+            self.store = getattr(host, "kv", None)
+            if self.store is None:
+                self.store = self._own_store = create_kv_store(s.redis_url, prefix=s.redis_prefix)
+        ttl = self.options.conversation_ttl
+        self.conversations = OutboundConversations(self.store, self.agent_id, ttl)
+        self._remote = RemoteEndpoint(
+            self.url,
+            timeout=self.timeout,
+            max_connections=self.options.max_concurrency,
+            limits=self.options.limits,
+        )
+        await self._claim()
+        loop = asyncio.get_running_loop()
+        self._background = [
+            loop.create_task(self._keep()),
+            loop.create_task(self._sweep(max(0.05, min(1.0, ttl / 4)))),
+        ]
+
+    async def aclose(self) -> None:
+        """Stop; events still being served get a failure answer, not silence."""
+        unanswered = list(self._tasks.values())
+        for task in [*self._background, *self._tasks]:
+            task.cancel()
+        for task in [*self._background, *self._tasks]:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._background.clear()
+        if unanswered:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(5):
+                    await asyncio.gather(
+                        *(self._answer(e, failed("Bridge shutting down")) for e in unanswered)
+                    )
+        member, self.member = self.member, None
+        self.holding.clear()
+        if member is not None:
+            await member.aclose()
+        if self._remote is not None:
+            await self._remote.aclose()
+        if self._own_store is not None:
+            await self._own_store.aclose()
+
+    async def _claim(self) -> bool:
+        try:
+            member = await self._host.attach(
+                self.agent_id, self._on_message, type="agora-http-bridge",
+                capabilities=("agora-http",),
+            )  # fmt: skip
+        except (AgentIdTaken, BackplaneUnavailable):
+            return False
+        try:
+            await member.join(self.space)
+        except (RequestFailed, TimeoutError) as exc:
+            log.warning("agora-http bridge cannot join", agent_id=self.agent_id, reason=str(exc))
+            await member.aclose()
+            return False
+        self.member = member
+        self.holding.set()
+        log.info("agora-http bridge active", agent_id=self.agent_id, space=self.space)
+        return True
+
+    async def _keep(self) -> None:
+        """Hold the agent id, or stand by and retry the claim until it is free."""
+        while True:
+            member = self.member
+            if member is None:
+                if not await self._claim():
+                    await asyncio.sleep(self._retry)
+                continue
+            await member.cleaned_up.wait()  # closed by the hub (replaced elsewhere)
+            if self.member is member:
+                self.member = None
+                self.holding.clear()
+                log.warning("agora-http bridge lost its agent id", agent_id=self.agent_id)
+
+    # ── events addressed to the bridge ──────────────────────────────────
+
+    def _addressed(self, msg: dict[str, Any]) -> bool:
+        to = msg.get("to")
+        recipients = [to] if isinstance(to, str) else to if isinstance(to, list) else ()
+        return (
+            self.agent_id in recipients
+            and msg.get("space") == self.space
+            and msg.get("from") != self.agent_id
+            and in_reply_to(msg) is None  # an answer is not a request (no bridge loops)
+        )
+
+    async def _on_message(self, msg: dict[str, Any]) -> None:
+        kind = msg.get("type")
+        if kind == "space.event":
+            if self._addressed(msg):
+                await self._accept(msg)
+            return
+        if kind == "space.event.delta" and msg.get("event_id") not in self._streams:
+            if self._addressed(msg):
+                lost = self._streams.start(msg)
+                if lost is not None:
+                    await self._answer(lost.event, failed(f"Request lost: {lost.failure}"))
+            return
+        whole = self._streams.feed(msg)
+        if whole is None:
+            return
+        if whole.failure is not None:
+            await self._answer(whole.event, failed(f"Request lost: {whole.failure}"))
+        else:
+            await self._accept(whole.event)
+
+    async def _accept(self, event: dict[str, Any]) -> None:
+        if len(self._tasks) >= self.options.max_concurrency + self.options.max_queued:
+            await self._answer(event, failed("Bridge busy: try again"))
+            return
+        task = asyncio.get_running_loop().create_task(self._serve(event))
+        self._tasks[task] = event
+        task.add_done_callback(lambda done: self._tasks.pop(done, None))
+
+    async def _serve(self, event: dict[str, Any]) -> None:
+        async with self._calls:
+            try:
+                reply, conversation_id = await self._exchange(event)
+            except BackplaneUnavailable:
+                reply, conversation_id = failed("Hub unavailable: try again"), None
+            except Exception:
+                log.exception("agora-http bridge call failed", agent_id=self.agent_id)
+                reply, conversation_id = failed("Bridge error"), None
+        await self._answer(event, reply, conversation_id)
+
+    async def _answer(
+        self, event: dict[str, Any], reply: Reply, conversation_id: str | None = None
+    ) -> None:
+        member, sender = self.member, event.get("from")
+        if member is None or not isinstance(sender, str):
+            log.warning("agora-http answer lost: bridge not held", agent_id=self.agent_id)
+            return
+        data = {
+            "in_reply_to": event.get("event_id"),
+            **reply.event_data(),
+            "conversation_id": conversation_id,
+        }
+        try:
+            await member.publish(self.space, data, to=sender)
+        except (RequestFailed, TimeoutError) as exc:  # the sender left, say
+            log.info("agora-http answer not delivered", agent_id=self.agent_id, reason=str(exc))
+
+    # ── one exchange with the remote ────────────────────────────────────
+
+    async def _exchange(self, event: dict[str, Any]) -> tuple[Reply, str | None]:
+        assert self.conversations is not None
+        data = event.get("data")
+        data = data if isinstance(data, dict) else {}
+        sender = str(event.get("from"))
+        conversation_id = data.get("conversation_id")
+        if conversation_id is not None and not (
+            isinstance(conversation_id, str) and 0 < len(conversation_id) <= MAX_CONVERSATION_ID
+        ):
+            return failed("conversation_id must be a non-empty string"), None
+        has_body = "body" in data or isinstance(data.get("text"), str)
+        body = data["body"] if "body" in data else data.get("text")
+        if has_body and not isinstance(body, str | dict):
+            return failed("body must be a string or an object"), conversation_id
+        multiround = data.get("multiround") is True
+        end = data.get("end_conversation") is True
+        if not has_body and not (end and conversation_id is not None):
+            return failed("The event has no body or text"), conversation_id
+
+        remote: RemoteConversation | None = None
+        key = None
+        if conversation_id is not None:
+            key = self.conversations.key(self.space, sender, conversation_id)
+            remote = await self.conversations.get(key)
+            if remote is not None and self.conversations.expired(remote):
+                await self._close(remote)
+                return failed(CONVERSATION_EXPIRED), conversation_id
+            if remote is None and not (multiround and has_body):
+                return failed(CONVERSATION_NOT_FOUND), conversation_id
+        elif multiround:
+            conversation_id = secrets.token_urlsafe(12)
+            key = self.conversations.key(self.space, sender, conversation_id)
+
+        if not has_body:  # only ending the conversation
+            assert remote is not None
+            await self._close(remote)
+            return Reply("success"), conversation_id
+        assert self._remote is not None
+        if remote is not None:
+            reply = await self._remote.post({"body": body}, remote.remote_id)
+        else:
+            payload = outbound_request(
+                body,
+                protocol_hash=self.protocol_hash,
+                protocol_sources=self.sources,
+                multiround=multiround,
+                hash_form=self.options.hash_form,
+            )
+            reply = await self._remote.post(payload)
+        if not multiround and remote is None:
+            return reply, None
+        if reply.ok:
+            assert key is not None
+            remote_id = reply.conversation_id if remote is None else remote.remote_id
+            if remote_id is None:
+                return failed("The remote opened no conversation (no conversationId)"), None
+            remote = await self.conversations.put(key, remote_id, reply.conversation_expires)
+            self._schedule(remote)
+        elif remote is None:
+            return reply, None  # nothing was opened
+        if end and remote is not None:
+            await self._close(remote)
+        return reply, conversation_id
+
+    async def _close(self, remote: RemoteConversation) -> None:
+        """Forget a conversation and DELETE it remotely (best effort)."""
+        assert self.conversations is not None and self._remote is not None
+        await self.conversations.delete(remote.key)
+        self._expiries.pop(remote.key, None)
+        await self._remote.delete(remote.remote_id)
+
+    # ── expiry ──────────────────────────────────────────────────────────
+
+    def _schedule(self, remote: RemoteConversation) -> None:
+        self._schedule_at(remote.key, remote.expires)
+
+    def _schedule_at(self, key: str, at: float) -> None:
+        self._expiries[key] = at
+        heapq.heappush(self._heap, (at, key))
+        if len(self._heap) > 2 * len(self._expiries) + 64:
+            self._heap = [(at, key) for key, at in self._expiries.items()]
+            heapq.heapify(self._heap)
+
+    async def _sweep(self, interval: float) -> None:
+        """Close the conversations this node knows of once they expire."""
+        assert self.conversations is not None
+        while True:
+            await asyncio.sleep(interval)
+            now = time.time()
+            while self._heap and self._heap[0][0] <= now:
+                at, key = heapq.heappop(self._heap)
+                if self._expiries.get(key) != at:
+                    continue  # extended or closed since
+                del self._expiries[key]
+                try:
+                    current = await self.conversations.get(key)
+                    if current is None:
+                        continue
+                    if not self.conversations.expired(current):
+                        self._schedule(current)  # extended by another holder
+                        continue
+                    async with self._calls:
+                        await self._close(current)
+                except BackplaneUnavailable:
+                    self._schedule_at(key, now + interval)  # try again later
+                    break

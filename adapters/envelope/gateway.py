@@ -1,0 +1,302 @@
+"""The HTTP gateway for signed envelopes (contract §9, "Inbound over HTTP").
+
+Routes on the hub's HTTP port, served by every node:
+
+* ``POST /envelope/{space}`` — an agora/1.0 envelope;
+* ``POST /agentprotocol/{space}`` — an agentprotocol/0.1 message;
+* ``POST /agentprotocol`` — the same, into the space ``agentprotocol_space``.
+
+The body is parsed strictly (no duplicate keys, no NaN, bounded size) and
+verified; then it is published into the space by the shared virtual member
+``envelope-gateway``, through the same path as any agent's publish (so it is
+verified again there, its id recorded against replays cluster-wide, and
+delivered ``verified: true``). A REQUEST waits for the first verified
+envelope in the space that answers it and returns it verbatim (200), or a
+hub-signed ERROR 408 when none comes in time; a HELLO is answered by the hub
+(WELCOME / ``hello``); anything else is answered 202 once delivered.
+Refusals are hub-signed error envelopes whose agora code is the HTTP status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+import orjson
+import structlog
+from aiohttp import web
+
+from adapters.envelope.common import (
+    CODE_FOR_HUB_ERROR,
+    EnvelopeHost,
+    read_bounded,
+    signed_error,
+    too_large,
+)
+from adapters.envelope.waits import Waits
+from hub.errors import BackplaneUnavailable
+from hub.virtual import RequestFailed, VirtualMember
+from protocol.envelope import (
+    AgoraErrorCode,
+    EnvelopeError,
+    Format,
+    Reason,
+    Verified,
+    parse_json,
+    timeout_envelope,
+    verify,
+    welcome_envelope,
+)
+from protocol.errors import ProtocolError
+from protocol.names import SpaceKind, space_kind
+
+GATEWAY_ID = "envelope-gateway"
+#: Longest wait a request's own ``timeout`` may ask for (bridge_timeout if longer).
+MAX_WAIT = 300.0
+#: Members listed in the hub's answer to a HELLO.
+HELLO_MEMBERS = 100
+_REQUESTS = frozenset({"REQUEST", "request"})
+_HELLOS = frozenset({"HELLO", "hello"})
+
+
+class Refused(Exception):
+    """An HTTP answer other than the happy path: a hub-signed error envelope."""
+
+    def __init__(self, error: EnvelopeError | AgoraErrorCode, message: str | None = None):
+        super().__init__(message or str(error))
+        self.error = error
+        self.message = message
+
+    @property
+    def status(self) -> int:
+        error = self.error
+        return int(error.agora_code if isinstance(error, EnvelopeError) else error)
+
+
+class EnvelopeGateway:
+    """Adapter: the inbound HTTP routes, and the member that publishes for them."""
+
+    def __init__(self, settings: Any, *, max_wait: float = MAX_WAIT):
+        self.settings = settings
+        self.body_limit = settings.max_frame_bytes
+        self.waits = Waits(
+            default_timeout=settings.bridge_timeout,
+            max_timeout=max(max_wait, settings.bridge_timeout),
+            max_waits=settings.envelope_max_waits,
+        )
+        self.host: EnvelopeHost | None = None
+        self.member: VirtualMember | None = None
+        self._joined: set[str] = set()
+        self._joining: dict[str, asyncio.Lock] = {}
+        self._attaching = asyncio.Lock()
+        self._closed = False
+        self._log = structlog.get_logger("adapters.envelope").bind(adapter="gateway")
+
+    async def start(self, host: EnvelopeHost) -> None:
+        self.host = host
+        host.http_app.router.add_post("/envelope/{space}", self._post_agora)
+        host.http_app.router.add_post("/agentprotocol/{space}", self._post_agentprotocol)
+        host.http_app.router.add_post("/agentprotocol", self._post_agentprotocol)
+        # The HTTP port closes before the adapters: waiting callers get their
+        # answer (503) then, instead of being cut off.
+        host.http_app.on_shutdown.append(self._stop_waiting)
+
+    async def _stop_waiting(self, app: web.Application | None = None) -> None:
+        self._closed = True
+        self.waits.fail_all(Refused(AgoraErrorCode.UNAVAILABLE, "the hub is shutting down"))
+
+    async def aclose(self) -> None:
+        await self._stop_waiting()
+        if self.member is not None:
+            await self.member.aclose()
+
+    # ── routes ──────────────────────────────────────────────────────────
+
+    async def _post_agora(self, request: web.Request) -> web.Response:
+        return await self._serve(request, Format.AGORA, request.match_info["space"])
+
+    async def _post_agentprotocol(self, request: web.Request) -> web.Response:
+        space = request.match_info.get("space") or self.settings.agentprotocol_space
+        return await self._serve(request, Format.AGENTPROTOCOL, space)
+
+    async def _serve(self, request: web.Request, fmt: Format, space: str | None) -> web.Response:
+        assert self.host is not None
+        data: dict[str, Any] = {}
+        try:
+            if self._closed:
+                raise Refused(AgoraErrorCode.UNAVAILABLE, "the hub is shutting down")
+            if request.content_length is not None and request.content_length > self.body_limit:
+                raise Refused(too_large(self.body_limit))
+            body = await read_bounded(request.content, self.body_limit)
+            data = parse_json(body, max_bytes=self.body_limit)
+            return await self._handle(fmt, space, data)
+        except Refused as refusal:
+            envelope = signed_error(
+                self.host.identity.signing_key, fmt, refusal.error, refusal.message, about=data
+            )
+            return _json(refusal.status, envelope)
+        except EnvelopeError as exc:
+            envelope = signed_error(self.host.identity.signing_key, fmt, exc, about=data)
+            return _json(int(exc.agora_code), envelope)
+        except BackplaneUnavailable as exc:
+            code = AgoraErrorCode.UNAVAILABLE
+            envelope = signed_error(self.host.identity.signing_key, fmt, code, str(exc), about=data)
+            return _json(int(code), envelope)
+        except Exception:
+            self._log.exception("envelope request failed", space=space)
+            code = AgoraErrorCode.INTERNAL_ERROR
+            envelope = signed_error(self.host.identity.signing_key, fmt, code, about=data)
+            return _json(int(code), envelope)
+
+    async def _handle(self, fmt: Format, space: str | None, data: dict[str, Any]) -> web.Response:
+        assert self.host is not None
+        if data.get("protocol") != fmt.value:
+            raise Refused(AgoraErrorCode.BAD_REQUEST, f"this route takes {fmt.value} envelopes")
+        check = self.host.envelopes
+        verified = verify(data, now=time.time(), max_age=check.max_age, max_skew=check.max_skew)
+        if space is None:
+            raise Refused(AgoraErrorCode.NOT_FOUND, "no space: agentprotocol_space is not set")
+        await self._existing(space)
+        if verified.type in _HELLOS:
+            return await self._welcome(verified, space)
+        if verified.type in _REQUESTS:
+            return await self._ask(verified, space, data)
+        event = await self._publish(space, data)
+        return _json(202, _accepted(verified, event))
+
+    # ── steps ───────────────────────────────────────────────────────────
+
+    async def _existing(self, space: str) -> None:
+        """Only user spaces that exist (declared, or with members) are served."""
+        assert self.host is not None
+        try:
+            kind = space_kind(space)
+        except ProtocolError:
+            kind = None
+        if kind is not SpaceKind.PUBLIC or not await self.host.membership.space_exists(space):
+            raise Refused(AgoraErrorCode.NOT_FOUND, f"space {space[:128]!r} does not exist")
+
+    async def _publish(self, space: str, data: dict[str, Any]) -> dict[str, Any]:
+        """Publish through the gateway's member; the hub's refusal becomes ours."""
+        try:
+            member = await self._join(space)
+            return await member.request(
+                {"type": "space.publish", "space": space, "data": data},
+                timeout=self.settings.bridge_timeout,
+            )
+        except RequestFailed as exc:
+            raise Refused(*_hub_refusal(exc.code, str(exc.error.get("message", "")))) from None
+        except TimeoutError:
+            raise Refused(AgoraErrorCode.UNAVAILABLE, "the hub did not answer in time") from None
+
+    async def _join(self, space: str) -> VirtualMember:
+        """The gateway's member, in ``space``: attached on first use (a hub
+        nobody posts envelopes to has no such member), joined once per space
+        and node; it then stays a member (see docs/envelopes.md)."""
+        assert self.host is not None
+        member = self.member
+        if member is not None and space in self._joined and not member.closing:
+            return member
+        async with self._joining.setdefault(space, asyncio.Lock()):
+            async with self._attaching:
+                if self.member is not None and self.member.closing:
+                    self.member, self._joined = None, set()  # closed by the hub: anew
+                if self.member is None:
+                    self.member = await self.host.attach(
+                        GATEWAY_ID, self._on_message, shared=True, type="envelope-gateway"
+                    )
+            member = self.member
+            if space not in self._joined:
+                await member.join(space)
+                self._joined.add(space)
+        self._joining.pop(space, None)
+        return member
+
+    async def _ask(self, request: Verified, space: str, data: dict[str, Any]) -> web.Response:
+        """Publish a REQUEST and answer with the first envelope answering it."""
+        assert self.host is not None
+        try:
+            wait = self.waits.open(request, space, time.time())
+        except EnvelopeError as exc:
+            raise Refused(exc) from None
+        try:
+            await self._publish(space, data)
+            timeout = None if wait.deadline is None else max(0.0, wait.deadline - time.time())
+            try:
+                async with asyncio.timeout(timeout):
+                    answer = await wait.answer
+            except TimeoutError:
+                envelope = timeout_envelope(
+                    request.format,
+                    signing_key=self.host.identity.signing_key,
+                    now=time.time(),
+                    request_id=wait.request_id,
+                    to=request.signer if request.format is Format.AGENTPROTOCOL else None,
+                )
+                return _json(int(AgoraErrorCode.TIMEOUT), envelope)
+            return _json(200, answer)
+        finally:
+            self.waits.close(wait)
+
+    async def _welcome(self, hello: Verified, space: str) -> web.Response:
+        """The hub answers a HELLO itself: its identity and the space's members."""
+        assert self.host is not None
+        # Not published, but replay-checked like everything else.
+        if await self.host.envelopes.replay.seen(hello.replay_key, hello.replay_ttl):
+            raise Refused(hello.replayed())
+        members = await self._members(space)
+        envelope = welcome_envelope(
+            hello,
+            signing_key=self.host.identity.signing_key,
+            now=time.time(),
+            space=space,
+            members=members,
+        )
+        return _json(200, envelope)
+
+    async def _members(self, space: str) -> list[dict[str, Any]]:
+        assert self.host is not None
+        presence = self.host.presence
+        ids, _ = await presence.space_members(space, HELLO_MEMBERS + 1)
+        ids = [i for i in ids if i != GATEWAY_ID][:HELLO_MEMBERS]
+        records = await asyncio.gather(*(presence.get_agent(i) for i in ids))
+        return [
+            {"id": agent_id, "capabilities": list(record.capabilities) if record else []}
+            for agent_id, record in zip(ids, records, strict=True)
+        ]
+
+    # ── events in the gateway's spaces ─────────────────────────────────
+
+    async def _on_message(self, msg: dict[str, Any]) -> None:
+        if not len(self.waits) or msg.get("verified") is not True:
+            return
+        data, space = msg.get("data"), msg.get("space")
+        if isinstance(data, dict) and isinstance(space, str):
+            self.waits.offer(space, data, time.time())
+
+
+def _hub_refusal(code: str, message: str) -> tuple[EnvelopeError | AgoraErrorCode, str]:
+    """The hub's ``error`` for a publish, as our refusal: an envelope refusal
+    keeps its reason (so agentprotocol/0.1 gets the precise code)."""
+    prefix = "envelope refused, "
+    if message.startswith(prefix):
+        reason, _, rest = message[len(prefix) :].partition(": ")
+        with contextlib.suppress(ValueError):
+            return EnvelopeError(Reason(reason), rest), rest
+    return CODE_FOR_HUB_ERROR.get(code, AgoraErrorCode.INTERNAL_ERROR), message
+
+
+def _accepted(envelope: Verified, event: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "status": "accepted",
+        "id": envelope.id,
+        "space": event.get("space"),
+        "event_id": event.get("event_id"),
+        "seq": event.get("seq"),
+    }
+
+
+def _json(status: int, body: Any) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")

@@ -1,0 +1,269 @@
+"""Outbound: a remote signed-envelope agent as a member of a space here.
+
+One :class:`EnvelopePeer` per ``[[bridges.envelope]]`` (``space``,
+``agent_id``, ``url``, ``protocol``, ``timeout``). It joins ``space`` as
+``agent_id``; a verified envelope of its ``protocol`` addressed to it
+(``to``) is POSTed to ``url`` exactly as the sender signed it, and the
+remote's answer is verified before it is published back, addressed to the
+sender. Remote failures become hub-signed ERROR envelopes for the sender:
+no answer in time → 408 (agentprotocol: ``TIMEOUT``); unreachable, an HTTP
+error without an envelope, an answer that does not verify or is too big →
+503. Only the configured URL is called, redirects are not followed,
+responses are bounded, and at most ``max_concurrent`` calls are in flight
+(one more is answered 429 at once).
+
+In a cluster every node runs the bridge but the agent id is claimed
+cluster-wide, so exactly one node holds it; the others stand by and retry
+the claim every ``heartbeat_interval``, so the bridge moves to a surviving
+node when its holder is lost (its presence lapses or fails a liveness
+probe).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+import aiohttp
+import orjson
+import structlog
+
+from adapters.envelope.common import EnvelopeHost, read_bounded, signed_error
+from hub.errors import AgentIdTaken, BackplaneUnavailable
+from hub.settings import EnvelopeBridge
+from hub.virtual import RequestFailed, VirtualMember
+from protocol.envelope import (
+    AgoraErrorCode,
+    EnvelopeError,
+    Format,
+    detect,
+    parse_json,
+    verify,
+)
+
+MAX_CONCURRENT = 16
+MAX_RESPONSE_BYTES = 1024 * 1024
+_REQUESTS = frozenset({"REQUEST", "request"})
+
+
+class EnvelopePeer:
+    """Adapter: one ``[[bridges.envelope]]`` entry."""
+
+    def __init__(
+        self,
+        bridge: EnvelopeBridge,
+        settings: Any,
+        *,
+        max_concurrent: int = MAX_CONCURRENT,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
+        retry_interval: float | None = None,
+    ):
+        self.bridge = bridge
+        self.settings = settings
+        self.format = Format(bridge.protocol)
+        self.timeout = bridge.timeout or settings.bridge_timeout
+        self.max_concurrent = max_concurrent
+        self.max_response_bytes = max_response_bytes
+        self.retry_interval = retry_interval or settings.heartbeat_interval
+        self.host: EnvelopeHost | None = None
+        self.member: VirtualMember | None = None
+        #: Set whenever this node holds the agent id and is in the space.
+        self.holding = asyncio.Event()
+        self._http: aiohttp.ClientSession | None = None
+        self._supervisor: asyncio.Task[None] | None = None
+        self._calls: set[asyncio.Task[None]] = set()
+        self._closed = False
+        self._log = structlog.get_logger("adapters.envelope").bind(
+            adapter="outbound", agent_id=bridge.agent_id, space=bridge.space
+        )
+
+    # ── lifecycle: hold the id, or stand by ────────────────────────────
+
+    async def start(self, host: EnvelopeHost) -> None:
+        self.host = host
+        self._http = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=self.timeout),
+            headers={"Content-Type": "application/json"},
+        )
+        await self._claim()
+        self._supervisor = asyncio.get_running_loop().create_task(self._supervise())
+
+    async def _claim(self) -> bool:
+        """Try to become the bridge's holder in the cluster; False: stand by."""
+        assert self.host is not None
+        try:
+            member = await self.host.attach(
+                self.bridge.agent_id,
+                self._on_message,
+                type="envelope-bridge",
+                capabilities=(self.format.value,),
+            )
+        except (AgentIdTaken, BackplaneUnavailable):
+            return False
+        try:
+            await member.join(self.bridge.space)
+        except Exception as exc:
+            self._log.warning("bridge cannot join its space", error=str(exc))
+            await member.aclose()
+            return False
+        self.member = member
+        self.holding.set()
+        self._log.info("bridge active on this node")
+        return True
+
+    async def _supervise(self) -> None:
+        while not self._closed:
+            member = self.member
+            if member is not None:
+                await member.cleaned_up.wait()  # evicted or closed: stand by again
+                self.member = None
+                self.holding.clear()
+                continue
+            await asyncio.sleep(self.retry_interval)
+            with contextlib.suppress(Exception):
+                await self._claim()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._supervisor
+        for call in list(self._calls):
+            call.cancel()
+        if self._calls:
+            await asyncio.gather(*self._calls, return_exceptions=True)
+        if self.member is not None:
+            await self.member.aclose()
+        if self._http is not None:
+            await self._http.close()
+
+    # ── events addressed to the bridge ─────────────────────────────────
+
+    async def _on_message(self, msg: dict[str, Any]) -> None:
+        if msg.get("type") != "space.event" or not _addressed_to(msg, self.bridge.agent_id):
+            return
+        sender, data = msg.get("from"), msg.get("data")
+        if not isinstance(sender, str) or not isinstance(data, dict):
+            return
+        if detect(data) is not self.format:
+            await self._reply_error(
+                sender, AgoraErrorCode.BAD_REQUEST, f"this agent takes {self.format.value}", data
+            )
+        elif msg.get("verified") is not True:
+            await self._reply_error(
+                sender, AgoraErrorCode.UNAUTHORIZED, "only signed envelopes are forwarded", data
+            )
+        elif len(self._calls) >= self.max_concurrent:
+            await self._reply_error(
+                sender, AgoraErrorCode.TOO_MANY_REQUESTS, "the remote agent is busy", data
+            )
+        else:
+            call = asyncio.get_running_loop().create_task(self._forward(sender, data))
+            self._calls.add(call)
+            call.add_done_callback(self._calls.discard)
+
+    async def _forward(self, sender: str, data: dict[str, Any]) -> None:
+        try:
+            answer = await self._call(data)
+        except TimeoutError:
+            answer = self._timeout(data)
+        except EnvelopeError as exc:
+            answer = self._error(AgoraErrorCode.UNAVAILABLE, f"remote answer refused: {exc}", data)
+        except (aiohttp.ClientError, OSError) as exc:
+            detail = str(exc) or type(exc).__name__
+            answer = self._error(
+                AgoraErrorCode.UNAVAILABLE, f"remote agent unreachable: {detail}", data
+            )
+        if answer is not None:
+            await self._publish(sender, answer, data)
+
+    async def _call(self, data: dict[str, Any]) -> dict[str, Any] | None:
+        """POST the envelope as signed; the remote's verified answer, if any."""
+        assert self._http is not None
+        async with self._http.post(
+            self.bridge.url, data=orjson.dumps(data), allow_redirects=False
+        ) as resp:
+            body = await read_bounded(resp.content, self.max_response_bytes)
+            status = resp.status
+        if not body.strip():
+            if 200 <= status < 300 and data.get("type") not in _REQUESTS:
+                return None  # accepted, nothing to say
+            return self._error(
+                AgoraErrorCode.UNAVAILABLE,
+                f"remote agent answered HTTP {status} without an envelope",
+                data,
+            )
+        try:
+            answer = parse_json(body, max_bytes=self.max_response_bytes)
+        except EnvelopeError:
+            if 200 <= status < 300:
+                raise
+            return self._error(
+                AgoraErrorCode.UNAVAILABLE, f"remote agent answered HTTP {status}", data
+            )
+        if detect(answer) is not self.format:
+            return self._error(
+                AgoraErrorCode.UNAVAILABLE,
+                f"remote agent answered HTTP {status} without a {self.format.value} envelope",
+                data,
+            )
+        assert self.host is not None
+        check = self.host.envelopes
+        verify(answer, now=time.time(), max_age=check.max_age, max_skew=check.max_skew)
+        return answer
+
+    async def _publish(self, sender: str, answer: dict[str, Any], about: dict[str, Any]) -> None:
+        """Publish back to the sender; if the hub refuses the remote's answer
+        (a replay, say), the sender gets an error envelope instead."""
+        member = self.member
+        if member is None:
+            return
+        try:
+            await member.publish(self.bridge.space, answer, to=sender)
+            return
+        except RequestFailed as exc:
+            if exc.code == "INVALID_REQUEST" and "not members" in str(exc):
+                return  # the sender has left the space: nobody to tell
+            message = f"remote answer refused: {exc.error.get('message')}"
+        except Exception as exc:
+            message = f"cannot publish the remote answer: {exc}"
+        with contextlib.suppress(Exception):
+            fallback = self._error(AgoraErrorCode.UNAVAILABLE, message, about)
+            await member.publish(self.bridge.space, fallback, to=sender)
+
+    async def _reply_error(
+        self, sender: str, code: AgoraErrorCode, message: str, about: dict[str, Any]
+    ) -> None:
+        if self.member is None:
+            return
+        fmt = detect(about) or self.format
+        with contextlib.suppress(Exception):
+            envelope = self._error(code, message, about, fmt)
+            await self.member.publish(self.bridge.space, envelope, to=sender)
+
+    def _error(
+        self,
+        code: AgoraErrorCode,
+        message: str,
+        about: dict[str, Any],
+        fmt: Format | None = None,
+    ) -> dict[str, Any]:
+        assert self.host is not None
+        return signed_error(
+            self.host.identity.signing_key, fmt or self.format, code, message, about=about
+        )
+
+    def _timeout(self, about: dict[str, Any]) -> dict[str, Any]:
+        return self._error(
+            AgoraErrorCode.TIMEOUT,
+            f"the remote agent did not answer within {self.timeout:g} s",
+            about,
+        )
+
+
+def _addressed_to(msg: dict[str, Any], agent_id: str) -> bool:
+    to = msg.get("to")
+    return to == agent_id or (isinstance(to, list) and agent_id in to)

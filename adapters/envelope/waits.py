@@ -1,0 +1,99 @@
+"""HTTP requests waiting for the envelope that answers them.
+
+Each waiting REQUEST (agentprotocol/0.1: ``request``) is a task in a
+:class:`~protocol.envelope.TaskTable`, which bounds how many may wait at once
+and gives each its deadline (the request's ``timeout``, else the default,
+capped). Every verified envelope seen in a space is offered
+(:meth:`Waits.offer`); the first one the task accepts as its next step —
+agora/1.0: an OFFER, RESULT or ERROR whose ``payload.request_id`` is the
+request's ``id``; agentprotocol/0.1: a ``response`` or ``error`` with the
+same ``correlationId`` — resolves the wait with the envelope as delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from protocol.envelope import EnvelopeError, Format, TaskTable, Verified, detect, parse
+
+
+@dataclass(slots=True)
+class Wait:
+    request_id: str
+    space: str
+    format: Format
+    deadline: float | None
+    answer: asyncio.Future[dict[str, Any]]
+
+
+def answered_request(fmt: Format, data: Mapping[str, Any]) -> str | None:
+    """The request an envelope claims to answer (unchecked), or None."""
+    payload = data.get("payload")
+    if not isinstance(payload, Mapping):
+        return None
+    ref = payload.get("request_id" if fmt is Format.AGORA else "correlationId")
+    return ref if isinstance(ref, str) else None
+
+
+class Waits:
+    def __init__(self, *, default_timeout: float, max_timeout: float, max_waits: int):
+        self.table = TaskTable(
+            default_timeout=default_timeout, max_timeout=max_timeout, max_tasks=max_waits
+        )
+        self._waits: dict[str, Wait] = {}
+
+    def __len__(self) -> int:
+        return len(self._waits)
+
+    def open(self, request: Verified, space: str, now: float) -> Wait:
+        """Start waiting for ``request``'s answer; raises
+        :class:`~protocol.envelope.LifecycleError` when the table is full
+        (``too_many_tasks``) or the request id is already waiting."""
+        request_id = request.task_id or request.id
+        task = self.table.start(request_id, request.payload, now, envelope_type=request.type)
+        wait = Wait(
+            request_id,
+            space,
+            request.format,
+            task.deadline,
+            asyncio.get_running_loop().create_future(),
+        )
+        self._waits[request_id] = wait
+        return wait
+
+    def close(self, wait: Wait) -> None:
+        """Stop waiting (answered, timed out, or the caller went away)."""
+        if self._waits.get(wait.request_id) is wait:
+            del self._waits[wait.request_id]
+            self.table.forget(wait.request_id)
+
+    def fail_all(self, error: Exception) -> None:
+        """End every wait with ``error`` (the hub is shutting down)."""
+        for wait in list(self._waits.values()):
+            if not wait.answer.done():
+                wait.answer.set_exception(error)
+            self.close(wait)
+
+    def offer(self, space: str, data: Mapping[str, Any], now: float) -> bool:
+        """A verified envelope delivered in ``space``: does it answer a wait?"""
+        fmt = detect(data)
+        if fmt is None:
+            return False
+        wait = self._waits.get(answered_request(fmt, data) or "")
+        if wait is None or wait.space != space or wait.format is not fmt or wait.answer.done():
+            return False
+        try:
+            _, envelope, payload = parse(data)
+            task = self.table.apply(
+                str(data["type"]), payload, now, envelope_id=str(getattr(envelope, "id", ""))
+            )
+        except EnvelopeError:
+            return False  # not a step this request can take (a second REQUEST, …)
+        if task is None:
+            return False  # STATUS, notify…: no answer
+        wait.answer.set_result(dict(data))
+        self.close(wait)
+        return True

@@ -1,0 +1,131 @@
+"""What a WebSocket handshake must pass before the upgrade (contract §2, §11).
+
+- **Credentials**: the token comes as ``?token=``, ``Authorization: Bearer``
+  or the subprotocol ``bearer.TOKEN`` (browsers cannot set headers; the hub
+  then selects that subprotocol). Two different tokens, or one given twice,
+  are ambiguous: HTTP 400.
+- **Origins**: ``allowed_origins`` (default: any) refuses browser handshakes
+  whose ``Origin`` is not listed with HTTP 403. A handshake without
+  ``Origin`` is not a browser's and is let through.
+- **Per-client connections**: ``max_connections_per_ip`` (0 = off) refuses a
+  client IP holding that many connections with HTTP 429.
+- **Handshakes in progress**: at most ``max_handshakes`` TCP connections may
+  be in their opening handshake at once, each for at most
+  ``handshake_timeout`` seconds; beyond that a new TCP connection is dropped
+  at once, so stalled (slow-loris) handshakes cannot exhaust a node. Request
+  lines and headers are bounded by websockets (8 KiB a line, 128 headers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from urllib.parse import parse_qs
+
+SUBPROTOCOL_PREFIX = "bearer."
+
+
+class HandshakeRefused(Exception):
+    """The handshake is answered with an HTTP error instead of an upgrade."""
+
+    def __init__(self, status: int, reason: str):
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    agent_id: str
+    token: str | None
+    #: The ``bearer.*`` subprotocol to select, when the token came that way.
+    subprotocol: str | None
+
+
+def credentials(
+    query: str, authorization: str | None, subprotocols: Sequence[str]
+) -> Credentials | None:
+    """The agent id and the one token of a handshake.
+
+    None when there is not exactly one ``agent_id`` (the caller answers 400);
+    raises :class:`HandshakeRefused` (400) when the token is ambiguous.
+    """
+    params = parse_qs(query, keep_blank_values=True)
+    agent_ids = params.get("agent_id", [])
+    found: list[str] = list(params.get("token", []))
+    if authorization is not None:
+        scheme, _, value = authorization.partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            found.append(value.strip())
+    offered = [p for p in subprotocols if p.startswith(SUBPROTOCOL_PREFIX)]
+    if len(offered) > 1:
+        raise HandshakeRefused(400, "more than one bearer.* subprotocol offered")
+    subprotocol = offered[0] if offered else None
+    if subprotocol is not None:
+        found.append(subprotocol[len(SUBPROTOCOL_PREFIX) :])
+    if len(found) > 1:
+        raise HandshakeRefused(400, "token given more than once")
+    if len(agent_ids) != 1:
+        return None
+    return Credentials(agent_ids[0], found[0] if found else None, subprotocol)
+
+
+class OriginPolicy:
+    """``allowed_origins``: exact origins (``https://app.example``) or ``*``."""
+
+    def __init__(self, allowed: Sequence[str]):
+        self._any = not allowed or "*" in allowed
+        self._allowed = frozenset(o.rstrip("/").lower() for o in allowed)
+
+    def check(self, origin: str | None) -> None:
+        if self._any or origin is None:
+            return
+        if origin.rstrip("/").lower() not in self._allowed:
+            raise HandshakeRefused(403, "origin not allowed")
+
+
+class ConnectionsPerIp:
+    """Open connections per client IP, bounded (0 = no bound)."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self._open: dict[str, int] = {}
+
+    def acquire(self, ip: str) -> None:
+        if self.limit <= 0:
+            return
+        n = self._open.get(ip, 0)
+        if n >= self.limit:
+            raise HandshakeRefused(429, f"too many connections from this address (limit {n})")
+        self._open[ip] = n + 1
+
+    def release(self, ip: str) -> None:
+        if self.limit <= 0:
+            return
+        n = self._open.get(ip, 0) - 1
+        if n > 0:
+            self._open[ip] = n
+        else:
+            self._open.pop(ip, None)
+
+    def __len__(self) -> int:
+        return sum(self._open.values())
+
+
+class HandshakeSlots:
+    """TCP connections in their opening handshake, bounded."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.in_progress = 0
+        self.refused = 0
+
+    def acquire(self) -> bool:
+        if self.in_progress >= self.limit:
+            self.refused += 1
+            return False
+        self.in_progress += 1
+        return True
+
+    def release(self) -> None:
+        self.in_progress -= 1

@@ -1,0 +1,168 @@
+"""Handshake hardening (contract §11): token transports, origins, per-IP and
+handshake bounds, and tokens never in a log line."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import orjson
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
+
+from tests.support.wsclient import WsClient
+
+TOKENS = {"alice": "tok-alice-7f3a91", "bob": "tok-bob-0c55e2"}
+
+
+@pytest.fixture
+def tokens_file(tmp_path):
+    path = tmp_path / "tokens.json"
+    path.write_bytes(orjson.dumps(TOKENS))
+    return path
+
+
+async def _status(url: str, **kwargs) -> int:
+    """The HTTP status a refused handshake gets (101 when it is accepted)."""
+    try:
+        ws = await connect(url, open_timeout=10, **kwargs)
+    except InvalidStatus as exc:
+        return exc.response.status_code
+    await ws.close()
+    return 101
+
+
+async def test_three_token_transports(hub, tokens_file):
+    server = await hub(auth_mode="tokens", auth_tokens_file=str(tokens_file))
+    base = server.url
+    a = await WsClient.connect(base, "alice", token=TOKENS["alice"])  # ?token=
+    b = await WsClient.connect(
+        base, "bob", additional_headers={"Authorization": f"Bearer {TOKENS['bob']}"}
+    )
+    await a.close()
+    await b.close()
+    # A browser: the token as a subprotocol; the hub selects it.
+    ws = await connect(
+        f"{base}?agent_id=alice", subprotocols=[f"bearer.{TOKENS['alice']}", "other"]
+    )
+    assert ws.subprotocol == f"bearer.{TOKENS['alice']}"
+    first = orjson.loads(await ws.recv())
+    assert first["type"] == "agent.registered"
+    await ws.close()
+    # A wrong token in any transport: error UNAUTHORIZED, close 4401.
+    bad = await WsClient.connect(
+        base, "alice", registered=False, subprotocols=["bearer.not-the-token"]
+    )
+    code, frames = await bad.closed()
+    assert code == 4401 and frames[-1]["code"] == "UNAUTHORIZED"
+
+
+async def test_ambiguous_credentials_are_refused_400(hub, tokens_file):
+    server = await hub(auth_mode="tokens", auth_tokens_file=str(tokens_file))
+    t = TOKENS["alice"]
+    url = f"{server.url}?agent_id=alice&token={t}"
+    assert await _status(url, additional_headers={"Authorization": f"Bearer {t}"}) == 400
+    assert await _status(url, subprotocols=[f"bearer.{t}"]) == 400
+    assert (
+        await _status(f"{server.url}?agent_id=alice", subprotocols=[f"bearer.{t}", "bearer.other"])
+        == 400
+    )
+    assert await _status(f"{server.url}?agent_id=alice&token={t}") == 101
+
+
+async def test_allowed_origins(hub):
+    server = await hub(allowed_origins="https://app.example, https://ops.example")
+    url = f"{server.url}?agent_id=browser"
+    assert await _status(url, origin="https://app.example") == 101
+    assert await _status(url, origin="https://evil.example") == 403
+    assert await _status(url) == 101  # no Origin: not a browser
+
+
+async def test_max_connections_per_ip(hub):
+    server = await hub(max_connections_per_ip=2)
+    a = await WsClient.connect(server.url, "a1")
+    b = await WsClient.connect(server.url, "a2")
+    assert await _status(f"{server.url}?agent_id=a3") == 429
+    await a.close()
+    await a.ws.wait_closed()
+    # The slot is free once the hub has seen the connection go.
+    async with asyncio.timeout(10):
+        while len(server.per_ip) >= 2:  # noqa: ASYNC110 - the hub's own count, no event
+            await asyncio.sleep(0.02)
+    c = await WsClient.connect(server.url, "a3")
+    await b.close()
+    await c.close()
+
+
+def _stall(port: int, n: int) -> list[socket.socket]:
+    """``n`` TCP connections that send half a request line and stop."""
+    socks = []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(b"GET /ws?agent_id=slow HTTP/1.1\r\nHost: x\r\n")
+        socks.append(s)
+    return socks
+
+
+async def test_stalled_handshakes_do_not_keep_others_out(hub):
+    server = await hub(handshake_timeout=3)
+    socks = await asyncio.to_thread(_stall, server.port, 300)
+    try:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        c = await WsClient.connect(server.url, "normal")
+        assert loop.time() - started < 2.5  # well before any stalled handshake times out
+        assert server.node.handshakes.in_progress >= 250
+        await c.close()
+        # The stalled ones are cut at the handshake timeout.
+        async with asyncio.timeout(20):
+            while server.node.handshakes.in_progress:  # noqa: ASYNC110 - the hub's count
+                await asyncio.sleep(0.05)
+    finally:
+        for s in socks:
+            s.close()
+
+
+async def test_handshakes_in_progress_are_bounded(hub):
+    server = await hub(max_handshakes=20, handshake_timeout=30)
+    socks = await asyncio.to_thread(_stall, server.port, 30)
+    try:
+
+        def closed_by_hub(s: socket.socket) -> bool:
+            s.settimeout(5)
+            try:
+                return s.recv(1) == b""
+            except (ConnectionResetError, TimeoutError, OSError) as exc:
+                return not isinstance(exc, TimeoutError)
+
+        cut = await asyncio.to_thread(lambda: [closed_by_hub(s) for s in socks[20:]])
+        assert all(cut)  # the ten beyond the bound were dropped at once
+        assert server.node.handshakes.in_progress == 20
+        assert server.node.handshakes.refused >= 10
+    finally:
+        for s in socks:
+            s.close()
+
+
+async def test_tokens_never_appear_in_the_log(hub_process, tmp_path):
+    tokens = tmp_path / "tokens.json"
+    tokens.write_bytes(orjson.dumps(TOKENS))
+    proc = hub_process(auth_mode="tokens", auth_tokens_file=str(tokens), log_level="debug")
+    secrets = [TOKENS["alice"], TOKENS["bob"], "wrong-secret-4d2f"]
+    good = await WsClient.connect(proc.url, "alice", token=TOKENS["alice"])
+    await good.close()
+    for agent, token in (("alice", "wrong-secret-4d2f"), ("bob", TOKENS["bob"])):
+        c = await WsClient.connect(proc.url, agent, token=token, registered=False)
+        await c.closed()
+    await _status(
+        f"{proc.url}?agent_id=bob", additional_headers={"Authorization": f"Bearer {TOKENS['bob']}"}
+    )
+    await _status(f"{proc.url}?agent_id=alice", subprotocols=[f"bearer.{TOKENS['alice']}"])
+    await _status(f"{proc.url}?agent_id=bad%20id&token={TOKENS['alice']}")
+    await _status(f"{proc.url}?agent_id=x&token=a&token={TOKENS['bob']}")
+    proc.stop()
+    log = proc.log()
+    assert "connection opened" in log and "connection refused" in log
+    for secret in secrets:
+        assert secret not in log
