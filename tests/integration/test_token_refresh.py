@@ -13,8 +13,10 @@ from typing import Any
 import jwt
 import orjson
 import pytest
+import structlog
 
 from hub.client import Unauthorized
+from hub.reload import reload_hub
 from tests.integration.test_cli_tools import cli
 from tests.support.wsclient import WsClient
 
@@ -83,9 +85,7 @@ async def test_expired_token_is_told_then_closed_unless_refreshed(hub):
         assert pong["type"] == "agent.heartbeat"
     assert not [f for f in eve.backlog if f["type"] == "error"]
     # The refreshed token's claims replace the old (unrestricted) ones.
-    denied = await alice.request(
-        {"type": "space.publish", "space": "lobby", "data": {"text": "x"}}
-    )
+    denied = await alice.request({"type": "space.publish", "space": "lobby", "data": {"text": "x"}})
     assert denied["type"] == "error" and denied["code"] == "UNAUTHORIZED"
     await alice.close()
     await eve.close()
@@ -120,6 +120,15 @@ async def test_refresh_with_a_tokens_file(hub, tmp_path):
     assert reply["type"] == "error" and reply["code"] == "UNAUTHORIZED"
     reply = await refresh(alice, "tok-a-1")
     assert reply == {"type": "agent.refreshed", "id": reply["id"], "expires_at": None}
+    # Claims changed by a reload apply to the connection once it refreshes.
+    tokens.write_bytes(orjson.dumps({"alice": {"token": "tok-a-2", "join": ["lobby"]}}))
+    assert reload_hub(server, structlog.get_logger("test"))
+    await alice.join("general")  # still the grant of the handshake
+    assert (await refresh(alice, "tok-a-1"))["code"] == "UNAUTHORIZED"  # gone from the file
+    assert (await refresh(alice, "tok-a-2"))["type"] == "agent.refreshed"
+    denied = await alice.request({"type": "space.join", "space": "task.x"})
+    assert denied["type"] == "error" and denied["code"] == "UNAUTHORIZED"
+    await alice.join("lobby")
     await alice.close()
 
 
