@@ -24,9 +24,11 @@ from websockets.exceptions import ConnectionClosed
 
 from hub.agents import AgentIds
 from hub.auth import build_authenticator
+from hub.authz import space_rules
 from hub.backplane import Backplane, Envelope, create_backplane
 from hub.cluster import ClusterLink
 from hub.connection import HubConnection
+from hub.credentials import TokenExpiry
 from hub.dispatch import Dispatcher, ErrorSender
 from hub.envelopes import EnvelopeCheck
 from hub.errors import AgentIdTaken, AuthError, BackplaneUnavailable
@@ -56,6 +58,7 @@ from hub.session import (
     Publish,
     ReadHistory,
     ReceiverCancel,
+    Refresh,
     Register,
     Reject,
     Send,
@@ -120,9 +123,14 @@ class Node:
             rate_abuse_seconds=s.rate_abuse_seconds,
             max_streams=s.max_streams_per_agent,
             signed_spaces=signed_spaces,
+            space_rules=space_rules(s.spaces),
+            token_leeway=s.jwt_leeway if s.auth_mode == "jwt" else 0.0,
+            token_refresh_grace=s.token_refresh_grace,
         )
         # Virtual members send no heartbeats and are never closed for abuse;
         # the rate limit and the stream limit hold for them as for anyone.
+        # Declared spaces' allow_join/allow_publish are for agents: the
+        # operator's own bridges are not restricted by them.
         self.virtual_limits = SessionLimits(
             heartbeat_timeout=math.inf,
             rate_limit=s.rate_limit,
@@ -147,6 +155,7 @@ class Node:
             },
         )
         self.send_error = ErrorSender(self.counters)
+        self.expiry = TokenExpiry(self.auth, self.send_error)
         self.publishing = Publishing(
             s, self.backplane, self.presence, self.registry, self.ids, self.counters,
             self.send_error, self.envelopes,
@@ -214,6 +223,7 @@ class Node:
             Register: membership.register,
             Denied: membership.denied,
             ReadHistory: membership.recovery.history,
+            Refresh: self.expiry.refresh,
         }
         for action, handler in handlers.items():
             d.on(action, handler)
@@ -386,7 +396,9 @@ class Node:
 
         conn.record = record
         self.registry.bind_agent(conn)
-        session = conn.session = Session(agent_id, conn_id, self.limits, loop.time())
+        session = conn.session = Session(
+            agent_id, conn_id, self.limits, loop.time(), grant=conn.grant
+        )
         self.counters.connections_opened += 1
         conn.send_frame(self._registered(agent_id, conn_id))
         log.info("connection opened", **_remote(conn))
@@ -492,9 +504,12 @@ class Node:
     # ── housekeeping ────────────────────────────────────────────────────
 
     async def _sweep(self) -> None:
-        """Heartbeat timeouts and idle streams, for every connection at once."""
+        """Heartbeat timeouts, idle streams and expired tokens, for every
+        connection at once."""
         s = self.settings
         interval = max(0.02, min(s.heartbeat_timeout / 4, s.stream_idle_timeout / 4, 5.0))
+        if s.auth_mode == "jwt":  # the only credentials that expire
+            interval = max(0.02, min(interval, s.token_refresh_grace / 4))
         loop = asyncio.get_running_loop()
         next_tick = loop.time() + s.heartbeat_interval
         while True:
@@ -510,6 +525,8 @@ class Node:
 
     async def _sweep_once(self, now: float) -> None:
         idle = self.settings.stream_idle_timeout
+        wall = time.time()  # token expiry is wall-clock time (a JWT's exp)
+        expiry = self.expiry
         for peer in self.registry:
             session = peer.session
             if session is None or peer.closing:
@@ -517,6 +534,8 @@ class Node:
             close = session.check_liveness(now)
             if close is not None:
                 peer.close_for(close.code, close.error, close.reason)
+                continue
+            if session.grant.expires_at is not None and expiry.sweep(peer, wall):
                 continue
             if session.open_streams:
                 for cancel in session.expire_streams(now, idle):

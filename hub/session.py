@@ -8,7 +8,9 @@ frames (``tests/unit/test_session.py``).
 
 What the session decides on its own: decoding and validation, rate limiting,
 liveness, heartbeat replies, identity checks (``agent.register`` id,
-``data.from``), membership and read-only rules for publishing, and the
+``data.from``), membership and read-only rules for publishing, authorization
+(the connection's :class:`~hub.authz.Grant` and the declared spaces' rules:
+see :mod:`hub.authz`), the expiry of the connection's token, and the
 publisher's side of client streams (open/done/cancel bookkeeping, the per-agent
 stream limit). Everything that needs cluster state (space existence,
 capacity, member lists, sequencing) is an action for the node.
@@ -17,10 +19,12 @@ capacity, member lists, sequencing) is an action for the node.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from hub.authz import Grant, SpaceRules, may_join, may_publish
 from hub.ratelimit import TokenBucket, Verdict
 from protocol import codec
 from protocol.envelope import PROTOCOLS as _ENVELOPE_PROTOCOLS
@@ -29,6 +33,7 @@ from protocol.messages import (
     DEFAULT_PAGE,
     AgentInfo,
     AgentListRequest,
+    AgentRefresh,
     AgentRegister,
     ClientCancel,
     ClientDelta,
@@ -85,6 +90,15 @@ class Close:
 @dataclass(frozen=True, slots=True)
 class Register:
     info: AgentInfo
+    request_id: RequestId
+
+
+@dataclass(frozen=True, slots=True)
+class Refresh:
+    """``agent.refresh``: authenticate ``token`` for this agent id and, if it
+    is good, make its grant the connection's."""
+
+    token: str = field(repr=False)
     request_id: RequestId
 
 
@@ -217,6 +231,7 @@ Action = (
     | StreamCancel
     | ReceiverCancel
     | ReadHistory
+    | Refresh
 )
 
 
@@ -230,6 +245,12 @@ class SessionLimits:
     #: Spaces declared ``require_signed``: no client streams there (a stream
     #: cannot be verified as a whole before it is relayed).
     signed_spaces: frozenset[str] = frozenset()
+    #: Declared spaces' ``allow_join`` / ``allow_publish`` (:func:`hub.authz.space_rules`).
+    space_rules: Mapping[str, SpaceRules] = field(default_factory=dict)
+    #: A grant with ``expires_at`` expires this many seconds after it (``jwt_leeway``).
+    token_leeway: float = 0.0
+    #: After the "token expired" notice: seconds left to ``agent.refresh``.
+    token_refresh_grace: float = 30.0
 
 
 @dataclass(slots=True)
@@ -262,17 +283,27 @@ class Session:
 
     __slots__ = (
         "_bucket",
+        "_expiry_notice",
         "_limits",
+        "_restricted",
         "_streams",
         "agent_id",
         "connection_id",
+        "grant",
         "last_seen",
         "messages_in",
         "spaces",
         "state",
     )
 
-    def __init__(self, agent_id: str, connection_id: str, limits: SessionLimits, now: float):
+    def __init__(
+        self,
+        agent_id: str,
+        connection_id: str,
+        limits: SessionLimits,
+        now: float,
+        grant: Grant = Grant.unrestricted,
+    ):
         self.agent_id = agent_id
         self.connection_id = connection_id
         self.state = SessionState.OPEN
@@ -284,6 +315,12 @@ class Session:
             limits.rate_limit, limits.rate_burst, limits.rate_abuse_seconds, now
         )
         self._streams: _Streams | None = None
+        #: What the connection's credentials allow; ``agent.refresh`` replaces it.
+        self.grant = grant
+        self._restricted = False
+        #: When the "token expired" notice went out (wall clock), else None.
+        self._expiry_notice: float | None = None
+        self._set_grant(grant)
 
     # The one place state changes.
     def _transition(self, new: SessionState) -> None:
@@ -364,6 +401,55 @@ class Session:
     def begin_close(self) -> None:
         self._transition(SessionState.CLOSING)
 
+    # ── credentials ──────────────────────────────────────────────────────
+
+    def _set_grant(self, grant: Grant) -> None:
+        self.grant = grant
+        # Unrestricted (no claims, no declared rules): the checks cost one test.
+        self._restricted = (
+            grant.join is not None or grant.publish is not None or bool(self._limits.space_rules)
+        )
+
+    def refreshed(self, grant: Grant) -> None:
+        """``agent.refresh`` succeeded: ``grant`` applies from now on and the
+        expiry clock starts again from its ``expires_at``."""
+        self._set_grant(grant)
+        self._expiry_notice = None
+
+    def check_expiry(self, wall: float) -> Reject | Close | None:
+        """The token's expiry, checked against the wall clock (epoch seconds).
+
+        Once ``expires_at`` + leeway has passed: a ``token expired`` notice,
+        then, ``token_refresh_grace`` seconds after it without a refresh, the
+        close (4401)."""
+        expires_at = self.grant.expires_at
+        if expires_at is None or self.state is not SessionState.OPEN:
+            return None
+        limits = self._limits
+        if self._expiry_notice is None:
+            if wall < expires_at + limits.token_leeway:
+                return None
+            self._expiry_notice = wall
+            return Reject(
+                ProtocolError(
+                    ErrorCode.UNAUTHORIZED,
+                    f"token expired: send agent.refresh with a new token within "
+                    f"{limits.token_refresh_grace:g} s",
+                )
+            )
+        if wall - self._expiry_notice >= limits.token_refresh_grace:
+            return self._close(CloseCode.UNAUTHORIZED, ErrorCode.UNAUTHORIZED, "token expired")
+        return None
+
+    def check_read(self, space: str, rid: RequestId) -> None:
+        """Reading ``space`` (its members, its history) needs the right to join it.
+
+        Raises ``UNAUTHORIZED`` when the grant or the space's rules refuse."""
+        if self._restricted and not may_join(
+            self.grant, space, self.agent_id, self._limits.space_rules
+        ):
+            raise ProtocolError(ErrorCode.UNAUTHORIZED, f"not allowed to read space {space!r}", rid)
+
     # ── notifications from the node ─────────────────────────────────────
 
     def on_joined(self, space: str) -> None:
@@ -392,7 +478,14 @@ class Session:
             case ClientCancel():
                 return [self._cancel(msg)]
             case SpaceJoin():
-                return [Join(self._checked_space(msg.space, rid), rid, msg.since)]
+                space = self._checked_space(msg.space, rid)
+                if self._restricted and not may_join(
+                    self.grant, space, self.agent_id, self._limits.space_rules
+                ):
+                    raise ProtocolError(
+                        ErrorCode.UNAUTHORIZED, f"not allowed to join space {space!r}", rid
+                    )
+                return [Join(space, rid, msg.since)]
             case SpaceLeave():
                 space = self._checked_space(msg.space, rid)
                 if space not in self.spaces:
@@ -405,14 +498,18 @@ class Session:
                 return [ListSpaces(rid)]
             case SpaceHistoryRequest():
                 space = self._checked_space(msg.space, rid)
+                self.check_read(space, rid)
                 if space not in self.spaces:
                     return [Denied(space, rid)]
                 return [ReadHistory(space, msg.limit, msg.before_seq, rid)]
             case SpaceMembersRequest():
                 space = self._checked_space(msg.space, rid)
+                self.check_read(space, rid)
                 return [ListMembers(space, msg.cursor, msg.limit or DEFAULT_PAGE, rid)]
             case AgentListRequest():
                 space = None if msg.space is None else self._checked_space(msg.space, rid)
+                if space is not None:
+                    self.check_read(space, rid)
                 limit = msg.limit or DEFAULT_PAGE
                 return [ListAgents(msg.capability, space, msg.cursor, limit, rid)]
             case AgentRegister():
@@ -424,6 +521,8 @@ class Session:
                         rid,
                     )
                 return [Register(msg.agent, rid)]
+            case AgentRefresh():
+                return [Refresh(msg.token, rid)]
         raise ProtocolError(ErrorCode.INVALID_REQUEST, "unsupported message", rid)
 
     def _checked_space(self, space: str, rid: RequestId) -> str:
@@ -449,6 +548,12 @@ class Session:
             return Denied(space, rid)
         if kind is SpaceKind.SYSTEM:
             raise ProtocolError(ErrorCode.UNAUTHORIZED, f"system space {space!r} is read-only", rid)
+        if self._restricted and not may_publish(
+            self.grant, space, self.agent_id, self._limits.space_rules
+        ):
+            raise ProtocolError(
+                ErrorCode.UNAUTHORIZED, f"not allowed to publish to space {space!r}", rid
+            )
         return None
 
     @staticmethod

@@ -216,6 +216,12 @@ def registered(
     )
 
 
+def refreshed(request_id: str | int | None, expires_at: float | None) -> bytes:
+    """Answers ``agent.refresh``; ``expires_at`` in epoch seconds becomes milliseconds."""
+    ms = None if expires_at is None else round(expires_at * 1000)
+    return dumps(_with_id({"type": "agent.refreshed", "expires_at": ms}, request_id))
+
+
 def heartbeat(request_id: str | int | None = None) -> bytes:
     return dumps(_with_id({"type": "agent.heartbeat", "timestamp": now_ms()}, request_id))
 

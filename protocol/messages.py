@@ -38,6 +38,8 @@ class MessageType(StrEnum):
     SPACE_EVENT_CANCEL = "space.event.cancel"
     SPACE_HISTORY = "space.history"
     AGENT_LIST = "agent.list"
+    AGENT_REFRESH = "agent.refresh"
+    AGENT_REFRESHED = "agent.refreshed"
     ERROR = "error"
 
 
@@ -62,6 +64,9 @@ Cursor = Annotated[str, Field(min_length=1, max_length=512)]
 MAX_CAPABILITY = 128
 # An exact capability, or a prefix ending in "*".
 CapabilityFilter = Annotated[str, Field(min_length=1, max_length=MAX_CAPABILITY + 1)]
+# A credential sent in agent.refresh (the handshake bounds header lines at 8 KiB too).
+MAX_TOKEN = 8192
+Token = Annotated[str, Field(min_length=1, max_length=MAX_TOKEN)]
 
 
 class _Message(BaseModel):
@@ -182,6 +187,14 @@ class AgentListRequest(_Message):
     limit: PageLimit | None = None  # DEFAULT_PAGE
 
 
+class AgentRefresh(_Message):
+    """A new token for this connection's agent id, before or after the old one expires."""
+
+    type: Literal["agent.refresh"]
+    id: RequestId | None = None
+    token: Token = Field(repr=False)
+
+
 class ClientDelta(_Message):
     """One chunk of a stream the client publishes; the first one opens it."""
 
@@ -219,6 +232,7 @@ ClientMessage = Annotated[
     | SpaceListRequest
     | SpaceMembersRequest
     | AgentListRequest
+    | AgentRefresh
     | ClientDelta
     | ClientDone
     | ClientCancel
@@ -237,6 +251,7 @@ CLIENT_MODELS: dict[str, type[_Message]] = {
         SpaceListRequest,
         SpaceMembersRequest,
         AgentListRequest,
+        AgentRefresh,
         ClientDelta,
         ClientDone,
         ClientCancel,
@@ -254,6 +269,16 @@ class AgentRegistered(_HubMessage):
     agent: AgentRef
     heartbeat_interval: int
     heartbeat_timeout: int
+
+
+class AgentRefreshed(_HubMessage):
+    """Answers ``agent.refresh``: the new token is in force.
+
+    ``expires_at``: the token's expiry (Unix epoch ms), null when it has none."""
+
+    type: Literal["agent.refreshed"] = "agent.refreshed"
+    id: str | None = None
+    expires_at: int | None = None
 
 
 class HubHeartbeat(_HubMessage):
@@ -399,6 +424,7 @@ class Error(_HubMessage):
 
 HubMessage = Annotated[
     AgentRegistered
+    | AgentRefreshed
     | HubHeartbeat
     | SpaceJoined
     | SpaceLeft

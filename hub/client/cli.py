@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from protocol.messages import MessageType
@@ -63,6 +64,13 @@ def add_commands(sub: Any) -> None:
         "--token",
         default=os.environ.get("AGORA_HUB_TOKEN"),
         help="auth token, sent as Authorization: Bearer [env AGORA_HUB_TOKEN]",
+    )
+    common.add_argument(
+        "--token-file",
+        default=os.environ.get("AGORA_HUB_TOKEN_FILE"),
+        metavar="FILE",
+        help="read the token from FILE, again on every reconnect and when the hub says it "
+        "expired (a token an agent or sidecar keeps fresh) [env AGORA_HUB_TOKEN_FILE]",
     )
     common.add_argument(
         "--timeout",
@@ -173,6 +181,7 @@ def _run(
             args.url,
             agent_id,
             token=args.token,
+            token_provider=_token_reader(args.token_file) if args.token_file else None,
             reconnect=reconnect,
             backoff=Backoff(initial=0.5, maximum=10.0),
             request_timeout=args.timeout,
@@ -211,6 +220,21 @@ def _run(
         return _fail(str(exc), EXIT_REJECTED)
     except HubClientError as exc:
         return _fail(str(exc), EXIT_CONNECTION)
+
+
+def _token_reader(path: str) -> Callable[[], Awaitable[str]]:
+    """A token provider reading ``path`` (surrounding whitespace dropped)."""
+
+    async def read() -> str:
+        try:
+            token = (await asyncio.to_thread(Path(path).read_text, encoding="utf-8")).strip()
+        except OSError as exc:
+            raise ValueError(f"cannot read token file {path}: {exc.strerror}") from None
+        if not token:
+            raise ValueError(f"token file {path} is empty")
+        return token
+
+    return read
 
 
 def _fail(message: str, code: int) -> int:

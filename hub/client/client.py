@@ -36,7 +36,7 @@ import itertools
 import logging
 import random
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, overload
 from urllib.parse import urlencode, urlsplit, urlunsplit
@@ -134,6 +134,10 @@ class Client:
 
     ``url`` is the hub's WebSocket URL (``ws://host:8765/ws``; a URL without
     a path gets ``/ws``). ``token`` is sent as ``Authorization: Bearer``.
+    ``token_provider``, an async function returning a fresh token, is called
+    before every connection attempt (reconnects included; it then takes the
+    place of ``token``) and when the hub says the token expired, whose answer
+    is sent with :meth:`refresh_token` — so a connection outlives its tokens.
     ``agent_type``, ``capabilities`` and ``metadata``, when given, are
     declared in the handshake (on every reconnect too), so the agent's first
     ``online`` on ``agent.status`` and the directory already show them.
@@ -154,6 +158,7 @@ class Client:
         agent_id: str,
         *,
         token: str | None = None,
+        token_provider: Callable[[], Awaitable[str]] | None = None,
         reconnect: bool = False,
         backoff: Backoff | None = None,
         request_timeout: float = 10.0,
@@ -183,6 +188,8 @@ class Client:
         self.registration: Registration | None = None
         self.reconnects = 0
         self._token = token
+        self._token_provider = token_provider
+        self._refresher: asyncio.Task[None] | None = None
         self._max_size = max_size
         self._connect_kwargs = connect_kwargs
         self._agent_info: dict[str, Any] | None = None
@@ -261,7 +268,7 @@ class Client:
             return
         self._closing = True
         self._connected.clear()
-        for task in (self._reconnector, self._heartbeat):
+        for task in (self._reconnector, self._heartbeat, self._refresher):
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
         ws = self._ws
@@ -272,7 +279,7 @@ class Client:
         # our own cancellation.
         tasks = {
             t
-            for t in (self._reader, self._reconnector, self._heartbeat)
+            for t in (self._reader, self._reconnector, self._heartbeat, self._refresher)
             if t is not None and t is not asyncio.current_task()
         }
         if tasks:
@@ -329,6 +336,30 @@ class Client:
         reply = await self._request({"type": MessageType.AGENT_REGISTER, "agent": sent})
         self._agent_info = {**(self._agent_info or {}), **sent}
         return self._registered(reply)
+
+    async def refresh_token(self, token: str) -> int | None:
+        """Give the hub a new token for this agent (``agent.refresh``).
+
+        Its ``join`` / ``publish`` claims apply from now on, and it is the one
+        sent on reconnects. Returns the token's expiry (Unix epoch ms) or None
+        when it has none; raises :class:`Unauthorized` when the hub refuses it
+        (the old token stays in force until it expires)."""
+        reply = await self._request({"type": MessageType.AGENT_REFRESH, "token": token})
+        self._token = token
+        if self._last_error is not None and _token_expired(self._last_error):
+            self._last_error = None  # the notice is answered: not why a later close happens
+        expires_at = reply.get("expires_at")
+        return expires_at if isinstance(expires_at, int) else None
+
+    async def _refresh_from_provider(self, provider: Callable[[], Awaitable[str]]) -> None:
+        try:
+            await self.refresh_token(await provider())
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("refreshing the expired token failed: %s", exc)
+        finally:
+            self._refresher = None
 
     async def join(self, space: str, *, since: Position | None = None) -> JoinResult:
         """Join ``space`` (created on first join); returns its members.
@@ -748,6 +779,11 @@ class Client:
     async def _open(self) -> None:
         """One connection attempt up to ``agent.registered``, then the background tasks."""
         headers = {}
+        if self._token_provider is not None:
+            try:
+                self._token = await self._token_provider()
+            except Exception as exc:
+                raise ConnectionFailed(f"token provider failed: {_describe(exc)}") from None
         if self._token is not None:
             headers["Authorization"] = f"Bearer {self._token}"
         sep = "&" if urlsplit(self.url).query else "?"
@@ -1048,6 +1084,11 @@ class Client:
             # Sent before the hub closes the connection: it becomes the
             # ConnectionClosed error's code and message.
             self._last_error = f
+            provider = self._token_provider
+            if _token_expired(f) and provider is not None and self._refresher is None:
+                self._refresher = asyncio.get_running_loop().create_task(
+                    self._refresh_from_provider(provider)
+                )
             log.info("hub error: %s", exc)
             return
         log.warning("hub error for an unknown request: %s", exc)
@@ -1157,6 +1198,16 @@ def _details_query(info: dict[str, Any] | None) -> list[tuple[str, str]] | None:
     if len(urlencode(query)) > MAX_DETAILS_QUERY:
         return None
     return query
+
+
+def _token_expired(error: dict[str, Any]) -> bool:
+    """The hub's notice that this connection's token expired (``agent.refresh`` is due)."""
+    message = error.get("message")
+    return (
+        error.get("code") == "UNAUTHORIZED"
+        and isinstance(message, str)
+        and message.startswith("token expired:")
+    )
 
 
 def _int(v: Any) -> int:

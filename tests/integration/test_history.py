@@ -178,3 +178,20 @@ async def test_a_streamed_publish_is_idempotent_too(hub):
     last = (await publish(a, "after"))["seq"]
     got = await frames_until(b, last)
     assert sum(m["type"] == "space.event.done" for m in got) == 1, "streamed once"
+
+
+async def test_reading_history_needs_the_right_to_join(hub, tmp_path):
+    config = tmp_path / "hub.toml"
+    config.write_text('[[spaces]]\nid = "ops"\nallow_join = ["ops-*"]\n')
+    server = await hub(config=str(config))
+    ops = await WsClient.connect(server.url, "ops-1")
+    bob = await WsClient.connect(server.url, "bob")
+    epoch = (await ops.join("ops"))["epoch"]
+    await publish(ops, "secret", space="ops")
+    assert [e["data"]["text"] for e in (await history(ops, "ops"))["events"]] == ["secret"]
+    reply = await history(bob, "ops")
+    assert reply["code"] == "UNAUTHORIZED" and "not allowed to read" in reply["message"]
+    resume = await bob.request(
+        {"type": "space.join", "space": "ops", "since": {"seq": 0, "epoch": epoch}}
+    )
+    assert resume["code"] == "UNAUTHORIZED", "a resume is a join: the same rules"

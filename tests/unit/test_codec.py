@@ -67,6 +67,8 @@ def test_sequenced_frames_parse_as_hub_messages():
     [
         codec.registered("r", "a", "ws-1", 30000, 60000),
         codec.heartbeat(),
+        codec.refreshed("r", 1_900_000_000.5),
+        codec.refreshed(None, None),
         codec.joined("j", "general", ["a"], 1),
         codec.left("l", "general"),
         codec.members("general", ["a", "b"], 2, "b", None),
