@@ -373,10 +373,15 @@ def check_files(settings: Settings) -> None:
         check_file(getattr(settings, name), name, purpose)
 
 
+# Variables of the client tools (``agora-hub tail`` …), not of ``serve``:
+# a shell that sets them for the tools must not draw warnings from the hub.
+CLIENT_ENV = ("url", "agent_id", "token", "token_file")
+
+
 def unknown_env_vars(environ: Mapping[str, str] | None = None) -> list[str]:
     """One warning per ``AGORA_HUB_*`` variable that names no setting (they are
     otherwise ignored), with the closest setting's variable when there is one."""
-    names = [*Settings.model_fields, "config"]
+    names = [*Settings.model_fields, "config", *CLIENT_ENV]
     return _unknown_env_vars(os.environ if environ is None else environ, names, ENV_PREFIX)
 
 
