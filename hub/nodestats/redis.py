@@ -7,8 +7,8 @@ Layout (``P`` is the key prefix, default ``agora``)::
 
 Both steps of a write, and a read with the removal of expired documents, are
 one script each, timed by the Redis server's own clock (``TIME``), so the
-nodes' clocks need not agree. Both keys expire a while after the last write,
-so a cluster that is gone leaves nothing behind. A failed command raises
+nodes' clocks need not agree. Both keys expire with the longest-lived
+document, so a cluster that is gone leaves nothing behind. A failed command raises
 :class:`~hub.errors.BackplaneUnavailable`.
 """
 
@@ -28,8 +28,10 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[3])
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('ZADD', KEYS[2], now + ttl, ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ttl)
-redis.call('PEXPIRE', KEYS[2], ttl)
+-- The keys outlive the longest-lived document (never cut another node's short).
+for _, key in ipairs(KEYS) do
+  if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
+end
 return 1
 """
 
