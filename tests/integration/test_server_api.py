@@ -92,7 +92,7 @@ async def test_the_key_is_required_and_compared(hub):
         assert status == 401, wrong
     status, _, _ = await call(
         server, "GET", "/api/spaces", headers={"Authorization": f"Bearer {KEY}"}, key=None
-    )  # noqa: E501
+    )
     assert status == 401
     status, body, _ = await call(server, "GET", "/api/spaces", key=None, headers={"X-API-Key": KEY})
     assert status == 200 and body["spaces"]
