@@ -46,6 +46,8 @@ class ApiError(Exception):
         self.status = status or API_STATUS.get(self.code, 400)
 
     def response(self, headers: dict[str, str] | None = None) -> web.Response:
+        if self.status in (429, 503):  # worth retrying shortly
+            headers = {"Retry-After": "1", **(headers or {})}
         return json_response(
             {"error": {"code": self.code, "message": self.message}}, self.status, headers
         )

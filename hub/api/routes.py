@@ -70,9 +70,7 @@ def api_app(operations: Operations | None, api_key: str | None, body_limit: int)
         except web.HTTPNotFound:
             return ApiError("NOT_FOUND", f"no API route {request.path[:200]!r}").response()
         except BackplaneUnavailable as exc:
-            return ApiError(ErrorCode.UNAVAILABLE, f"{exc}: request not carried out").response(
-                {"Retry-After": "1"}
-            )
+            return ApiError(ErrorCode.UNAVAILABLE, f"{exc}: request not carried out").response()
         except web.HTTPException:
             raise
         except Exception:

@@ -236,11 +236,11 @@ async def test_api_publishes_are_rate_limited_per_sender(hub):
     bob = await member(server, "bob")
     outcomes = []
     for _ in range(3):
-        status, body, _ = await call(
-            server, "POST", "/api/publish", {"space": "general", "data": {}}
+        outcomes.append(
+            await call(server, "POST", "/api/publish", {"space": "general", "data": {}})
         )
-        outcomes.append((status, body))
-    assert [s for s, _ in outcomes] == [200, 200, 429]
+    assert [s for s, _, _ in outcomes] == [200, 200, 429]
+    assert outcomes[2][2]["Retry-After"] == "1"
     assert error_code(outcomes[2][1]) == "RATE_LIMITED"
     # Another sender has its own allowance.
     status, other, _ = await call(
