@@ -12,6 +12,7 @@ import asyncio
 import time
 from typing import Any
 
+import aiohttp
 import pytest
 
 from hub.client import HubAPI
@@ -83,3 +84,25 @@ async def test_every_node_is_listed_and_a_stopped_one_drops_out(redis_server, hu
         await alice.close()
         await n1.aclose()  # a node leaving removes its document at once
         assert [n.id for n in await api.nodes()] == ["n0"]
+
+
+async def test_the_status_page_shows_the_whole_cluster(redis_server, hub, clients):
+    n0, n1 = await two_nodes(hub, redis_server.url)
+    far = await clients(n1, "far", capabilities=["urn:far"])
+    await far.join("far-space")
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    async with aiohttp.ClientSession(headers=bearer) as http:
+
+        async def busy_everywhere() -> Any:
+            await far.publish("far-space", {"tick": 1})
+            async with http.get(n0.http_url + "/admin/state") as r:
+                assert r.status == 200
+                state = await r.json()
+            spaces = {s["id"]: s for s in state["spaces"]}
+            nodes = {n["id"] for n in state["nodes"]}
+            rate = spaces.get("far-space", {}).get("events_per_s", 0)
+            return state if nodes == {"n0", "n1"} and rate > 0 else None
+
+        state = await until(busy_everywhere, "n0's page to show n1's space and its rate")
+    (agent,) = [a for a in state["agents"] if a["id"] == "far"]
+    assert agent["node"] == "n1" and agent["capabilities"] == ["urn:far"]
