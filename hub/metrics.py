@@ -180,7 +180,7 @@ class HubCollector:
         latency = HistogramMetricFamily(
             "agora_hub_delivery_latency_seconds",
             "From a publish reaching the backplane to its hand-off to this node's members "
-            "(one message in 16 sampled).",
+            "(sampled: events whose seq is a multiple of 16).",
         )
         d = c.delivery_latency
         latency.add_metric([], d.buckets(), d.total)

@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import math
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
@@ -72,8 +71,9 @@ from hub.virtual import Adapter, MessageHandler, VirtualMember
 from protocol import codec
 from protocol.errors import CloseCode, ErrorCode
 
-#: One backplane message in this many has its publish-to-delivery latency
-#: measured (two clock reads): the histogram costs nothing per delivery.
+#: Sequenced messages whose seq is a multiple of this have their
+#: publish-to-delivery latency measured (two clock reads): the histogram
+#: costs nothing per delivery.
 DELIVERY_SAMPLE = 16
 
 
@@ -189,8 +189,11 @@ class Node:
         )
         #: Events per space since the last node-stats report (the status page
         #: shows event rates); None — nothing counted — while the page is off.
-        self.space_events: Counter[str] | None = Counter() if s.admin_token else None
-        self._sample_countdown = DELIVERY_SAMPLE
+        self.space_events: dict[str, int] | None = None
+        if s.admin_token is not None:
+            self.space_events = {}
+            # Counting costs only a node whose page is on: its backplane calls this.
+            self.deliver = self._deliver_counting  # type: ignore[method-assign]
         #: The server API (/api) and the status page (/admin), when enabled.
         self.operator = OperatorFaces(
             s, self.node_id, self.dispatcher.run, self.presence, self.membership.space_exists,
@@ -310,12 +313,9 @@ class Node:
     def deliver(self, env: Envelope) -> None:
         if not self.registry.has_space(env.space):
             return
-        if self.space_events is not None:
-            self.space_events[env.space] += 1
-        self._sample_countdown -= 1
-        sampled = not self._sample_countdown
+        seq = env.seq
+        sampled = seq is not None and not seq % DELIVERY_SAMPLE
         if sampled:
-            self._sample_countdown = DELIVERY_SAMPLE
             started = time.perf_counter()
         now = asyncio.get_running_loop().time() if env.stream is not None else 0.0
         self.counters.deliveries += self.registry.deliver(
@@ -333,10 +333,20 @@ class Node:
                 getattr(self.backplane, "lag", 0.0) + time.perf_counter() - started
             )
 
-    def _take_space_events(self) -> Counter[str] | None:
+    def _deliver_counting(self, env: Envelope) -> None:
+        """``deliver`` while the status page is on: events per space, counted."""
+        events = self.space_events
+        if events is not None and self.registry.has_space(env.space):
+            try:
+                events[env.space] += 1
+            except KeyError:
+                events[env.space] = 1
+        Node.deliver(self, env)
+
+    def _take_space_events(self) -> dict[str, int] | None:
         events = self.space_events
         if events is not None:
-            self.space_events = Counter()
+            self.space_events = {}
         return events
 
     def backplane_ready(self, ready: bool) -> None:

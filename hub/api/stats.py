@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -48,7 +49,7 @@ class NodeReadings:
     backplane_lag: Callable[[], float]
     #: The per-space event counts since the last call (and a fresh count from now),
     #: or None when the node does not count them.
-    take_space_events: Callable[[], Counter[str] | None]
+    take_space_events: Callable[[], dict[str, int] | None]
 
 
 class NodeStatsReporter:
@@ -89,7 +90,7 @@ class NodeStatsReporter:
         events = r.take_space_events()
         space_rates: dict[str, float] = {}
         if events and elapsed > 0:
-            for space, n in events.most_common(MAX_SPACE_RATES):
+            for space, n in heapq.nlargest(MAX_SPACE_RATES, events.items(), key=itemgetter(1)):
                 space_rates[space] = round(n / elapsed, 2)
         return {
             "id": self.node_id,

@@ -49,7 +49,7 @@ async def test_every_metric_the_dashboard_queries_exists(hub_process):
     bob = await WsClient.connect(proc.url, "bob")
     for client in (alice, bob):
         await client.join("general")
-    for i in range(40):  # one message in 16 is timed
+    for i in range(40):  # events whose seq is a multiple of 16 are timed
         await alice.request({"type": "space.publish", "space": "general", "data": {"n": i}})
     await alice.send("not json")
     assert (await alice.wait_for("error"))["code"] == "INVALID_REQUEST"

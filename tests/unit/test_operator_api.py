@@ -80,10 +80,10 @@ async def test_the_reporter_turns_counters_into_rates():
     counters = Counters()
     events: Counter[str] = Counter()
 
-    def take() -> Counter[str]:
+    def take() -> dict[str, int]:
         nonlocal events
         taken, events = events, Counter()
-        return taken
+        return dict(taken)
 
     readings = NodeReadings(lambda: 3, lambda: 2, lambda: True, lambda: 0.004, take)
     store = MemoryNodeStats(clock=clock)
