@@ -11,8 +11,11 @@
             print(event.sender, event.text)
 
 See ``docs/client.md`` for the full guide: streams, reconnects, errors and
-the command-line tools (:mod:`hub.client.cli`).
+the command-line tools (:mod:`hub.client.cli`). :class:`HubAPI` is the client
+of the hub's server API over HTTP (``docs/api.md``).
 """
+
+from typing import Any
 
 from hub.client.client import Backoff, Client
 from hub.client.errors import (
@@ -59,6 +62,7 @@ __all__ = [
     "ConnectionClosed",
     "ConnectionFailed",
     "Event",
+    "HubAPI",
     "HubClientError",
     "HubConnectionError",
     "HubRejected",
@@ -68,7 +72,9 @@ __all__ = [
     "MembersChanged",
     "MembersPage",
     "Message",
+    "NodeInfo",
     "OutgoingStream",
+    "Published",
     "RateLimited",
     "Registration",
     "RequestTimeout",
@@ -82,3 +88,14 @@ __all__ = [
     "Unauthorized",
     "Unavailable",
 ]
+
+_API_NAMES = frozenset({"HubAPI", "NodeInfo", "Published"})
+
+
+def __getattr__(name: str) -> Any:
+    # The HTTP API client loads aiohttp: only for those who use it.
+    if name in _API_NAMES:
+        from hub.client import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'hub.client' has no attribute {name!r}")

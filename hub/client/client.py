@@ -12,7 +12,8 @@ Requests carry a fresh ``id`` and are matched by it: the hub echoes it as
 flight from any number of tasks.
 
 With ``reconnect=True`` a lost connection (anything but a refusal that needs
-a change on this side: close codes 4401, 4409, 4429) is reopened with
+a change on this side: close codes 4401, 4409, 4429, and 4403 — an operator
+disconnected the agent) is reopened with
 jittered exponential backoff, the spaces joined before are joined again and
 the last ``register()`` is repeated. Requests made meanwhile wait for the
 connection up to their timeout; requests in flight when it dropped fail with
@@ -88,7 +89,13 @@ log = logging.getLogger("hub.client")
 
 # Close codes after which reconnecting cannot help (contract §2).
 TERMINAL_CLOSE_CODES = frozenset(
-    {CloseCode.UNAUTHORIZED, CloseCode.AGENT_EXISTS, CloseCode.RATE_LIMIT_ABUSE}
+    {
+        CloseCode.UNAUTHORIZED,
+        CloseCode.AGENT_EXISTS,
+        CloseCode.RATE_LIMIT_ABUSE,
+        # An operator disconnected the agent: coming straight back would undo it.
+        CloseCode.DISCONNECTED,
+    }
 )
 
 _HEARTBEAT = b'{"type":"agent.heartbeat"}'
