@@ -13,6 +13,8 @@
   A holder whose node is gone is dead without waiting for an answer: its node
   no longer touches its presence registration, or nobody listens on its
   channel any more (a killed process loses its Redis connections at once).
+- **Operator disconnects**: the server API or the status page on any node
+  closes an agent's connection through its node (``disconnect`` node message).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class ClusterLink:
         *,
         probe_local: Callable[[str], Awaitable[bool]],
         evict_local: Callable[[str], None],
+        disconnect_local: Callable[[str, str], bool] | None = None,
     ):
         self.settings = settings
         self.node_id = node_id
@@ -62,6 +65,7 @@ class ClusterLink:
         self.membership = membership
         self._probe_local = probe_local
         self._evict_local = evict_local
+        self._disconnect_local = disconnect_local
         self.log = structlog.get_logger("hub").bind(node=node_id)
         self._probes: dict[str, asyncio.Future[bool]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -156,6 +160,12 @@ class ClusterLink:
         with contextlib.suppress(BackplaneUnavailable):
             await self.backplane.send_to_node(holder.node_id, orjson.dumps(msg))
 
+    async def disconnect_remote(self, holder: AgentRecord, reason: str) -> bool:
+        """Ask the holder's node to disconnect it (an operator's request);
+        False when nobody listens there. BackplaneUnavailable propagates."""
+        msg = {"op": "disconnect", "connection_id": holder.connection_id, "reason": reason}
+        return await self.backplane.send_to_node(holder.node_id, orjson.dumps(msg)) > 0
+
     def on_message(self, payload: bytes) -> None:
         try:
             msg = orjson.loads(payload)
@@ -171,6 +181,8 @@ class ClusterLink:
                 future.set_result(bool(msg.get("alive")))
         elif op == "evict":
             self._evict_local(str(msg.get("connection_id", "")))
+        elif op == "disconnect" and self._disconnect_local is not None:
+            self._disconnect_local(str(msg.get("connection_id", "")), str(msg.get("reason", "")))
         # "ping" (NODE_PING) needs no answer: its sender only counts listeners.
 
     async def _answer_probe(self, msg: dict[str, Any]) -> None:

@@ -5,17 +5,57 @@ aiohttp serves the node's :attr:`~hub.node.Node.http_app` on ``host`` and
 ``/healthz``, ``/readyz`` and ``/metrics`` answer exactly as on the WebSocket
 port, ``/identity`` gives the hub's did:key and public key; bridge adapters
 add their routes while the node starts, before the application is frozen.
+Every request is counted and timed by route (:func:`request_metrics`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import ssl
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
 from hub.identity import HubIdentity
-from hub.metrics import CONTENT_TYPE_LATEST, HubRegistry, render
+from hub.metrics import CONTENT_TYPE_LATEST, HttpStats, HubRegistry, render
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+#: The route label of a request no route matched (so scanners cannot grow the labels).
+UNMATCHED = "unmatched"
+#: Status recorded for a request whose client went away before the answer.
+CLIENT_GONE = 499
+
+
+def request_metrics(stats: HttpStats) -> Callable[[web.Request, Handler], Awaitable[Any]]:
+    """A middleware counting and timing every request by its route's pattern
+    (``/agora/{space}``, not the path: the labels stay few)."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        started = time.perf_counter()
+        status = 500
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        except asyncio.CancelledError:
+            status = CLIENT_GONE
+            raise
+        finally:
+            stats.observe(_route(request), request.method, status, time.perf_counter() - started)
+
+    return middleware
+
+
+def _route(request: web.Request) -> str:
+    match_info = request.match_info
+    resource = match_info.route.resource if match_info.http_exception is None else None
+    return resource.canonical if resource is not None else UNMATCHED
 
 
 def health_routes(

@@ -10,13 +10,19 @@ serves every worker's series instead (:meth:`HubRegistry.per_worker`,
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 __all__ = [
@@ -24,12 +30,66 @@ __all__ = [
     "WORKER_HEADER",
     "Counters",
     "Gauges",
+    "Histogram",
+    "HttpStats",
     "HubCollector",
     "HubRegistry",
     "render",
 ]
 #: Response header of a scrape in ``--workers`` mode: which worker answered.
 WORKER_HEADER = "Agora-Hub-Worker"
+
+
+#: Publish-to-delivery latency buckets (seconds).
+DELIVERY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+#: HTTP request duration buckets (seconds): a bridge may wait up to bridge_timeout.
+HTTP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+#: HTTP methods with their own label value; any other is "other".
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+class Histogram:
+    """Observations in cumulative buckets, without a lock (one event loop).
+
+    Exposed as a Prometheus histogram (``_bucket{le}``, ``_sum``, ``_count``).
+    """
+
+    __slots__ = ("bounds", "count", "counts", "total")
+
+    def __init__(self, bounds: tuple[float, ...]):
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one is +Inf
+        self.count = 0
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        value = max(0.0, value)  # clocks of two hosts may disagree a little
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.count += 1
+        self.total += value
+
+    def buckets(self) -> list[tuple[str, float]]:
+        out, running = [], 0
+        for bound, n in zip((*map(repr, self.bounds), "+Inf"), self.counts, strict=True):
+            running += n
+            out.append((bound, running))
+        return out
+
+
+@dataclass(slots=True)
+class HttpStats:
+    """Requests to the HTTP port: how many by route, method and status, and how long."""
+
+    requests: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+    durations: dict[str, Histogram] = field(default_factory=dict)
+
+    def observe(self, route: str, method: str, status: int, seconds: float) -> None:
+        method = method if method in _METHODS else "other"
+        self.requests[route, method, str(status)] += 1
+        histogram = self.durations.get(route)
+        if histogram is None:
+            histogram = self.durations[route] = Histogram(HTTP_BUCKETS)
+        histogram.observe(seconds)
 
 
 @dataclass(slots=True)
@@ -44,6 +104,9 @@ class Counters:
     backplane_errors: int = 0
     errors: Counter[str] = field(default_factory=Counter)
     closes: Counter[int] = field(default_factory=Counter)
+    #: Publish-to-delivery latency, sampled (see Node.deliver).
+    delivery_latency: Histogram = field(default_factory=lambda: Histogram(DELIVERY_BUCKETS))
+    http: HttpStats = field(default_factory=HttpStats)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +177,30 @@ class HubCollector:
         for code, n in sorted(c.closes.items()):
             closes.add_metric([str(code)], n)
         yield closes
+        latency = HistogramMetricFamily(
+            "agora_hub_delivery_latency_seconds",
+            "From a publish reaching the backplane to its hand-off to this node's members "
+            "(sampled: events whose seq is a multiple of 16).",
+        )
+        d = c.delivery_latency
+        latency.add_metric([], d.buckets(), d.total)
+        yield latency
+        requests = CounterMetricFamily(
+            "agora_hub_http_requests",
+            "Requests to the HTTP port, by route, method and status.",
+            labels=["route", "method", "status"],
+        )
+        for (route, method, status), n in sorted(c.http.requests.items()):
+            requests.add_metric([route, method, status], n)
+        yield requests
+        durations = HistogramMetricFamily(
+            "agora_hub_http_request_duration_seconds",
+            "Time to answer a request to the HTTP port, by route.",
+            labels=["route"],
+        )
+        for route, h in sorted(c.http.durations.items()):
+            durations.add_metric([route], h.buckets(), h.total)
+        yield durations
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

@@ -23,6 +23,8 @@ from aiohttp import web
 from websockets.exceptions import ConnectionClosed
 
 from hub.agents import AgentIds
+from hub.api import NodeReadings, OperatorFaces
+from hub.api.operations import API_SENDER
 from hub.auth import build_authenticator
 from hub.authz import space_rules
 from hub.backplane import Backplane, Envelope, create_backplane
@@ -35,7 +37,7 @@ from hub.errors import AgentIdTaken, AuthError, BackplaneUnavailable
 from hub.frames import OutFrame
 from hub.gaps import GapFiller
 from hub.handshake import HandshakeSlots
-from hub.http import health_routes
+from hub.http import health_routes, request_metrics
 from hub.identity import HubIdentity
 from hub.ids import Ids
 from hub.kvstore import create_kv_store
@@ -74,6 +76,11 @@ from hub.subscriptions import Subscriptions
 from hub.virtual import Adapter, MessageHandler, VirtualMember
 from protocol import codec
 from protocol.errors import CloseCode, ErrorCode
+
+#: Sequenced messages whose seq is a multiple of this have their
+#: publish-to-delivery latency measured (two clock reads): the histogram
+#: costs nothing per delivery.
+DELIVERY_SAMPLE = 16
 
 
 class Node:
@@ -168,6 +175,7 @@ class Node:
         self.cluster = ClusterLink(
             s, self.node_id, self.registry, self.presence, self.backplane, self.membership,
             probe_local=self.agent_ids.probe_local, evict_local=self.agent_ids.evict_local,
+            disconnect_local=self._disconnect_local,
         )  # fmt: skip
         self.agent_ids.remote = self.cluster
         self.gaps = GapFiller(self.backplane, self.registry, self._fan_out, self._spawn)
@@ -187,15 +195,42 @@ class Node:
             )
         )
         #: The HTTP port's application; adapters add their routes in ``start``.
-        self.http_app = web.Application(client_max_size=s.max_frame_bytes)
+        self.http_app = web.Application(
+            client_max_size=s.max_frame_bytes, middlewares=[request_metrics(self.counters.http)]
+        )
         self.http_app.add_routes(
             health_routes(
                 lambda: self.ready and self.accepting, self.metrics_registry, self.identity
             )
         )
+        #: Events per space since the last node-stats report (the status page
+        #: shows event rates); None — nothing counted — while the page is off.
+        self.space_events: dict[str, int] | None = None
+        if s.admin_token is not None:
+            self.space_events = {}
+            # Counting costs only a node whose page is on: its backplane calls this.
+            self.deliver = self._deliver_counting  # type: ignore[method-assign]
+        #: The server API (/api) and the status page (/admin), when enabled.
+        self.operator = OperatorFaces(
+            s, self.node_id, self.dispatcher.run, self.presence, self.membership.space_exists,
+            self.counters,
+            NodeReadings(
+                connections=lambda: len(self.registry),
+                spaces=lambda: len(self.registry.spaces),
+                backplane_ready=lambda: self.ready,
+                backplane_lag=lambda: getattr(self.backplane, "lag", 0.0),
+                take_space_events=self._take_space_events,
+            ),
+            disconnect_local=self._disconnect_local,
+            disconnect_remote=self.cluster.disconnect_remote,
+        )  # fmt: skip
+        self.operator.mount(self.http_app)
         self.adapters: list[Adapter] = list(adapters)
-        #: Agent ids of shared virtual members (one per node): never a connection's.
+        #: Agent ids of shared virtual members (one per node) and of the server
+        #: API's senders: never a connection's.
         self.reserved_ids: set[str] = set()
+        if s.api_key is not None:
+            self.reserved_ids.update((API_SENDER, *s.api_services))
         self.accepting = True
         self._sweeper: asyncio.Task[None] | None = None
         self._started = False
@@ -242,6 +277,7 @@ class Node:
         await self.backplane.start(self)
         await self._settle()
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+        await self.operator.start()
         for adapter in self.adapters:
             await adapter.start(self)
 
@@ -263,6 +299,8 @@ class Node:
                 await self._sweeper
         for task in list(self._background):
             task.cancel()
+        with contextlib.suppress(Exception):
+            await self.operator.aclose()
         await self.subscriptions.aclose()
         await self.cluster.aclose()
         with contextlib.suppress(Exception):
@@ -300,6 +338,10 @@ class Node:
         self._fan_out(env)
 
     def _fan_out(self, env: Envelope) -> None:
+        seq = env.seq
+        sampled = seq is not None and not seq % DELIVERY_SAMPLE
+        if sampled:
+            started = time.perf_counter()
         now = asyncio.get_running_loop().time() if env.stream is not None else 0.0
         self.counters.deliveries += self.registry.deliver(
             env.space,
@@ -310,6 +352,27 @@ class Node:
             op=env.op,
             now=now,
         )
+        if sampled:
+            # The backplane's lag is this message's publish-to-receipt time.
+            self.counters.delivery_latency.observe(
+                getattr(self.backplane, "lag", 0.0) + time.perf_counter() - started
+            )
+
+    def _deliver_counting(self, env: Envelope) -> None:
+        """``deliver`` while the status page is on: events per space, counted."""
+        events = self.space_events
+        if events is not None and self.registry.has_space(env.space):
+            try:
+                events[env.space] += 1
+            except KeyError:
+                events[env.space] = 1
+        Node.deliver(self, env)
+
+    def _take_space_events(self) -> dict[str, int] | None:
+        events = self.space_events
+        if events is not None:
+            self.space_events = {}
+        return events
 
     def backplane_ready(self, ready: bool) -> None:
         self.log.info("backplane ready" if ready else "backplane not ready")
@@ -330,6 +393,23 @@ class Node:
 
     def missed(self, space: str, after: int, upto: int) -> None:
         self.gaps.missed(space, after, upto)
+
+    def _disconnect_local(self, connection_id: str, reason: str) -> bool:
+        """An operator disconnects this node's connection (API, status page,
+        or another node's API by a node message). Virtual members are the
+        hub's own: never."""
+        peer = self.registry.connections.get(connection_id)
+        if peer is None or isinstance(peer, VirtualMember) or peer.closing:
+            return False
+        self.log.info(
+            "agent disconnected by an operator",
+            agent_id=peer.agent_id,
+            connection_id=connection_id,
+            reason=reason or None,
+        )
+        message = "disconnected by an operator" + (f": {reason}" if reason else "")
+        peer.close_for(CloseCode.DISCONNECTED, ErrorCode.DISCONNECTED, message)
+        return True
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)

@@ -42,9 +42,12 @@ from hub.config_checks import FILES, check_file, closest_field
 from hub.config_checks import unknown_env_vars as _unknown_env_vars
 from hub.errors import ConfigError
 from hub.proxies import parse_networks
-from protocol.names import SpaceKind, space_kind
+from protocol.names import SpaceKind, is_valid_agent_id, space_kind
 
 ENV_PREFIX = "AGORA_HUB_"
+#: Shortest ``api_key`` / ``admin_token``: guessing one must be hopeless.
+MIN_SECRET_LENGTH = 16
+MAX_API_SERVICES = 100
 _config_file: ContextVar[Path | None] = ContextVar("agora_hub_config_file", default=None)
 
 
@@ -274,6 +277,16 @@ class Settings(BaseSettings):
     envelope_max_waits: int = Field(
         1000, ge=1, description="HTTP envelope requests waiting for an answer at once, per node."
     )
+    api_key: SecretStr | None = Field(
+        None, description="Key of the server API (/api/* on the HTTP port); unset = API off."
+    )
+    api_services: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Service names POST /api/publish may stamp as from (comma-separated).",
+    )
+    admin_token: SecretStr | None = Field(
+        None, description="Token of the status page (/admin on the HTTP port); unset = off."
+    )
 
     # Where these settings were read from, for SIGHUP (see reread_settings).
     _sources: tuple[dict[str, Any], Path | None] | None = PrivateAttr(default=None)
@@ -292,6 +305,30 @@ class Settings(BaseSettings):
             value = value.split(",")
         if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
             return [str(n) for n in parse_networks(value)]
+        return value
+
+    @field_validator("api_services", mode="before")
+    @classmethod
+    def _services(cls, value: Any) -> Any:
+        if isinstance(value, str):  # a flag or env var: comma-separated
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if isinstance(value, list | tuple):
+            if len(value) > MAX_API_SERVICES:
+                raise ValueError(f"at most {MAX_API_SERVICES} service names")
+            for name in value:
+                if not isinstance(name, str) or not is_valid_agent_id(name):
+                    raise ValueError(
+                        "a service name is an agent id: 1-128 characters of [A-Za-z0-9._:-], "
+                        "starting with a letter or digit"
+                    )
+        return value
+
+    @field_validator("api_key", "admin_token")
+    @classmethod
+    def _long_secret(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < MIN_SECRET_LENGTH:
+            # Never echo the value: it is a secret, even a bad one.
+            raise ValueError(f"{info.field_name} must be at least {MIN_SECRET_LENGTH} characters")
         return value
 
     @model_validator(mode="after")
@@ -313,6 +350,8 @@ class Settings(BaseSettings):
             raise ValueError("tls_certfile and tls_keyfile go together")
         if self.workers > 1 and not self.redis_url:
             raise ValueError("workers > 1 needs redis_url (the workers coordinate through Redis)")
+        if self.api_services and self.api_key is None:
+            raise ValueError("api_services needs api_key (the server API is off without it)")
         ids = [s.id for s in self.spaces]
         if len(ids) != len(set(ids)):
             raise ValueError("a space is declared twice")
@@ -382,10 +421,15 @@ def check_files(settings: Settings) -> None:
         check_file(getattr(settings, name), name, purpose)
 
 
+# Variables of the client tools (``agora-hub tail`` …), not of ``serve``:
+# a shell that sets them for the tools must not draw warnings from the hub.
+CLIENT_ENV = ("url", "agent_id", "token", "token_file")
+
+
 def unknown_env_vars(environ: Mapping[str, str] | None = None) -> list[str]:
     """One warning per ``AGORA_HUB_*`` variable that names no setting (they are
     otherwise ignored), with the closest setting's variable when there is one."""
-    names = [*Settings.model_fields, "config"]
+    names = [*Settings.model_fields, "config", *CLIENT_ENV]
     return _unknown_env_vars(os.environ if environ is None else environ, names, ENV_PREFIX)
 
 

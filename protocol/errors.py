@@ -28,6 +28,7 @@ class ErrorCode(StrEnum):
     UNAVAILABLE = "UNAVAILABLE"
     HEARTBEAT_TIMEOUT = "HEARTBEAT_TIMEOUT"
     SLOW_CONSUMER = "SLOW_CONSUMER"
+    DISCONNECTED = "DISCONNECTED"
 
 
 class CloseCode(IntEnum):
@@ -35,7 +36,7 @@ class CloseCode(IntEnum):
 
     1000–1999 are RFC 6455 codes; 4000–4999 are the hub's own. A client should
     reconnect after 1001, 1013, 4008 and 4408; 4401, 4409 and 4429 need a change on
-    the client's side first.
+    the client's side first; 4403 means an operator disconnected the agent.
     """
 
     NORMAL = 1000
@@ -46,6 +47,8 @@ class CloseCode(IntEnum):
     TRY_AGAIN_LATER = 1013
     SLOW_CONSUMER = 4008
     UNAUTHORIZED = 4401
+    #: An operator disconnected the agent (server API or status page).
+    DISCONNECTED = 4403
     HEARTBEAT_TIMEOUT = 4408
     AGENT_EXISTS = 4409
     RATE_LIMIT_ABUSE = 4429

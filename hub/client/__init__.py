@@ -11,8 +11,11 @@
             print(event.sender, event.text)
 
 See ``docs/client.md`` for the full guide: streams, reconnects, errors and
-the command-line tools (:mod:`hub.client.cli`).
+the command-line tools (:mod:`hub.client.cli`). :class:`HubAPI` is the client
+of the hub's server API over HTTP (``docs/api.md``).
 """
+
+from typing import Any
 
 from hub.client.client import Backoff, Client
 from hub.client.errors import (
@@ -63,6 +66,7 @@ __all__ = [
     "ConnectionFailed",
     "Event",
     "HistoryPage",
+    "HubAPI",
     "HubClientError",
     "HubConnectionError",
     "HubRejected",
@@ -72,8 +76,10 @@ __all__ = [
     "MembersChanged",
     "MembersPage",
     "Message",
+    "NodeInfo",
     "OutgoingStream",
     "Position",
+    "Published",
     "RateLimited",
     "Registration",
     "RequestTimeout",
@@ -88,3 +94,14 @@ __all__ = [
     "Unauthorized",
     "Unavailable",
 ]
+
+_API_NAMES = frozenset({"HubAPI", "NodeInfo", "Published"})
+
+
+def __getattr__(name: str) -> Any:
+    # The HTTP API client loads aiohttp: only for those who use it.
+    if name in _API_NAMES:
+        from hub.client import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'hub.client' has no attribute {name!r}")

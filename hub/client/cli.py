@@ -28,7 +28,7 @@ import secrets
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -83,6 +83,13 @@ def add_commands(sub: Any) -> None:
         "--json",
         action="store_true",
         help="print JSON lines even on a terminal",
+    )
+    common.add_argument(
+        "--ca-file",
+        metavar="FILE",
+        default=None,
+        help="trust this CA certificate (PEM) for a wss:// hub with a private CA "
+        "(default: the system's CAs, or SSL_CERT_FILE when set)",
     )
 
     tail = sub.add_parser(
@@ -177,6 +184,7 @@ def _run(
     agent_id = args.agent_id or os.environ.get("AGORA_HUB_AGENT_ID") or _default_agent_id()
     out = Output(sys.stdout, json_lines=args.json or not sys.stdout.isatty())
     try:
+        tls = tls_options(args.url, args.ca_file)
         client = Client(
             args.url,
             agent_id,
@@ -186,6 +194,7 @@ def _run(
             backoff=Backoff(initial=0.5, maximum=10.0),
             request_timeout=args.timeout,
             open_timeout=args.timeout,
+            **tls,
         )
     except ValueError as exc:
         return _fail(str(exc), EXIT_USAGE)
@@ -237,6 +246,23 @@ def _token_reader(path: str) -> Callable[[], Awaitable[str]]:
     return read
 
 
+def tls_options(url: str, ca_file: str | None) -> dict[str, Any]:
+    """The ``ssl`` context for a ``wss://`` URL: trusting ``ca_file``, else
+    ``SSL_CERT_FILE``, else the system's CAs. ValueError for an unusable file."""
+    if not url.startswith("wss://"):
+        if ca_file is not None:
+            raise ValueError(f"--ca-file is for a wss:// hub, not {url!r}")
+        return {}
+    import ssl
+
+    cafile = ca_file or os.environ.get("SSL_CERT_FILE") or None
+    try:
+        return {"ssl": ssl.create_default_context(cafile=cafile)}
+    except (OSError, ssl.SSLError) as exc:
+        source = "--ca-file" if ca_file else "SSL_CERT_FILE"
+        raise ValueError(f"{source} {cafile}: not a readable PEM CA certificate ({exc})") from None
+
+
 def _fail(message: str, code: int) -> int:
     print(f"agora-hub: {message}", file=sys.stderr)
     return code
@@ -259,10 +285,8 @@ async def _spaces(client: Client, args: argparse.Namespace, out: Output) -> int:
         for s in spaces:
             out.json({"id": s.id, "type": s.type, "member_count": s.member_count})
     else:
-        width = max([len(s.id) for s in spaces] + [5])
-        out.line(f"{'SPACE':<{width}}  {'TYPE':<7} MEMBERS")
-        for s in spaces:
-            out.line(f"{s.id:<{width}}  {s.type:<7} {s.member_count}")
+        rows = [(s.id, s.type, str(s.member_count)) for s in spaces]
+        out.table(("SPACE", "TYPE", "MEMBERS"), rows, numeric={2})
     return EXIT_OK
 
 
@@ -440,12 +464,7 @@ async def _list_agents(client: Client, args: argparse.Namespace, out: Output) ->
         )
         for a in agents
     ]
-    header = ("AGENT", "TYPE", "NODE", "CONNECTED", "CAPABILITIES")
-    widths = [max([len(r[i]) for r in rows] + [len(header[i])]) for i in range(4)]
-    for row in (header, *rows):
-        out.line(
-            "  ".join(f"{v:<{w}}" for v, w in zip(row[:4], widths, strict=True)) + f"  {row[4]}"
-        )
+    out.table(("AGENT", "TYPE", "NODE", "CONNECTED", "CAPABILITIES"), rows)
     return EXIT_OK
 
 
@@ -478,6 +497,18 @@ class Output:
 
         self.stream.write(orjson.dumps(obj).decode() + "\n")
         self.stream.flush()
+
+    def table(
+        self, header: tuple[str, ...], rows: list[tuple[str, ...]], numeric: Collection[int] = ()
+    ) -> None:
+        """Aligned columns, two spaces apart, ``numeric`` ones to the right."""
+        widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+        for row in (header, *rows):
+            cells = [
+                v.rjust(w) if i in numeric else v.ljust(w)
+                for i, (v, w) in enumerate(zip(row, widths, strict=True))
+            ]
+            self.line("  ".join(cells).rstrip())
 
 
 class TailPrinter:

@@ -12,7 +12,8 @@ Requests carry a fresh ``id`` and are matched by it: the hub echoes it as
 flight from any number of tasks.
 
 With ``reconnect=True`` a lost connection (anything but a refusal that needs
-a change on this side: close codes 4401, 4409, 4429) is reopened with
+a change on this side: close codes 4401, 4409, 4429, and 4403 — an operator
+disconnected the agent) is reopened with
 jittered exponential backoff, the last ``register()`` is repeated and the
 spaces joined before are joined again *from where the client was* (its last
 ``seq`` and the space's ``epoch``): the hub replays what was published
@@ -100,7 +101,13 @@ log = logging.getLogger("hub.client")
 
 # Close codes after which reconnecting cannot help (contract §2).
 TERMINAL_CLOSE_CODES = frozenset(
-    {CloseCode.UNAUTHORIZED, CloseCode.AGENT_EXISTS, CloseCode.RATE_LIMIT_ABUSE}
+    {
+        CloseCode.UNAUTHORIZED,
+        CloseCode.AGENT_EXISTS,
+        CloseCode.RATE_LIMIT_ABUSE,
+        # An operator disconnected the agent: coming straight back would undo it.
+        CloseCode.DISCONNECTED,
+    }
 )
 
 _HEARTBEAT = b'{"type":"agent.heartbeat"}'

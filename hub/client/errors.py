@@ -133,6 +133,8 @@ class HubRejected(HubClientError):
     """The hub refused a request (or the connection) with an ``error`` event."""
 
     default_code = "REJECTED"
+    #: The HTTP status, when the refusal came from the server API (HubAPI).
+    status: int | None = None
 
 
 class InvalidRequest(HubRejected):

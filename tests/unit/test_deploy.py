@@ -40,12 +40,10 @@ from tests.support.servers import ROOT
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"
 SYSTEMD = DEPLOY / "systemd"
-# Contract settings the hub does not have yet; deploy files may set them as
-# variables already (the hub warns about unknown AGORA_HUB_* variables at start
-# but runs; unknown keys in its TOML file stop it, which
-# test_systemd_files_load checks).
-CONTRACT_SETTINGS = {"http_port", "identity_file", "trusted_proxies", "api_key", "admin_token"}
-SETTINGS = {f"AGORA_HUB_{n.upper()}" for n in {*Settings.model_fields, *CONTRACT_SETTINGS}}
+# Every variable a deploy file sets must name a real setting (the hub only
+# warns about unknown AGORA_HUB_* variables; unknown keys in its TOML file stop
+# it, which test_systemd_files_load checks).
+SETTINGS = {f"AGORA_HUB_{n.upper()}" for n in Settings.model_fields}
 SETTINGS.add("AGORA_HUB_CONFIG")
 # What the balancers send to the HTTP port (path prefixes end with "/").
 HTTP_ROUTES = {"/agora/", "/envelope/", "/agentprotocol", "/agentprotocol/", "/api/"}

@@ -38,6 +38,9 @@ def test_unknown_env_vars_are_named_with_the_closest_setting():
         "did you mean AGORA_HUB_RATE_LIMIT?",
     ]
     assert unknown_env_vars({"AGORA_HUB_LOG_LEVEL": "debug"}) == []
+    # The client tools' own variables are known too.
+    tools = {f"AGORA_HUB_{n}": "x" for n in ("URL", "AGENT_ID", "TOKEN", "TOKEN_FILE")}
+    assert unknown_env_vars(tools) == []
 
 
 def test_unknown_config_keys_stay_fatal_and_suggest_the_closest_name(tmp_path):
