@@ -19,11 +19,12 @@ apply to later requests; memberships already made stay) and is answered
 
 from __future__ import annotations
 
+from hub.actions import Close, Refresh
 from hub.auth import Authenticator
 from hub.dispatch import ErrorSender
 from hub.errors import AuthError
 from hub.peer import Peer
-from hub.session import Close, Refresh, SessionState
+from hub.session import SessionState
 from protocol import codec
 from protocol.errors import ErrorCode, ProtocolError
 

@@ -17,10 +17,10 @@ from typing import Any
 import structlog
 from websockets.exceptions import ConnectionClosed
 
+from hub.actions import Action
 from hub.errors import BackplaneUnavailable, SpaceFull
 from hub.metrics import Counters
 from hub.peer import Peer
-from hub.session import Action
 from protocol import codec
 from protocol.errors import ErrorCode, ProtocolError
 

@@ -19,6 +19,7 @@ import contextlib
 import functools
 from typing import Any
 
+from hub.actions import Denied, Join, Leave, ListAgents, ListMembers, ListSpaces, Register
 from hub.backplane import Backplane, Draft, Envelope
 from hub.errors import BackplaneUnavailable
 from hub.ids import Ids
@@ -27,7 +28,6 @@ from hub.presence import AgentRecord, CapabilityFilter, InvalidQuery, Presence
 from hub.publishing import Publishing
 from hub.recovery import Recovery
 from hub.registry import Registry
-from hub.session import Denied, Join, Leave, ListAgents, ListMembers, ListSpaces, Register
 from hub.settings import Settings
 from hub.spaces import SpaceDirectory
 from hub.subscriptions import Subscriptions

@@ -4,9 +4,11 @@ A :class:`Node` builds and owns the parts — settings, authenticator,
 backplane and presence (in memory by default, Redis for a cluster), the local
 :class:`~hub.registry.Registry`, membership, publishing, the cluster link, the
 dispatcher, the HTTP application and the hosted adapters — and hands each
-part only what it uses. It also drives one agent connection from accepted to
-cleaned up (:meth:`handle`), hosts virtual members for adapters
-(:meth:`attach`), and is the backplane's delivery handler (:meth:`deliver`).
+part only what it uses. ``handle`` (one WebSocket connection,
+:mod:`hub.lifecycle`) and ``attach`` (a virtual member for an adapter,
+:mod:`hub.hosting`) are its parts' methods; the node itself is the
+backplane's delivery handler (:meth:`deliver`) and runs the lifecycle of the
+whole (start, settle after an outage, close in order).
 """
 
 from __future__ import annotations
@@ -20,36 +22,8 @@ from typing import Any
 
 import structlog
 from aiohttp import web
-from websockets.exceptions import ConnectionClosed
 
-from hub.agents import AgentIds
-from hub.api import NodeReadings, OperatorFaces
-from hub.api.operations import API_SENDER
-from hub.auth import build_authenticator
-from hub.authz import space_rules
-from hub.backplane import Backplane, Envelope, create_backplane
-from hub.cluster import ClusterLink
-from hub.connection import HubConnection
-from hub.credentials import TokenExpiry
-from hub.dispatch import Dispatcher, ErrorSender
-from hub.envelopes import EnvelopeCheck
-from hub.errors import AgentIdTaken, AuthError, BackplaneUnavailable
-from hub.frames import OutFrame
-from hub.gaps import GapFiller
-from hub.handshake import HandshakeSlots
-from hub.http import health_routes, request_metrics
-from hub.identity import HubIdentity
-from hub.ids import Ids
-from hub.kvstore import create_kv_store
-from hub.membership import Membership
-from hub.metrics import Counters, Gauges, HubCollector, build_registry
-from hub.outbox import Flusher
-from hub.peer import Peer
-from hub.presence import AgentRecord, Presence, create_presence
-from hub.publishing import Publishing
-from hub.registry import Registry
-from hub.replay import ReplayCache
-from hub.session import (
+from hub.actions import (
     Close,
     Denied,
     Join,
@@ -64,17 +38,45 @@ from hub.session import (
     Register,
     Reject,
     Send,
-    Session,
-    SessionLimits,
     StreamCancel,
     StreamDelta,
     StreamDone,
 )
+from hub.agents import AgentIds
+from hub.api import NodeReadings, OperatorFaces
+from hub.api.operations import API_SENDER
+from hub.auth import build_authenticator
+from hub.authz import space_rules
+from hub.backplane import Backplane, Envelope, create_backplane
+from hub.cluster import ClusterLink
+from hub.connection import HubConnection
+from hub.credentials import TokenExpiry
+from hub.dispatch import Dispatcher, ErrorSender
+from hub.envelopes import EnvelopeCheck
+from hub.errors import BackplaneUnavailable
+from hub.frames import OutFrame
+from hub.gaps import GapFiller
+from hub.handshake import HandshakeSlots
+from hub.hosting import VirtualHosting
+from hub.housekeeping import Sweeper
+from hub.http import health_routes, request_metrics
+from hub.identity import HubIdentity
+from hub.ids import Ids
+from hub.kvstore import create_kv_store
+from hub.lifecycle import ConnectionLifecycle
+from hub.membership import Membership
+from hub.metrics import Counters, Gauges, HubCollector, build_registry
+from hub.outbox import Flusher
+from hub.peer import Peer
+from hub.presence import Presence, create_presence
+from hub.publishing import Publishing
+from hub.registry import Registry
+from hub.replay import ReplayCache
+from hub.session import SessionLimits
 from hub.settings import Settings
 from hub.spaces import SpaceDirectory
 from hub.subscriptions import Subscriptions
-from hub.virtual import Adapter, MessageHandler, VirtualMember
-from protocol import codec
+from hub.virtual import Adapter, VirtualMember
 from protocol.errors import CloseCode, ErrorCode
 
 #: Sequenced messages whose seq is a multiple of this have their
@@ -231,6 +233,25 @@ class Node:
         self.reserved_ids: set[str] = set()
         if s.api_key is not None:
             self.reserved_ids.update((API_SENDER, *s.api_services))
+        self.lifecycle = ConnectionLifecycle(
+            s, self.node_id, auth=self.auth, ids=self.ids, registry=self.registry,
+            agent_ids=self.agent_ids, presence=self.presence, membership=self.membership,
+            dispatcher=self.dispatcher, limits=self.limits, counters=self.counters,
+            reserved_ids=self.reserved_ids, log=self.log,
+        )  # fmt: skip
+        #: Runs one WebSocket connection (the server's handler).
+        self.handle = self.lifecycle.handle
+        self.hosting = VirtualHosting(
+            self.node_id, ids=self.ids, registry=self.registry, agent_ids=self.agent_ids,
+            membership=self.membership, dispatcher=self.dispatcher, limits=self.virtual_limits,
+            queue_bytes=s.outbox_max_bytes, reserved_ids=self.reserved_ids,
+        )  # fmt: skip
+        #: Gives an adapter a virtual member (:class:`~hub.virtual.AdapterHost`).
+        self.attach = self.hosting.attach
+        self.sweeper = Sweeper(
+            s, self.registry, self.publishing, self.expiry,
+            settle=self._settle, preframe=self.preframe, log=self.log,
+        )  # fmt: skip
         self.accepting = True
         self._sweeper: asyncio.Task[None] | None = None
         self._started = False
@@ -276,7 +297,7 @@ class Node:
         await self.presence.start()
         await self.backplane.start(self)
         await self._settle()
-        self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+        self._sweeper = asyncio.get_running_loop().create_task(self.sweeper.run())
         await self.operator.start()
         for adapter in self.adapters:
             await adapter.start(self)
@@ -416,220 +437,6 @@ class Node:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    # ── one WebSocket connection ────────────────────────────────────────
-
-    async def handle(self, conn: HubConnection) -> None:
-        """Run one agent connection from accepted to cleaned up."""
-        loop = asyncio.get_running_loop()
-        conn.start_outbox()
-        agent_id = conn.agent_id
-        conn_id = conn.connection_id = self.ids.connection_id()
-        log = self.log.bind(agent_id=agent_id, connection_id=conn_id)
-        try:
-            conn.grant = await self.auth.authenticate(agent_id, conn.token)
-        except AuthError as exc:
-            await self._refuse(conn, CloseCode.UNAUTHORIZED, ErrorCode.UNAUTHORIZED, str(exc))
-            log.info("connection refused", reason="unauthorized")
-            return
-        if agent_id in self.reserved_ids:
-            await self._refuse(
-                conn, CloseCode.AGENT_EXISTS, ErrorCode.AGENT_EXISTS,
-                f"agent id {agent_id!r} is the hub's own",
-            )  # fmt: skip
-            log.info("connection refused", reason="reserved agent id")
-            return
-        # Declared in the handshake query, so the first `online` shows them.
-        info = conn.declared
-        record = AgentRecord(
-            agent_id, self.node_id, conn_id,
-            info.type if info else None,
-            tuple(info.capabilities) if info else (),
-            info.metadata if info else {},
-            codec.now_ms(),
-        )  # fmt: skip
-        self.registry.add(conn_id, conn)
-        try:
-            claimed = await self.agent_ids.claim(record)
-        except BackplaneUnavailable as exc:
-            self.registry.evict(conn_id, conn)
-            await self._refuse(conn, CloseCode.TRY_AGAIN_LATER, ErrorCode.UNAVAILABLE, str(exc))
-            log.info("connection refused", reason="backplane unavailable")
-            return
-        if not claimed:
-            self.registry.evict(conn_id, conn)
-            await self._refuse(
-                conn,
-                CloseCode.AGENT_EXISTS,
-                ErrorCode.AGENT_EXISTS,
-                f"agent {agent_id!r} is already connected",
-            )
-            log.info("connection refused", reason="agent exists")
-            return
-        if conn.closing:
-            # The client gave up while the id was being claimed: never announce it.
-            self.registry.evict(conn_id, conn)
-            with contextlib.suppress(BackplaneUnavailable):
-                await self.presence.release_agent(agent_id, conn_id)
-            conn.cleaned_up.set()
-            log.info("connection refused", reason="client gone during the claim")
-            return
-
-        conn.record = record
-        self.registry.bind_agent(conn)
-        session = conn.session = Session(
-            agent_id, conn_id, self.limits, loop.time(), grant=conn.grant
-        )
-        self.counters.connections_opened += 1
-        conn.send_frame(self._registered(agent_id, conn_id))
-        log.info("connection opened", **_remote(conn))
-        try:
-            with contextlib.suppress(BackplaneUnavailable):
-                await self.membership.agent_status("online", record)
-            receive = self.dispatcher.receive
-            with contextlib.suppress(ConnectionClosed):
-                async for frame in conn:
-                    await receive(conn, frame, loop.time())
-        finally:
-            await self.membership.detach(conn, record)
-            conn.cleaned_up.set()
-            log.info(
-                "connection closed",
-                duration=round(time.monotonic() - conn.opened_at, 3),
-                messages_in=session.messages_in,
-                messages_out=conn.frames_out,
-                close_code=conn.hub_close_code
-                if conn.hub_close_code is not None
-                else _close_code(conn),
-            )
-
-    def _registered(self, agent_id: str, conn_id: str, request_id: str | None = None) -> bytes:
-        s = self.settings
-        return codec.registered(
-            request_id,
-            agent_id,
-            conn_id,
-            round(s.heartbeat_interval * 1000),
-            round(s.heartbeat_timeout * 1000),
-        )
-
-    async def _refuse(
-        self, conn: HubConnection, code: CloseCode, error: ErrorCode, reason: str
-    ) -> None:
-        conn.close_for(code, error, reason)
-        conn.cleaned_up.set()
-        with contextlib.suppress(Exception):
-            await conn.wait_closed()
-
-    # ── virtual members (adapters) ──────────────────────────────────────
-
-    async def attach(
-        self,
-        agent_id: str,
-        handler: MessageHandler | None = None,
-        *,
-        shared: bool = False,
-        type: str | None = None,
-        capabilities: tuple[str, ...] = (),
-        metadata: dict[str, Any] | None = None,
-    ) -> VirtualMember:
-        """A virtual member for an adapter: an agent living inside the hub.
-
-        ``shared``: every node hosts one under the same id (inbound bridges);
-        the id is reserved (connections with it are refused), not claimed,
-        and the member's space memberships outlive one node's copy. Otherwise
-        the id is claimed cluster-wide like a connection's (raises
-        :class:`~hub.errors.AgentIdTaken` while a live holder has it).
-        """
-        conn_id = self.ids.connection_id("vm")
-        member = VirtualMember(
-            agent_id, conn_id, self.dispatcher.receive, handler,
-            shared=shared, queue_bytes=self.settings.outbox_max_bytes,
-            request_prefix=f"{self.ids.tag}-",
-        )  # fmt: skip
-        record = AgentRecord(
-            agent_id, self.node_id, conn_id, type, tuple(capabilities), metadata or {},
-            codec.now_ms(),
-        )  # fmt: skip
-        self.registry.add(conn_id, member)
-        if shared:
-            self.reserved_ids.add(agent_id)
-        else:
-            try:
-                claimed = await self.agent_ids.claim(record)
-            except BaseException:
-                self.registry.evict(conn_id, member)
-                raise
-            if not claimed:
-                self.registry.evict(conn_id, member)
-                raise AgentIdTaken(agent_id)
-        member.record = record
-        member.session = Session(
-            agent_id, conn_id, self.virtual_limits, asyncio.get_running_loop().time()
-        )
-        member.detach = self._detach
-        self.registry.bind_agent(member)
-        if not shared:
-            with contextlib.suppress(BackplaneUnavailable):
-                await self.membership.agent_status("online", record)
-        member.start()
-        return member
-
-    async def _detach(self, member: VirtualMember) -> None:
-        record = None if member.shared else member.record
-        try:
-            await self.membership.detach(member, record)
-        finally:
-            member.cleaned_up.set()
-
-    # ── housekeeping ────────────────────────────────────────────────────
-
-    async def _sweep(self) -> None:
-        """Heartbeat timeouts, idle streams and expired tokens, for every
-        connection at once."""
-        s = self.settings
-        interval = max(0.02, min(s.heartbeat_timeout / 4, s.stream_idle_timeout / 4, 5.0))
-        if s.auth_mode == "jwt":  # the only credentials that expire
-            interval = max(0.02, min(interval, s.token_refresh_grace / 4))
-        loop = asyncio.get_running_loop()
-        next_tick = loop.time() + s.heartbeat_interval
-        while True:
-            await asyncio.sleep(interval)
-            now = loop.time()
-            try:
-                await self._sweep_once(now)
-                if now >= next_tick:
-                    next_tick = now + s.heartbeat_interval
-                    await self._settle()
-            except Exception:
-                self.log.exception("sweep failed")
-
-    async def _sweep_once(self, now: float) -> None:
-        idle = self.settings.stream_idle_timeout
-        wall = time.time()  # token expiry is wall-clock time (a JWT's exp)
-        expiry = self.expiry
-        for peer in self.registry:
-            session = peer.session
-            if session is None or peer.closing:
-                continue
-            close = session.check_liveness(now)
-            if close is not None:
-                peer.close_for(close.code, close.error, close.reason)
-                continue
-            if session.grant.expires_at is not None and expiry.sweep(peer, wall):
-                continue
-            if session.open_streams:
-                for cancel in session.expire_streams(now, idle):
-                    with contextlib.suppress(BackplaneUnavailable):
-                        await self.publishing.stream_cancel(peer, cancel)
-        # Streams whose publisher's node went away without a last frame.
-        for record in self.registry.expire_streams(now, idle * 2):
-            frame = codec.cancel_notice(
-                record.space, record.stream_id, record.publisher, "idle_timeout"
-            )
-            out = OutFrame(frame, self.preframe)
-            for member in record.audience:
-                member.push(out)
-
 
 def _send(peer: Peer, a: Send) -> None:
     peer.send_frame(a.frame)
@@ -637,21 +444,3 @@ def _send(peer: Peer, a: Send) -> None:
 
 def _close(peer: Peer, a: Close) -> None:
     peer.close_for(a.code, a.error, a.reason)
-
-
-def _remote(conn: HubConnection) -> dict[str, str | None]:
-    client = conn.client  # set at the handshake, with trusted proxies resolved
-    if client is not None:
-        return {"remote": str(client), "via": client.via} if client.via else {"remote": str(client)}
-    try:
-        host, port = conn.remote_address[:2]
-        return {"remote": f"{host}:{port}"}
-    except Exception:
-        return {"remote": None}
-
-
-def _close_code(conn: HubConnection) -> int | None:
-    try:
-        return conn.protocol.close_code
-    except Exception:
-        return None

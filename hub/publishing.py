@@ -13,6 +13,7 @@ import functools
 from typing import Any
 
 from hub import idempotency
+from hub.actions import Publish, ReceiverCancel, StreamCancel, StreamDelta, StreamDone
 from hub.backplane import Backplane, Draft, Duplicate, Once, StreamOp
 from hub.dispatch import ErrorSender
 from hub.envelopes import ENVELOPE_PROTOCOLS, EnvelopeCheck
@@ -21,7 +22,6 @@ from hub.metrics import Counters
 from hub.peer import Peer
 from hub.presence import Presence
 from hub.registry import Registry
-from hub.session import Publish, ReceiverCancel, StreamCancel, StreamDelta, StreamDone
 from hub.settings import Settings
 from protocol import codec
 from protocol.errors import ErrorCode, ProtocolError

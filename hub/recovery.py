@@ -39,11 +39,11 @@ from typing import Any
 
 import orjson
 
+from hub.actions import ReadHistory
 from hub.backplane import Backplane, Envelope, History
 from hub.frames import OutFrame
 from hub.peer import Peer
 from hub.registry import Registry
-from hub.session import ReadHistory
 from hub.settings import Settings
 from hub.streams import StreamOp
 from hub.subscriptions import Subscriptions

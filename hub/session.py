@@ -18,20 +18,38 @@ capacity, member lists, sequencing) is an action for the node.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from hub.actions import (
+    Action,
+    Close,
+    Denied,
+    Join,
+    Leave,
+    ListAgents,
+    ListMembers,
+    ListSpaces,
+    Publish,
+    ReadHistory,
+    ReceiverCancel,
+    Refresh,
+    Register,
+    Reject,
+    RequestId,
+    Send,
+    StreamCancel,
+)
 from hub.authz import Grant, SpaceRules, may_join, may_publish
+from hub.outstreams import PublisherStreams
 from hub.ratelimit import TokenBucket, Verdict
 from protocol import codec
 from protocol.envelope import PROTOCOLS as _ENVELOPE_PROTOCOLS
 from protocol.errors import CloseCode, ErrorCode, ProtocolError
 from protocol.messages import (
     DEFAULT_PAGE,
-    AgentInfo,
     AgentListRequest,
     AgentRefresh,
     AgentRegister,
@@ -39,7 +57,6 @@ from protocol.messages import (
     ClientDelta,
     ClientDone,
     ClientHeartbeat,
-    Since,
     SpaceHistoryRequest,
     SpaceJoin,
     SpaceLeave,
@@ -47,192 +64,13 @@ from protocol.messages import (
     SpaceMembersRequest,
     SpacePublish,
 )
-from protocol.names import SpaceKind, check_event_id, space_kind
-
-RequestId = str | int | None
-
-# How many finished stream ids a session remembers to refuse late deltas.
-FINISHED_STREAMS_REMEMBERED = 256
+from protocol.names import SpaceKind, space_kind
 
 
 class SessionState(Enum):
     OPEN = "open"
     CLOSING = "closing"
     CLOSED = "closed"
-
-
-# ── actions ─────────────────────────────────────────────────────────────────
-
-
-@dataclass(frozen=True, slots=True)
-class Send:
-    """Send these bytes to this connection."""
-
-    frame: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Reject:
-    """Answer with an ``error`` event; the connection stays open."""
-
-    error: ProtocolError
-
-
-@dataclass(frozen=True, slots=True)
-class Close:
-    """Send the error event, then close with ``code``."""
-
-    code: CloseCode
-    error: ErrorCode
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Register:
-    info: AgentInfo
-    request_id: RequestId
-
-
-@dataclass(frozen=True, slots=True)
-class Refresh:
-    """``agent.refresh``: authenticate ``token`` for this agent id and, if it
-    is good, make its grant the connection's."""
-
-    token: str = field(repr=False)
-    request_id: RequestId
-
-
-@dataclass(frozen=True, slots=True)
-class Join:
-    space: str
-    request_id: RequestId
-    #: Resume: replay what was published after this position (hub/recovery.py).
-    since: Since | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Leave:
-    space: str
-    request_id: RequestId
-    cancelled: tuple[StreamCancel, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Publish:
-    space: str
-    data: dict[str, Any]
-    echo: bool
-    request_id: RequestId
-    #: Addressed publish: the recipients (deduplicated) and ``to`` as sent,
-    #: which the event carries unchanged.
-    to: tuple[str, ...] | None = None
-    to_field: str | list[str] | None = None
-    idempotency_key: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Denied:
-    """Publish/stream to a space this agent is not a member of.
-
-    The node answers ``SPACE_NOT_FOUND`` or ``UNAUTHORIZED`` depending on
-    whether the space exists, which only it can tell.
-    """
-
-    space: str
-    request_id: RequestId
-
-
-@dataclass(frozen=True, slots=True)
-class ListSpaces:
-    request_id: RequestId
-
-
-@dataclass(frozen=True, slots=True)
-class ListMembers:
-    """A page of a space's members (``space.members`` request)."""
-
-    space: str
-    cursor: str | None
-    limit: int
-    request_id: RequestId
-
-
-@dataclass(frozen=True, slots=True)
-class ListAgents:
-    """A page of the agent directory (``agent.list``)."""
-
-    capability: str | None
-    space: str | None
-    cursor: str | None
-    limit: int
-    request_id: RequestId
-
-
-@dataclass(frozen=True, slots=True)
-class StreamDelta:
-    space: str
-    stream_id: str
-    data: dict[str, Any]
-    echo: bool
-    first: bool
-    request_id: RequestId
-
-
-@dataclass(frozen=True, slots=True)
-class StreamDone:
-    space: str
-    stream_id: str
-    request_id: RequestId
-
-
-@dataclass(frozen=True, slots=True)
-class StreamCancel:
-    """The publisher's own stream ends early (by itself or by the hub)."""
-
-    space: str
-    stream_id: str
-    reason: str
-    request_id: RequestId = None
-
-
-@dataclass(frozen=True, slots=True)
-class ReadHistory:
-    """``space.history`` from a member of the space."""
-
-    space: str
-    limit: int
-    before_seq: int | None
-    request_id: RequestId
-
-
-@dataclass(frozen=True, slots=True)
-class ReceiverCancel:
-    """A receiver no longer wants the rest of someone else's stream."""
-
-    space: str
-    stream_id: str
-    request_id: RequestId
-
-
-Action = (
-    Send
-    | Reject
-    | Close
-    | Register
-    | Join
-    | Leave
-    | Publish
-    | Denied
-    | ListSpaces
-    | ListMembers
-    | ListAgents
-    | StreamDelta
-    | StreamDone
-    | StreamCancel
-    | ReceiverCancel
-    | ReadHistory
-    | Refresh
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,28 +89,6 @@ class SessionLimits:
     token_leeway: float = 0.0
     #: After the "token expired" notice: seconds left to ``agent.refresh``.
     token_refresh_grace: float = 30.0
-
-
-@dataclass(slots=True)
-class OpenStream:
-    space: str
-    stream_id: str
-    last_active: float
-
-
-@dataclass(slots=True)
-class _Streams:
-    """Publisher-side stream bookkeeping, created on first use."""
-
-    open: dict[str, OpenStream] = field(default_factory=dict)
-    finished: OrderedDict[str, None] = field(default_factory=OrderedDict)
-
-    def finish(self, event_id: str) -> OpenStream | None:
-        stream = self.open.pop(event_id, None)
-        self.finished[event_id] = None
-        while len(self.finished) > FINISHED_STREAMS_REMEMBERED:
-            self.finished.popitem(last=False)
-        return stream
 
 
 # ── the state machine ───────────────────────────────────────────────────────
@@ -314,7 +130,7 @@ class Session:
         self._bucket = TokenBucket(
             limits.rate_limit, limits.rate_burst, limits.rate_abuse_seconds, now
         )
-        self._streams: _Streams | None = None
+        self._streams: PublisherStreams | None = None
         #: What the connection's credentials allow; ``agent.refresh`` replaces it.
         self.grant = grant
         self._restricted = False
@@ -386,17 +202,16 @@ class Session:
 
     def expire_streams(self, now: float, idle_timeout: float) -> list[StreamCancel]:
         """Hub-cancel this publisher's streams idle for longer than ``idle_timeout``."""
-        if not self._streams or not self._streams.open:
+        if not self._streams:
             return []
-        idle = [eid for eid, s in self._streams.open.items() if now - s.last_active > idle_timeout]
-        return [self._hub_cancel(eid, "idle_timeout") for eid in idle]
+        return self._streams.expire(now, idle_timeout)
 
     def closed(self) -> list[StreamCancel]:
         """The connection is gone: returns hub cancels for its open streams."""
         self._transition(SessionState.CLOSED)
         if not self._streams:
             return []
-        return [self._hub_cancel(eid, "publisher_disconnected") for eid in list(self._streams.open)]
+        return self._streams.cancel_all("publisher_disconnected")
 
     def begin_close(self) -> None:
         self._transition(SessionState.CLOSING)
@@ -460,7 +275,7 @@ class Session:
 
     @property
     def open_streams(self) -> int:
-        return len(self._streams.open) if self._streams else 0
+        return len(self._streams) if self._streams else 0
 
     # ── dispatch ─────────────────────────────────────────────────────────
 
@@ -492,7 +307,9 @@ class Session:
                     raise ProtocolError(
                         ErrorCode.INVALID_REQUEST, f"not a member of space {space!r}", rid
                     )
-                cancels = tuple(self._cancel_streams_in(space, "publisher_left_space"))
+                cancels = tuple(
+                    self._streams.cancel_in(space, "publisher_left_space") if self._streams else ()
+                )
                 return [Leave(space, rid, cancels)]
             case SpaceListRequest():
                 return [ListSpaces(rid)]
@@ -573,111 +390,35 @@ class Session:
         recipients = tuple(dict.fromkeys([msg.to] if isinstance(msg.to, str) else msg.to))
         return Publish(msg.space, msg.data, msg.echo, msg.id, recipients, msg.to, key)
 
-    # ── publisher side of client streams ────────────────────────────────
-
-    def _stream_id(self, event_id: str) -> str:
-        return f"{self.agent_id}/{event_id}"
-
-    def _own_event_id(self, event_id: str) -> str | None:
-        """The client-side id if ``event_id`` names one of this agent's open streams."""
-        if not self._streams:
-            return None
-        if event_id in self._streams.open:
-            return event_id
-        prefix = f"{self.agent_id}/"
-        if event_id.startswith(prefix) and event_id[len(prefix) :] in self._streams.open:
-            return event_id[len(prefix) :]
-        return None
+    # ── publisher side of client streams (hub/outstreams.py) ───────────
 
     def _delta(self, msg: ClientDelta, now: float) -> Action:
-        rid = msg.id
-        try:
-            event_id = check_event_id(msg.event_id)
-        except ProtocolError as exc:
-            raise exc.with_request_id(rid) from None
-        if not isinstance(msg.data.get("text"), str):
-            raise ProtocolError(ErrorCode.INVALID_REQUEST, "data.text must be a string", rid)
-        streams = self._streams
-        stream = streams.open.get(event_id) if streams else None
-        if stream is None:
-            if streams and event_id in streams.finished:
-                raise ProtocolError(
-                    ErrorCode.INVALID_REQUEST, f"stream {event_id!r} already ended", rid
-                )
-            denied = self._may_publish(msg.space, msg.data, rid)
-            if denied:
-                return denied
-            if msg.space in self._limits.signed_spaces:
-                raise ProtocolError(
-                    ErrorCode.UNAUTHORIZED,
-                    f"space {msg.space!r} accepts only signed envelopes, not streams",
-                    rid,
-                )
-            if streams is None:
-                streams = self._streams = _Streams()
-            if len(streams.open) >= self._limits.max_streams:
-                raise ProtocolError(
-                    ErrorCode.RATE_LIMITED,
-                    f"too many open streams (limit {self._limits.max_streams})",
-                    rid,
-                )
-            stream = OpenStream(msg.space, self._stream_id(event_id), now)
-            streams.open[event_id] = stream
-            return StreamDelta(msg.space, stream.stream_id, msg.data, msg.echo, True, rid)
-        if stream.space != msg.space:
+        if self._streams is None:
+            self._streams = PublisherStreams(self.agent_id, self._limits.max_streams)
+        return self._streams.delta(msg, now, self._may_open_stream)
+
+    def _may_open_stream(self, space: str, data: dict[str, Any], rid: RequestId) -> Denied | None:
+        denied = self._may_publish(space, data, rid)
+        if denied is None and space in self._limits.signed_spaces:
             raise ProtocolError(
-                ErrorCode.INVALID_REQUEST,
-                f"stream {event_id!r} belongs to space {stream.space!r}",
+                ErrorCode.UNAUTHORIZED,
+                f"space {space!r} accepts only signed envelopes, not streams",
                 rid,
             )
-        if msg.data.get("from", self.agent_id) != self.agent_id:
-            raise ProtocolError(
-                ErrorCode.INVALID_REQUEST,
-                f"data.from must be the connection's agent_id {self.agent_id!r}",
-                rid,
-            )
-        stream.last_active = now
-        return StreamDelta(msg.space, stream.stream_id, msg.data, msg.echo, False, rid)
+        return denied
 
     def _done(self, msg: ClientDone) -> Action:
-        own = self._own_event_id(msg.event_id)
-        if own is None or self._streams is None:
+        if self._streams is None:
             raise ProtocolError(
                 ErrorCode.INVALID_REQUEST, f"no open stream {msg.event_id[:128]!r}", msg.id
             )
-        stream = self._streams.open[own]
-        if stream.space != msg.space:
-            raise ProtocolError(
-                ErrorCode.INVALID_REQUEST,
-                f"stream {own!r} belongs to space {stream.space!r}",
-                msg.id,
-            )
-        self._streams.finish(own)
-        return StreamDone(stream.space, stream.stream_id, msg.id)
+        return self._streams.done(msg)
 
     def _cancel(self, msg: ClientCancel) -> Action:
-        own = self._own_event_id(msg.event_id)
-        if own is not None and self._streams is not None:
-            stream = self._streams.finish(own)
-            assert stream is not None
-            return StreamCancel(stream.space, stream.stream_id, msg.reason or "cancelled", msg.id)
-        if self._streams and msg.event_id in self._streams.finished:
-            raise ProtocolError(
-                ErrorCode.INVALID_REQUEST, f"stream {msg.event_id!r} already ended", msg.id
-            )
+        own = self._streams.cancel(msg) if self._streams is not None else None
+        if own is not None:
+            return own
         return ReceiverCancel(self._checked_space(msg.space, msg.id), msg.event_id, msg.id)
-
-    def _hub_cancel(self, event_id: str, reason: str) -> StreamCancel:
-        assert self._streams is not None
-        stream = self._streams.finish(event_id)
-        assert stream is not None
-        return StreamCancel(stream.space, stream.stream_id, reason)
-
-    def _cancel_streams_in(self, space: str, reason: str) -> list[StreamCancel]:
-        if not self._streams:
-            return []
-        ids = [eid for eid, s in self._streams.open.items() if s.space == space]
-        return [self._hub_cancel(eid, reason) for eid in ids]
 
     def _close(self, code: CloseCode, error: ErrorCode, reason: str) -> Close:
         self._transition(SessionState.CLOSING)

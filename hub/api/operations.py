@@ -26,13 +26,13 @@ from typing import Any
 
 import orjson
 
+from hub.actions import Action, ListAgents, ListMembers, ListSpaces, Publish
 from hub.api.errors import ApiError, from_error_frame
 from hub.api.stats import parse_documents
 from hub.frames import OutFrame
 from hub.nodestats import NodeStatsStore
 from hub.presence import AgentRecord, Presence
 from hub.ratelimit import TokenBucket, Verdict
-from hub.session import Action, ListAgents, ListMembers, ListSpaces, Publish
 from hub.settings import Settings
 from protocol import codec
 from protocol.envelope import PROTOCOLS as ENVELOPE_PROTOCOLS

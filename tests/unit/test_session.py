@@ -3,7 +3,7 @@
 import orjson
 import pytest
 
-from hub.session import (
+from hub.actions import (
     Close,
     Denied,
     Join,
@@ -16,13 +16,11 @@ from hub.session import (
     Register,
     Reject,
     Send,
-    Session,
-    SessionLimits,
-    SessionState,
     StreamCancel,
     StreamDelta,
     StreamDone,
 )
+from hub.session import Session, SessionLimits, SessionState
 from protocol.errors import CloseCode, ErrorCode
 
 LIMITS = SessionLimits(
@@ -274,14 +272,20 @@ def test_hub_cancels_idle_left_and_disconnected_streams():
 
 
 def test_finished_ids_are_remembered_with_a_bound():
-    from hub.session import FINISHED_STREAMS_REMEMBERED
+    from hub.outstreams import FINISHED_STREAMS_REMEMBERED
 
     s = make(SessionLimits(max_streams=1, rate_burst=10_000))
     for i in range(FINISHED_STREAMS_REMEMBERED + 50):
         feed(s, delta(f"e{i}"))
         feed(s, {"type": "space.event.done", "space": "general", "event_id": f"e{i}"})
     assert s.open_streams == 0
-    assert len(s._streams.finished) == FINISHED_STREAMS_REMEMBERED
+    last = FINISHED_STREAMS_REMEMBERED + 49
+    # The newest finished ids are remembered: a late delta is refused...
+    late = feed(s, delta(f"e{last - FINISHED_STREAMS_REMEMBERED + 1}"))
+    assert isinstance(late[0], Reject) and "already ended" in late[0].error.message
+    # ...the oldest are forgotten (bounded memory): the id may open a new stream.
+    again = feed(s, delta("e0"))
+    assert isinstance(again[0], StreamDelta) and again[0].first
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from hub.authz import Grant, space_rules
-from hub.session import (
+from hub.actions import (
     Close,
     Denied,
     Join,
@@ -19,10 +18,10 @@ from hub.session import (
     Publish,
     Refresh,
     Reject,
-    Session,
-    SessionLimits,
     StreamDelta,
 )
+from hub.authz import Grant, space_rules
+from hub.session import Session, SessionLimits
 from hub.settings import DeclaredSpace
 from protocol.errors import CloseCode, ErrorCode, ProtocolError
 from protocol.messages import MAX_TOKEN
