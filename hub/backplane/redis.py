@@ -89,6 +89,7 @@ class RedisBackplane:
             keys,
             node_channel=keys.node_channel(node_id).encode(),
             seq_ttl=seq_ttl,
+            candidate=candidate,
             timeout=socket_timeout,
             ping_interval=ping_interval,
             backoff=(backoff_min, backoff_max),

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import random
 import time
+from collections.abc import Callable
 from typing import Any
 
 from redis.asyncio import Redis
@@ -40,6 +41,7 @@ class PubSubLink:
         *,
         node_channel: bytes,
         seq_ttl: int,
+        candidate: Callable[[], str],
         timeout: float,
         ping_interval: float,
         backoff: tuple[float, float],
@@ -50,6 +52,7 @@ class PubSubLink:
         self._raise_script = client.register_script(RAISE_SEQ_LUA)
         self._node_channel = node_channel
         self._seq_ttl = seq_ttl
+        self._candidate = candidate
         self._timeout = timeout
         self._ping_interval = ping_interval
         self._backoff = backoff
@@ -223,8 +226,9 @@ class PubSubLink:
             chunk = floors[i : i + 500]
             keys = []
             for s, _ in chunk:
-                keys += [self._keys.seq(s), self._keys.epoch(s)]
-            await self._raise_script(keys=keys, args=[self._seq_ttl, *(n for _, n in chunk)])
+                keys += self._keys.position(s)
+            args = [self._seq_ttl, self._candidate(), *(n for _, n in chunk)]
+            await self._raise_script(keys=keys, args=args)
 
     async def _keepalive(self, conn: AbstractConnection) -> None:
         """Detect a silent dead peer: nothing received across two pings → drop it."""

@@ -200,22 +200,28 @@ return seq
 """
 )
 
-# KEYS: seq and epoch key of each space, in pairs. ARGV[1]: ttl, ARGV[i + 1]:
-# the floor for the i-th space. Raising a seq means Redis came back behind
-# what was delivered: its history may have lost messages, so the epoch goes.
-RAISE_SEQ_LUA = """
+# KEYS: seq, history and epoch key of each space, in threes. ARGV[1]: ttl,
+# ARGV[2]: candidate epoch, ARGV[i + 2]: the floor for the i-th space.
+# Raising a seq means Redis came back behind what was delivered: its history
+# may have lost messages, so the epoch goes. A missing seq is first restored
+# from the history, as in every script: raised from 0 instead it could stay
+# below the newest entry, and every publish would fail until it passed it.
+RAISE_SEQ_LUA = (
+    POSITION_FN
+    + """
 local ttl = ARGV[1]
-for i = 1, #KEYS / 2 do
-  local key = KEYS[2 * i - 1]
-  local floor = tonumber(ARGV[i + 1])
-  local cur = tonumber(redis.call('GET', key) or '0') or 0
+for i = 1, #KEYS / 3 do
+  local key, epoch_key = KEYS[3 * i - 2], KEYS[3 * i]
+  local floor = tonumber(ARGV[i + 2])
+  local _, cur = position(key, KEYS[3 * i - 1], epoch_key, ARGV[2], ttl)
   if cur < floor then
     redis.call('SET', key, floor, 'EX', ttl)
-    redis.call('DEL', KEYS[2 * i])
+    redis.call('DEL', epoch_key)
   end
 end
 return 0
 """
+)
 
 # KEYS: seq, history, epoch. ARGV: candidate epoch, seq_ttl.
 POSITION_LUA = (
@@ -236,9 +242,15 @@ HISTORY_LUA = (
 local epoch, seq = position(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])
 local mode, bound, limit = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 local entries = {}
+-- Nothing lies past seq, so a bound beyond it reads nothing (after) or from
+-- the newest (before); it is never written into a stream id, where Lua would
+-- print a number from 1e14 up in exponent form.
 if mode == 'after' then
-  entries = redis.call('XRANGE', KEYS[2], (bound + 1) .. '-0', '+', 'COUNT', limit)
+  if bound < seq then
+    entries = redis.call('XRANGE', KEYS[2], (bound + 1) .. '-0', '+', 'COUNT', limit)
+  end
 elseif mode == 'before' then
+  if bound > seq + 1 then bound = seq + 1 end
   if bound > 1 then
     entries = redis.call('XREVRANGE', KEYS[2], (bound - 1) .. '-0', '-', 'COUNT', limit)
   end
