@@ -2,7 +2,8 @@
 
 Layout (``P`` is the key prefix, default ``agora``)::
 
-    P:agent:{agent_id}       HASH   node, conn, info (JSON: type, capabilities, metadata)
+    P:agent:{agent_id}       HASH   node, conn, info (JSON: type, capabilities, metadata,
+                                    connected_at)
     P:node-agents:{node_id}  HASH   agent_id -> connection id, the node's agents
     P:nodes                  ZSET   node_id scored by its last touch (Redis TIME, ms)
     P:members:{space}        ZSET   agent_id scored by join order (oldest first)
