@@ -15,43 +15,21 @@ from __future__ import annotations
 
 import math
 
-from redis.asyncio import Redis
-
-from hub.backplane.redis import REDIS_ERRORS, redis_pool, unavailable
+from hub.backplane.redis_client import RedisStore
 from hub.kvstore.base import check_condition, check_ttl
 
 
-class RedisKeyValueStore:
-    def __init__(
-        self,
-        url: str,
-        *,
-        prefix: str = "agora",
-        socket_timeout: float = 3.0,
-        connect_timeout: float = 2.0,
-        max_connections: int = 8,
-    ):
-        self._prefix = f"{prefix}:kv:"
-        self._client = Redis.from_pool(
-            redis_pool(
-                url,
-                socket_timeout=socket_timeout,
-                connect_timeout=connect_timeout,
-                max_connections=max_connections,
-            )
-        )
-        self._closed = False
+class RedisKeyValueStore(RedisStore):
+    """Options: those of :class:`~hub.backplane.redis_client.RedisStore`."""
 
-    def _check_open(self, what: str) -> None:
-        if self._closed:
-            raise unavailable(what, RuntimeError("store is closed"))
+    pool_size = 8
+
+    def _key(self, key: str) -> str:
+        return f"{self._prefix}:kv:{key}"
 
     async def get(self, key: str) -> bytes | None:
-        self._check_open("key-value get")
-        try:
-            value = await self._client.get(self._prefix + key)
-        except REDIS_ERRORS as exc:
-            raise unavailable("key-value get", exc) from exc
+        with self._command("key-value get"):
+            value = await self._client.get(self._key(key))
         return None if value is None else bytes(value)
 
     async def set(
@@ -65,26 +43,14 @@ class RedisKeyValueStore:
     ) -> bool:
         check_ttl(ttl)
         check_condition(if_absent, if_present)
-        self._check_open("key-value set")
         px = max(1, math.ceil(ttl * 1000))
-        try:
+        with self._command("key-value set"):
             stored = await self._client.set(
-                self._prefix + key, value, px=px, nx=if_absent, xx=if_present
+                self._key(key), value, px=px, nx=if_absent, xx=if_present
             )
-        except REDIS_ERRORS as exc:
-            raise unavailable("key-value set", exc) from exc
         return bool(stored)
 
     async def delete(self, key: str) -> bool:
-        self._check_open("key-value delete")
-        try:
-            removed = await self._client.delete(self._prefix + key)
-        except REDIS_ERRORS as exc:
-            raise unavailable("key-value delete", exc) from exc
+        with self._command("key-value delete"):
+            removed = await self._client.delete(self._key(key))
         return bool(removed)
-
-    async def aclose(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        await self._client.aclose()

@@ -15,10 +15,9 @@ document, so a cluster that is gone leaves nothing behind. A failed command rais
 from __future__ import annotations
 
 import math
+from typing import Any
 
-from redis.asyncio import Redis
-
-from hub.backplane.redis import REDIS_ERRORS, redis_pool, unavailable
+from hub.backplane.redis_client import RedisStore
 from hub.kvstore.base import check_ttl
 
 # KEYS: hash, zset. ARGV: node id, document, ttl (ms).
@@ -48,62 +47,29 @@ return redis.call('HGETALL', KEYS[1])
 """
 
 
-class RedisNodeStats:
-    def __init__(
-        self,
-        url: str,
-        *,
-        prefix: str = "agora",
-        socket_timeout: float = 3.0,
-        connect_timeout: float = 2.0,
-        max_connections: int = 4,
-    ):
-        self._keys = [f"{prefix}:nodestats", f"{prefix}:nodestats:expiry"]
-        self._client = Redis.from_pool(
-            redis_pool(
-                url,
-                socket_timeout=socket_timeout,
-                connect_timeout=connect_timeout,
-                max_connections=max_connections,
-            )
-        )
+class RedisNodeStats(RedisStore):
+    """Options: those of :class:`~hub.backplane.redis_client.RedisStore`."""
+
+    pool_size = 4
+
+    def __init__(self, url: str, **options: Any):
+        super().__init__(url, **options)
+        self._keys = [f"{self._prefix}:nodestats", f"{self._prefix}:nodestats:expiry"]
         self._put = self._client.register_script(PUT_LUA)
         self._read = self._client.register_script(READ_LUA)
-        self._closed = False
-
-    def _check_open(self, what: str) -> None:
-        if self._closed:
-            raise unavailable(what, RuntimeError("store is closed"))
 
     async def put(self, node_id: str, document: bytes, ttl: float) -> None:
         check_ttl(ttl)
-        self._check_open("node stats put")
-        try:
-            px = max(1, math.ceil(ttl * 1000))
-            await self._put(keys=self._keys, args=[node_id, document, px])
-        except REDIS_ERRORS as exc:
-            raise unavailable("node stats put", exc) from exc
+        px = max(1, math.ceil(ttl * 1000))
+        await self._call("node stats put", self._put, self._keys, [node_id, document, px])
 
     async def read_all(self) -> dict[str, bytes]:
-        self._check_open("node stats read")
-        try:
-            flat = await self._read(keys=self._keys, args=[])
-        except REDIS_ERRORS as exc:
-            raise unavailable("node stats read", exc) from exc
+        flat = await self._call("node stats read", self._read, self._keys, [])
         return {bytes(flat[i]).decode(): bytes(flat[i + 1]) for i in range(0, len(flat), 2)}
 
     async def remove(self, node_id: str) -> None:
-        self._check_open("node stats remove")
-        try:
+        with self._command("node stats remove"):
             pipe = self._client.pipeline(transaction=True)
             pipe.hdel(self._keys[0], node_id)
             pipe.zrem(self._keys[1], node_id)
             await pipe.execute()
-        except REDIS_ERRORS as exc:
-            raise unavailable("node stats remove", exc) from exc
-
-    async def aclose(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        await self._client.aclose()

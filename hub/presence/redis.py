@@ -2,7 +2,8 @@
 
 Layout (``P`` is the key prefix, default ``agora``)::
 
-    P:agent:{agent_id}       HASH   node, conn, info (JSON: type, capabilities, metadata)
+    P:agent:{agent_id}       HASH   node, conn, info (JSON: type, capabilities, metadata,
+                                    connected_at)
     P:node-agents:{node_id}  HASH   agent_id -> connection id, the node's agents
     P:nodes                  ZSET   node_id scored by its last touch (Redis TIME, ms)
     P:members:{space}        ZSET   agent_id scored by join order (oldest first)
@@ -11,6 +12,9 @@ Layout (``P`` is the key prefix, default ``agora``)::
     P:join-order             STRING counter giving each join its score
     P:agent-index, P:cap:{capability}, P:capabilities   the directory's indexes
                                     (see :mod:`hub.presence.redis_directory`)
+
+Key names and the scripts are in :mod:`hub.presence.redis_scripts`; paged
+reads (members pages, the agent directory) in :mod:`hub.presence.redis_directory`.
 
 Every change that touches more than one key is one Lua script, so a reader
 never sees a member without its index entry, and reaping a dead node is
@@ -29,9 +33,8 @@ import secrets
 from typing import Any
 
 import orjson
-from redis.asyncio import Redis
 
-from hub.backplane.redis import REDIS_ERRORS, redis_pool, unavailable
+from hub.backplane.redis_client import RedisStore
 from hub.errors import BackplaneUnavailable, SpaceFull
 from hub.presence.base import (
     AgentRecord,
@@ -40,203 +43,21 @@ from hub.presence.base import (
     MembersPage,
     ReapedAgent,
 )
-from hub.presence.redis_directory import INDEX_LUA, RedisDirectory
+from hub.presence.redis_directory import RedisDirectory
 from hub.presence.redis_directory import record_from as _record
-
-# KEYS: agent, node-agents of this node. ARGV: agent id, node, conn, info,
-# replace flag ('1' or '0'), connection id that may be replaced, prefix.
-CLAIM_LUA = (
-    INDEX_LUA
-    + """
-local holder = redis.call('HMGET', KEYS[1], 'node', 'conn', 'info')
-if holder[2] and (ARGV[5] ~= '1' or holder[2] ~= ARGV[6]) then
-  return {holder[1] or '', holder[2], holder[3] or ''}
-end
-if holder[2] then unindex(ARGV[7], ARGV[1], holder[3]) end
-redis.call('HSET', KEYS[1], 'node', ARGV[2], 'conn', ARGV[3], 'info', ARGV[4])
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
-index(ARGV[7], ARGV[1], ARGV[4])
-return false
-"""
-)
-
-# KEYS: agent, node-agents of this node. ARGV: agent id, conn, prefix.
-RELEASE_LUA = (
-    INDEX_LUA
-    + """
-local rec = redis.call('HMGET', KEYS[1], 'conn', 'info')
-if rec[1] == ARGV[2] then
-  unindex(ARGV[3], ARGV[1], rec[2])
-  redis.call('DEL', KEYS[1])
-end
-if redis.call('HGET', KEYS[2], ARGV[1]) == ARGV[2] then redis.call('HDEL', KEYS[2], ARGV[1]) end
-return 0
-"""
-)
-
-# KEYS: agent. ARGV: conn, node, info, agent id, prefix.
-UPDATE_LUA = (
-    INDEX_LUA
-    + """
-local rec = redis.call('HMGET', KEYS[1], 'conn', 'info')
-if rec[1] == ARGV[1] then
-  unindex(ARGV[5], ARGV[4], rec[2])
-  redis.call('HSET', KEYS[1], 'node', ARGV[2], 'info', ARGV[3])
-  index(ARGV[5], ARGV[4], ARGV[3])
-end
-return 0
-"""
-)
-
-# KEYS: nodes. ARGV: node id, window (ms). 1 when the node touched its
-# registration within the window (Redis time).
-NODE_ALIVE_LUA = """
-local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not score then return 0 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if now - tonumber(score) > tonumber(ARGV[2]) then return 0 end
-return 1
-"""
-
-# KEYS: members, member-of, space-sizes, join-order, agent.
-# ARGV: agent id, space, capacity. Returns the count, or -1 when full.
-JOIN_LUA = """
-local conn = redis.call('HGET', KEYS[5], 'conn') or ''
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-  local n = redis.call('ZCARD', KEYS[1])
-  if n >= tonumber(ARGV[3]) then return -1 end
-  redis.call('ZADD', KEYS[1], redis.call('INCR', KEYS[4]), ARGV[1])
-end
-redis.call('HSET', KEYS[2], ARGV[2], conn)
-local n = redis.call('ZCARD', KEYS[1])
-redis.call('HSET', KEYS[3], ARGV[2], n)
-return n
-"""
-
-# KEYS: members, member-of, space-sizes. ARGV: agent id, space.
-LEAVE_LUA = """
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[2])
-local n = redis.call('ZCARD', KEYS[1])
-if n > 0 then redis.call('HSET', KEYS[3], ARGV[2], n) else redis.call('HDEL', KEYS[3], ARGV[2]) end
-return n
-"""
-
-# KEYS: nodes. ARGV: node id. Returns 1 when the registration was missing.
-TOUCH_LUA = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-return redis.call('ZADD', KEYS[1], now, ARGV[1])
-"""
-
-# KEYS: nodes, node-agents of this node. ARGV: node id.
-# With agents still registered, the node is marked long dead instead of
-# removed, so the next reaper announces their departures.
-LEAVE_CLUSTER_LUA = """
-if redis.call('HLEN', KEYS[2]) == 0 then
-  redis.call('ZREM', KEYS[1], ARGV[1])
-else
-  redis.call('ZADD', KEYS[1], 0, ARGV[1])
-end
-return 0
-"""
-
-# KEYS: nodes, node-agents of this node, a fresh name for it. ARGV: that name.
-# A node restarted under the same id finds its previous incarnation's agents:
-# they move to a tombstone node marked long dead, for a reaper to announce.
-RETIRE_LUA = """
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  redis.call('RENAME', KEYS[2], KEYS[3])
-  redis.call('ZADD', KEYS[1], 0, ARGV[1])
-end
-return 0
-"""
-
-# KEYS: agent, node-agents of this node, member-of, space-sizes, join-order.
-# ARGV: prefix, agent id, node, conn, info, claim flag, spaces...
-# Returns the holder when another connection holds the id (nothing restored).
-RESTORE_LUA = (
-    INDEX_LUA
-    + """
-if ARGV[6] == '1' then
-  local holder = redis.call('HMGET', KEYS[1], 'node', 'conn', 'info')
-  if holder[2] and holder[2] ~= ARGV[4] then
-    return {holder[1] or '', holder[2], holder[3] or ''}
-  end
-  if holder[2] then unindex(ARGV[1], ARGV[2], holder[3]) end
-  redis.call('HSET', KEYS[1], 'node', ARGV[3], 'conn', ARGV[4], 'info', ARGV[5])
-  redis.call('HSET', KEYS[2], ARGV[2], ARGV[4])
-  index(ARGV[1], ARGV[2], ARGV[5])
-end
-local conn = redis.call('HGET', KEYS[1], 'conn') or ''
-for i = 7, #ARGV do
-  local space = ARGV[i]
-  local zkey = ARGV[1] .. ':members:' .. space
-  if not redis.call('ZSCORE', zkey, ARGV[2]) then
-    redis.call('ZADD', zkey, redis.call('INCR', KEYS[5]), ARGV[2])
-  end
-  redis.call('HSET', KEYS[3], space, conn)
-  redis.call('HSET', KEYS[4], space, redis.call('ZCARD', zkey))
-end
-return false
-"""
-)
-
-# KEYS: nodes, space-sizes. ARGV: prefix, dead_after (ms), this node's id.
-# For each agent a dead node registered: if the dead connection still holds
-# the id, the record and all the agent's memberships go; if the id has moved
-# to a new connection since, only memberships joined by the dead connection go.
-# Returns {agent, node, conn, info, spaces...} per removed agent.
-REAP_LUA = (
-    INDEX_LUA
-    + """
-local p = ARGV[1]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - tonumber(ARGV[2])))
-local out = {}
-for _, node in ipairs(dead) do
-  if node ~= ARGV[3] then
-    redis.call('ZREM', KEYS[1], node)
-    -- a tombstone (see RETIRE_LUA) stands for the node id before the '~'
-    local origin = string.match(node, '^(.*)~%x%x%x%x%x%x%x%x$') or node
-    local index = p .. ':node-agents:' .. node
-    local held = redis.call('HGETALL', index)
-    for i = 1, #held, 2 do
-      local aid, conn = held[i], held[i + 1]
-      local akey = p .. ':agent:' .. aid
-      local rec = redis.call('HMGET', akey, 'node', 'conn', 'info')
-      local owned = rec[2] == conn
-      local mkey = p .. ':member-of:' .. aid
-      local ms = redis.call('HGETALL', mkey)
-      local entry = {aid, owned and rec[1] or origin, conn, owned and rec[3] or ''}
-      for j = 1, #ms, 2 do
-        local space, tag = ms[j], ms[j + 1]
-        if owned or tag == conn then
-          local zkey = p .. ':members:' .. space
-          redis.call('ZREM', zkey, aid)
-          redis.call('HDEL', mkey, space)
-          local n = redis.call('ZCARD', zkey)
-          if n > 0 then
-            redis.call('HSET', KEYS[2], space, n)
-          else
-            redis.call('HDEL', KEYS[2], space)
-          end
-          entry[#entry + 1] = space
-        end
-      end
-      if owned then
-        unindex(p, aid, rec[3])
-        redis.call('DEL', akey)
-      end
-      if owned or #entry > 4 then out[#out + 1] = entry end
-    end
-    redis.call('DEL', index)
-  end
-end
-return out
-"""
+from hub.presence.redis_scripts import (
+    CLAIM_LUA,
+    JOIN_LUA,
+    LEAVE_CLUSTER_LUA,
+    LEAVE_LUA,
+    NODE_ALIVE_LUA,
+    REAP_LUA,
+    RELEASE_LUA,
+    RESTORE_LUA,
+    RETIRE_LUA,
+    TOUCH_LUA,
+    UPDATE_LUA,
+    PresenceKeys,
 )
 
 
@@ -251,34 +72,22 @@ def _info(record: AgentRecord) -> bytes:
     )
 
 
-class RedisPresence:
-    """Presence shared by every node of a cluster through one Redis."""
+class RedisPresence(RedisStore):
+    """Presence shared by every node of a cluster through one Redis.
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        prefix: str = "agora",
-        node_id: str,
-        ttl: float = 60.0,
-        socket_timeout: float = 3.0,
-        connect_timeout: float = 2.0,
-        max_connections: int = 32,
-    ):
+    Options: those of :class:`~hub.backplane.redis_client.RedisStore`
+    (``prefix``, ``socket_timeout``, ``connect_timeout``, ``max_connections``).
+    """
+
+    pool_size = 32
+
+    def __init__(self, url: str, *, node_id: str, ttl: float = 60.0, **options: Any):
+        super().__init__(url, **options)
         self.node_id = node_id
         # The liveness window the node promises; reaping uses the caller's
         # ``dead_after``, this is the fallback when that is not positive.
         self.ttl = ttl
-        self._p = prefix
-        self._closed = False
-        self._client = Redis.from_pool(
-            redis_pool(
-                url,
-                socket_timeout=socket_timeout,
-                connect_timeout=connect_timeout,
-                max_connections=max_connections,
-            )
-        )
+        self._keys = PresenceKeys(self._prefix)
         script = self._client.register_script
         self._claim = script(CLAIM_LUA)
         self._release = script(RELEASE_LUA)
@@ -291,11 +100,11 @@ class RedisPresence:
         self._reap = script(REAP_LUA)
         self._retire = script(RETIRE_LUA)
         self._node_alive = script(NODE_ALIVE_LUA)
-        self._nodes = f"{prefix}:nodes"
-        self._sizes = f"{prefix}:space-sizes"
-        self._order = f"{prefix}:join-order"
-        self._my_agents = f"{prefix}:node-agents:{node_id}"
-        self._directory = RedisDirectory(self._client, prefix, self._check_open)
+        self._my_agents = self._keys.node_agents(node_id)
+        self._directory = RedisDirectory(self._client, self._keys, self._check_open)
+
+    def _closed_error(self, what: str) -> BackplaneUnavailable:
+        return BackplaneUnavailable("presence closed")
 
     # ── lifecycle ────────────────────────────────────────────────────────
 
@@ -310,43 +119,9 @@ class RedisPresence:
             await self._call(
                 "start",
                 self._retire,
-                [self._nodes, self._my_agents, f"{self._p}:node-agents:{tomb}"],
+                [self._keys.nodes, self._my_agents, self._keys.node_agents(tomb)],
                 [tomb],
             )
-
-    async def aclose(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        with contextlib.suppress(Exception):
-            await self._client.aclose()
-
-    async def __aenter__(self) -> RedisPresence:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise BackplaneUnavailable("presence closed")
-
-    async def _call(self, what: str, script: Any, keys: list[str], args: list[Any]) -> Any:
-        if self._closed:
-            raise BackplaneUnavailable("presence closed")
-        try:
-            return await script(keys=keys, args=args)
-        except REDIS_ERRORS as exc:
-            raise unavailable(what, exc) from exc
-
-    def _agent(self, agent_id: str) -> str:
-        return f"{self._p}:agent:{agent_id}"
-
-    def _members(self, space: str) -> str:
-        return f"{self._p}:members:{space}"
-
-    def _member_of(self, agent_id: str) -> str:
-        return f"{self._p}:member-of:{agent_id}"
 
     # ── agents ───────────────────────────────────────────────────────────
 
@@ -356,7 +131,7 @@ class RedisPresence:
         holder = await self._call(
             "claim_agent",
             self._claim,
-            [self._agent(record.agent_id), self._my_agents],
+            [self._keys.agent(record.agent_id), self._my_agents],
             [
                 record.agent_id,
                 record.node_id,
@@ -364,7 +139,7 @@ class RedisPresence:
                 _info(record),
                 "0" if replace is None else "1",
                 replace or "",
-                self._p,
+                self._prefix,
             ],
         )
         if not holder:
@@ -375,27 +150,23 @@ class RedisPresence:
         await self._call(
             "release_agent",
             self._release,
-            [self._agent(agent_id), self._my_agents],
-            [agent_id, connection_id, self._p],
+            [self._keys.agent(agent_id), self._my_agents],
+            [agent_id, connection_id, self._prefix],
         )
 
     async def update_agent(self, record: AgentRecord) -> None:
         await self._call(
             "update_agent",
             self._update,
-            [self._agent(record.agent_id)],
-            [record.connection_id, record.node_id, _info(record), record.agent_id, self._p],
+            [self._keys.agent(record.agent_id)],
+            [record.connection_id, record.node_id, _info(record), record.agent_id, self._prefix],
         )
 
     async def get_agent(self, agent_id: str) -> AgentRecord | None:
-        if self._closed:
-            raise BackplaneUnavailable("presence closed")
-        try:
+        with self._command("get_agent"):
             node, conn, info = await self._client.hmget(
-                self._agent(agent_id), ["node", "conn", "info"]
+                self._keys.agent(agent_id), ["node", "conn", "info"]
             )
-        except REDIS_ERRORS as exc:
-            raise unavailable("get_agent", exc) from exc
         if conn is None:
             return None
         return _record(agent_id, node or b"", conn, info)
@@ -403,15 +174,16 @@ class RedisPresence:
     # ── membership ───────────────────────────────────────────────────────
 
     async def join_space(self, space: str, agent_id: str, capacity: int) -> int:
+        keys = self._keys
         n = await self._call(
             "join_space",
             self._join,
             [
-                self._members(space),
-                self._member_of(agent_id),
-                self._sizes,
-                self._order,
-                self._agent(agent_id),
+                keys.members(space),
+                keys.member_of(agent_id),
+                keys.sizes,
+                keys.order,
+                keys.agent(agent_id),
             ],
             [agent_id, space, capacity],
         )
@@ -420,26 +192,23 @@ class RedisPresence:
         return int(n)
 
     async def leave_space(self, space: str, agent_id: str) -> int:
+        keys = self._keys
         n = await self._call(
             "leave_space",
             self._leave,
-            [self._members(space), self._member_of(agent_id), self._sizes],
+            [keys.members(space), keys.member_of(agent_id), keys.sizes],
             [agent_id, space],
         )
         return int(n)
 
     async def space_members(self, space: str, limit: int) -> tuple[list[str], int]:
-        if self._closed:
-            raise BackplaneUnavailable("presence closed")
-        key = self._members(space)
-        try:
+        key = self._keys.members(space)
+        with self._command("space_members"):
             async with self._client.pipeline(transaction=True) as pipe:
                 if limit > 0:
                     pipe.zrange(key, 0, limit - 1)
                 pipe.zcard(key)
                 result = await pipe.execute()
-        except REDIS_ERRORS as exc:
-            raise unavailable("space_members", exc) from exc
         ids = [m.decode() for m in result[0]] if limit > 0 else []
         return ids, int(result[-1])
 
@@ -459,36 +228,28 @@ class RedisPresence:
         )
 
     async def missing_members(self, space: str, agent_ids: tuple[str, ...]) -> list[str]:
-        if self._closed:
-            raise BackplaneUnavailable("presence closed")
-        if not agent_ids:
-            return []
-        try:
-            scores = await self._client.zmscore(self._members(space), list(agent_ids))
-        except REDIS_ERRORS as exc:
-            raise unavailable("missing_members", exc) from exc
+        with self._command("missing_members"):
+            if not agent_ids:
+                return []
+            scores = await self._client.zmscore(self._keys.members(space), list(agent_ids))
         return [a for a, score in zip(agent_ids, scores, strict=True) if score is None]
 
     async def space_sizes(self) -> dict[str, int]:
-        if self._closed:
-            raise BackplaneUnavailable("presence closed")
-        try:
-            sizes = await self._client.hgetall(self._sizes)
-        except REDIS_ERRORS as exc:
-            raise unavailable("space_sizes", exc) from exc
+        with self._command("space_sizes"):
+            sizes = await self._client.hgetall(self._keys.sizes)
         return {k.decode(): int(v) for k, v in sizes.items() if int(v) > 0}
 
     # ── node liveness ────────────────────────────────────────────────────
 
     async def touch_node(self) -> bool:
-        added = await self._call("touch_node", self._touch, [self._nodes], [self.node_id])
+        added = await self._call("touch_node", self._touch, [self._keys.nodes], [self.node_id])
         return bool(added)
 
     async def node_alive(self, node_id: str, within: float) -> bool:
         alive = await self._call(
             "node_alive",
             self._node_alive,
-            [self._nodes],
+            [self._keys.nodes],
             [node_id, max(1, round(within * 1000))],
         )
         return bool(alive)
@@ -496,12 +257,29 @@ class RedisPresence:
     async def restore(
         self, agents: list[AgentRecord], memberships: dict[str, list[str]]
     ) -> list[AgentRecord]:
-        if self._closed:
-            raise BackplaneUnavailable("presence closed")
+        with self._command("restore"):
+            calls = self._restore_calls(agents, memberships)
+            conflicts: list[AgentRecord] = []
+            for i in range(0, len(calls), 200):
+                chunk = calls[i : i + 200]
+                async with self._client.pipeline(transaction=False) as pipe:
+                    for _, keys, args in chunk:
+                        await self._restore(keys=keys, args=args, client=pipe)
+                    results = await pipe.execute()
+                for (aid, _, _), holder in zip(chunk, results, strict=True):
+                    if holder:
+                        conflicts.append(_record(aid, *holder))
+        return conflicts
+
+    def _restore_calls(
+        self, agents: list[AgentRecord], memberships: dict[str, list[str]]
+    ) -> list[tuple[str, list[str], list[Any]]]:
+        """(agent id, KEYS, ARGV) of the restore script for each agent to restore."""
         spaces_of: dict[str, list[str]] = {}
         for space, ids in memberships.items():
             for agent_id in ids:
                 spaces_of.setdefault(agent_id, []).append(space)
+        p = self._prefix
         calls: list[tuple[str, list[str], list[Any]]] = []
         for record in agents:
             aid = record.agent_id
@@ -510,7 +288,7 @@ class RedisPresence:
                     aid,
                     self._restore_keys(aid),
                     [
-                        self._p,
+                        p,
                         aid,
                         record.node_id,
                         record.connection_id,
@@ -522,29 +300,17 @@ class RedisPresence:
             )
         # Members without a record here (no claim to re-assert): memberships only.
         for aid, spaces in spaces_of.items():
-            calls.append((aid, self._restore_keys(aid), [self._p, aid, "", "", "", "0", *spaces]))
-        conflicts: list[AgentRecord] = []
-        try:
-            for i in range(0, len(calls), 200):
-                chunk = calls[i : i + 200]
-                async with self._client.pipeline(transaction=False) as pipe:
-                    for _, keys, args in chunk:
-                        await self._restore(keys=keys, args=args, client=pipe)
-                    results = await pipe.execute()
-                for (aid, _, _), holder in zip(chunk, results, strict=True):
-                    if holder:
-                        conflicts.append(_record(aid, *holder))
-        except REDIS_ERRORS as exc:
-            raise unavailable("restore", exc) from exc
-        return conflicts
+            calls.append((aid, self._restore_keys(aid), [p, aid, "", "", "", "0", *spaces]))
+        return calls
 
     def _restore_keys(self, agent_id: str) -> list[str]:
+        keys = self._keys
         return [
-            self._agent(agent_id),
+            keys.agent(agent_id),
             self._my_agents,
-            self._member_of(agent_id),
-            self._sizes,
-            self._order,
+            keys.member_of(agent_id),
+            keys.sizes,
+            keys.order,
         ]
 
     async def reap_dead_nodes(self, dead_after: float) -> list[ReapedAgent]:
@@ -552,8 +318,8 @@ class RedisPresence:
         rows = await self._call(
             "reap_dead_nodes",
             self._reap,
-            [self._nodes, self._sizes],
-            [self._p, max(1, round(window * 1000)), self.node_id],
+            [self._keys.nodes, self._keys.sizes],
+            [self._prefix, max(1, round(window * 1000)), self.node_id],
         )
         out = []
         for row in rows:
@@ -568,5 +334,8 @@ class RedisPresence:
 
     async def leave_cluster(self) -> None:
         await self._call(
-            "leave_cluster", self._leave_cluster, [self._nodes, self._my_agents], [self.node_id]
+            "leave_cluster",
+            self._leave_cluster,
+            [self._keys.nodes, self._my_agents],
+            [self.node_id],
         )

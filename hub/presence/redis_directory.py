@@ -8,7 +8,8 @@ Layout (``P`` is the key prefix; the rest of it is in :mod:`hub.presence.redis`)
     P:capabilities           ZSET   every declared capability (score 0), for prefix filters
 
 The indexes are written by the scripts that write agent records (claim,
-update, release, restore, reap), each prefixed with :data:`INDEX_LUA`: they
+update, release, restore, reap), each prefixed with
+:data:`~hub.presence.redis_scripts.INDEX_LUA`: they
 read the capabilities of the record they replace or remove from its ``info``.
 Every query here is a bounded range read — ``ZRANGEBYSCORE``/``ZRANGEBYLEX``
 with ``LIMIT`` from the cursor — then one pipelined ``HMGET`` per listed
@@ -25,7 +26,7 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
-from hub.backplane.redis import REDIS_ERRORS, unavailable
+from hub.backplane.redis_client import as_unavailable
 from hub.presence.base import (
     MAX_PREFIX_CAPABILITIES,
     AgentRecord,
@@ -34,36 +35,8 @@ from hub.presence.base import (
     InvalidQuery,
     MembersPage,
 )
+from hub.presence.redis_scripts import PresenceKeys
 from protocol.names import is_valid_agent_id
-
-# The directory's indexes, prepended to every script that writes agent records.
-INDEX_LUA = """
-local function caps_of(info)
-  if not info or info == '' then return {} end
-  local ok, data = pcall(cjson.decode, info)
-  if not ok or type(data) ~= 'table' or type(data.capabilities) ~= 'table' then return {} end
-  return data.capabilities
-end
-local function unindex(p, aid, info)
-  redis.call('ZREM', p .. ':agent-index', aid)
-  for _, cap in ipairs(caps_of(info)) do
-    if type(cap) == 'string' then
-      local key = p .. ':cap:' .. cap
-      redis.call('ZREM', key, aid)
-      if redis.call('EXISTS', key) == 0 then redis.call('ZREM', p .. ':capabilities', cap) end
-    end
-  end
-end
-local function index(p, aid, info)
-  redis.call('ZADD', p .. ':agent-index', 0, aid)
-  for _, cap in ipairs(caps_of(info)) do
-    if type(cap) == 'string' then
-      redis.call('ZADD', p .. ':cap:' .. cap, 0, aid)
-      redis.call('ZADD', p .. ':capabilities', 0, cap)
-    end
-  end
-end
-"""
 
 
 def record_from(agent_id: str, node: bytes, conn: bytes, info: bytes | None) -> AgentRecord:
@@ -86,26 +59,22 @@ def record_from(agent_id: str, node: bytes, conn: bytes, info: bytes | None) -> 
 class RedisDirectory:
     """Paged reads for :class:`~hub.presence.redis.RedisPresence`."""
 
-    def __init__(self, client: Redis, prefix: str, check_open: Callable[[], None]):
+    def __init__(self, client: Redis, keys: PresenceKeys, check_open: Callable[[str], None]):
         self._client = client
-        self._p = prefix
+        self._keys = keys
         self._check_open = check_open
-        self._agent_index = f"{prefix}:agent-index"
-        self._capabilities = f"{prefix}:capabilities"
 
     async def members_page(self, space: str, cursor: str | None, limit: int) -> MembersPage:
         after = _join_number(cursor)
-        self._check_open()
-        key = f"{self._p}:members:{space}"
-        try:
+        self._check_open("members_page")
+        key = self._keys.members(space)
+        with as_unavailable("members_page"):
             async with self._client.pipeline(transaction=True) as pipe:
                 pipe.zrangebyscore(
                     key, f"({after}", "+inf", start=0, num=limit + 1, withscores=True
                 )
                 pipe.zcard(key)
                 rows, count = await pipe.execute()
-        except REDIS_ERRORS as exc:
-            raise unavailable("members_page", exc) from exc
         more = len(rows) > limit
         rows = rows[:limit]
         next_cursor = str(int(rows[-1][1])) if more else None
@@ -119,33 +88,31 @@ class RedisDirectory:
         cursor: str | None,
         limit: int,
     ) -> AgentsPage:
-        try:
+        with as_unavailable("list_agents"):
             if space is not None:
                 return await self._space_agents(space, capability, cursor, limit)
             if cursor is not None and not is_valid_agent_id(cursor):
                 raise InvalidQuery("invalid cursor")
             start = b"(" + cursor.encode() if cursor else b"-"
             if capability is None:
-                keys = [self._agent_index]
+                keys = [self._keys.agent_index]
             elif not capability.prefix:
-                keys = [self._cap(capability.value)]
+                keys = [self._keys.cap(capability.value)]
             else:
-                keys = [self._cap(c.decode()) for c in await self._prefixed(capability.value)]
+                keys = [self._keys.cap(c.decode()) for c in await self._prefixed(capability.value)]
             ids = await self._merged_ids(keys, start, limit + 1)
             more = len(ids) > limit
             ids = ids[:limit]
             records = await self._records(ids)
-        except REDIS_ERRORS as exc:
-            raise unavailable("list_agents", exc) from exc
         return AgentsPage([r for r in records if r is not None], ids[-1] if more else None)
 
     async def _space_agents(
         self, space: str, capability: CapabilityFilter | None, cursor: str | None, limit: int
     ) -> AgentsPage:
         after = _join_number(cursor)
-        self._check_open()
+        self._check_open("list_agents")
         rows = await self._client.zrangebyscore(
-            f"{self._p}:members:{space}",
+            self._keys.members(space),
             f"({after}",
             "+inf",
             start=0,
@@ -164,10 +131,10 @@ class RedisDirectory:
 
     async def _prefixed(self, prefix: str) -> list[bytes]:
         """The declared capabilities starting with ``prefix`` (bounded)."""
-        self._check_open()
+        self._check_open("list_agents")
         raw = prefix.encode()
         caps = await self._client.zrangebylex(
-            self._capabilities,
+            self._keys.capabilities,
             b"[" + raw,
             b"[" + raw + b"\xff",
             start=0,
@@ -185,7 +152,7 @@ class RedisDirectory:
         (each a score-0 set in lexical order): ``n`` from each, merged."""
         if not keys:
             return []
-        self._check_open()
+        self._check_open("list_agents")
         async with self._client.pipeline(transaction=False) as pipe:
             for key in keys:
                 pipe.zrangebylex(key, start, b"+", start=0, num=n)
@@ -205,18 +172,15 @@ class RedisDirectory:
     async def _records(self, agent_ids: list[str]) -> list[AgentRecord | None]:
         if not agent_ids:
             return []
-        self._check_open()
+        self._check_open("list_agents")
         async with self._client.pipeline(transaction=False) as pipe:
             for aid in agent_ids:
-                pipe.hmget(f"{self._p}:agent:{aid}", ["node", "conn", "info"])
+                pipe.hmget(self._keys.agent(aid), ["node", "conn", "info"])
             rows = await pipe.execute()
         return [
             None if conn is None else record_from(aid, node or b"", conn, info)
             for aid, (node, conn, info) in zip(agent_ids, rows, strict=True)
         ]
-
-    def _cap(self, capability: str) -> str:
-        return f"{self._p}:cap:{capability}"
 
 
 def _join_number(cursor: str | None) -> int:
