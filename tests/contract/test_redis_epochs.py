@@ -117,6 +117,39 @@ async def test_keys_and_their_lifetimes(node: Any, redis: Redis) -> None:
     assert entries[0][1][b"s"] == b"a/1"
 
 
+async def test_a_reconnect_after_an_evicted_seq_continues_after_the_history(
+    redis_server: RedisServer,
+) -> None:
+    """The seq a reconnecting node raises to is never below the newest recorded
+    message (it once was: publishes then failed and the epoch was dropped)."""
+    a = RedisBackplane(redis_server.url, prefix="v", node_id="a")
+    b = RedisBackplane(redis_server.url, prefix="v", node_id="b")
+    ha, hb = Recorder(), Recorder()
+    client = Redis.from_url(redis_server.url)
+    try:
+        for bp, h in ((a, ha), (b, hb)):
+            await bp.start(h)
+            await h.wait_ready(True, WAIT)
+        await a.subscribe("room")
+        await b.subscribe("room")
+        first = [await a.publish("room", draft(str(i))) for i in range(3)]
+        await hb.wait_until(lambda: hb.seqs("room") == first)
+        before = await a.position("room")
+        assert b._conn is not None
+        await b._conn.disconnect(nowait=True)  # b's link drops; a goes on
+        await hb.wait_ready(False, WAIT)
+        more = [await a.publish("room", draft(f"m{i}")) for i in range(5)]
+        await client.delete("v:seq:room")  # evicted meanwhile
+        await hb.wait_ready(True, WAIT)  # b raised the seq on its way back
+        nxt = [await a.publish("room", draft(f"n{i}")) for i in range(3)]
+        assert nxt == [more[-1] + 1, more[-1] + 2, more[-1] + 3]
+        assert (await a.position("room")).epoch == before.epoch
+    finally:
+        await client.aclose()
+        await a.aclose()
+        await b.aclose()
+
+
 async def test_a_node_that_missed_messages_hears_of_the_gap(redis_server: RedisServer) -> None:
     a = RedisBackplane(redis_server.url, prefix="g", node_id="a")
     b = RedisBackplane(redis_server.url, prefix="g", node_id="b", backoff_min=1.0)
