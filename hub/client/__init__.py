@@ -17,7 +17,8 @@ of the hub's server API over HTTP (``docs/api.md``).
 
 from typing import Any
 
-from hub.client.client import Backoff, Client
+from hub.client.assembly import AssembledEvents, StreamAssembler
+from hub.client.client import Client
 from hub.client.errors import (
     AgentExists,
     ConnectionClosed,
@@ -35,6 +36,7 @@ from hub.client.errors import (
     Unauthorized,
     Unavailable,
 )
+from hub.client.keepalive import Backoff
 from hub.client.models import (
     AgentEntry,
     AgentPage,
@@ -51,7 +53,7 @@ from hub.client.models import (
     SpaceInfo,
     StreamChunk,
 )
-from hub.client.streams import AssembledEvents, OutgoingStream, StreamAssembler
+from hub.client.streams import OutgoingStream
 from hub.client.subscriptions import Subscription
 
 __all__ = [

@@ -34,6 +34,7 @@ import orjson
 from hub import __version__
 from hub.client.errors import ConnectionFailed, HubRejected, RequestTimeout, rejected
 from hub.client.models import AgentEntry, AgentPage, MembersPage, SpaceInfo
+from hub.client.requests import every_page
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,14 +133,10 @@ class HubAPI:
         return MembersPage(r["space"], r["members"], r["member_count"], r["next_cursor"])
 
     async def all_members(self, space: str, *, page_size: int = 1000) -> list[str]:
-        members: list[str] = []
-        cursor = None
-        while True:
-            page = await self.members(space, cursor=cursor, limit=page_size)
-            members += page.members
-            if page.next_cursor is None:
-                return members
-            cursor = page.next_cursor
+        return await every_page(
+            lambda cursor: self.members(space, cursor=cursor, limit=page_size),
+            lambda page: page.members,
+        )
 
     async def agents(
         self,
@@ -158,14 +155,12 @@ class HubAPI:
         self, *, capability: str | None = None, space: str | None = None
     ) -> list[AgentEntry]:
         """Every agent online matching the filters (all pages)."""
-        found: list[AgentEntry] = []
-        cursor = None
-        while True:
-            page = await self.agents(capability=capability, space=space, cursor=cursor, limit=1000)
-            found += page.agents
-            if page.next_cursor is None:
-                return found
-            cursor = page.next_cursor
+        return await every_page(
+            lambda cursor: self.agents(
+                capability=capability, space=space, cursor=cursor, limit=1000
+            ),
+            lambda page: page.agents,
+        )
 
     async def disconnect(self, agent_id: str, *, reason: str | None = None) -> dict[str, Any]:
         """Close ``agent_id``'s connection, on whichever node (close 4403)."""

@@ -20,7 +20,8 @@ Exception tree::
         └── InternalError          INTERNAL_ERROR
 
 :func:`rejected` maps an ``error`` event to its class; a code this SDK does not
-know yet becomes a plain :class:`HubRejected`.
+know yet becomes a plain :class:`HubRejected`. :func:`closed` makes the
+:class:`ConnectionClosed` of a lost connection.
 """
 
 from __future__ import annotations
@@ -195,4 +196,29 @@ def rejected(frame: dict[str, Any]) -> HubRejected:
         message if isinstance(message, str) else "(no message)",
         code=code,
         request_id=rid if isinstance(rid, str | int) else None,
+    )
+
+
+def closed(code: int | None, reason: str, last_error: dict[str, Any] | None) -> ConnectionClosed:
+    """The exception for a lost connection: ``code`` and ``reason`` of the
+    hub's close frame (None and "" when there was none), and the ``error``
+    the hub sent just before closing, which explains it better, if any."""
+    if last_error is not None:
+        return ConnectionClosed(
+            str(last_error.get("message") or "connection closed by the hub"),
+            code=str(last_error.get("code") or "CONNECTION_CLOSED"),
+            close_code=code,
+            close_reason=reason,
+        )
+    what = f"connection closed by the hub: {reason}" if reason else "connection lost"
+    return ConnectionClosed(what, close_code=code, close_reason=reason)
+
+
+def token_expired(frame: dict[str, Any]) -> bool:
+    """The hub's notice that this connection's token expired (``agent.refresh`` is due)."""
+    message = frame.get("message")
+    return (
+        frame.get("code") == "UNAUTHORIZED"
+        and isinstance(message, str)
+        and message.startswith("token expired:")
     )

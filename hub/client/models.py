@@ -353,7 +353,7 @@ StreamStatus = Literal["complete", "cancelled", "incomplete"]
 
 @dataclass(frozen=True, slots=True)
 class AssembledEvent:
-    """A stream put back together by :class:`~hub.client.streams.StreamAssembler`.
+    """A stream put back together by :class:`~hub.client.assembly.StreamAssembler`.
 
     ``data`` is the first delta's fields with ``text`` replaced by the
     concatenation of every delta's text. ``status`` says how it ended:

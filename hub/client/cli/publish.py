@@ -1,0 +1,98 @@
+"""``agora-hub publish SPACE TEXT``: publish a message, or stream stdin line by line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+import threading
+from typing import TYPE_CHECKING, Any
+
+from hub.client.cli.output import Output
+from hub.client.cli.run import EXIT_OK, EXIT_USAGE, fail, run
+
+if TYPE_CHECKING:
+    from hub.client.client import Client
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    publish = sub.add_parser(
+        "publish",
+        parents=[common],
+        help="publish a message (or stream stdin) to a space",
+        description="Join SPACE and publish TEXT as {\"text\": TEXT}. With TEXT '-', stdin is "
+        "streamed line by line as deltas, then done at end of input (the hub cancels a "
+        "stream idle for its stream_idle_timeout, 30 s by default).",
+    )
+    publish.add_argument("space", metavar="SPACE")
+    publish.add_argument("text", metavar="TEXT", help="the text, or - for stdin as a stream")
+    publish.add_argument(
+        "--data", metavar="JSON", default=None, help="extra data fields, a JSON object"
+    )
+    publish.set_defaults(func=cmd_publish)
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    return run(args, _publish)
+
+
+async def _publish(client: Client, args: argparse.Namespace, out: Output) -> int:
+    import orjson
+
+    extra: dict[str, Any] = {}
+    if args.data is not None:
+        try:
+            extra = orjson.loads(args.data)
+        except orjson.JSONDecodeError as exc:
+            return fail(f"--data is not valid JSON: {exc}", EXIT_USAGE)
+        if not isinstance(extra, dict):
+            return fail("--data must be a JSON object", EXIT_USAGE)
+    await client.join(args.space)
+    if args.text != "-":
+        event = await client.publish(args.space, {**extra, "text": args.text})
+        result = {"space": event.space, "event_id": event.event_id, "seq": event.seq}
+    else:
+        lines = _stdin_lines()
+        stream = client.stream(args.space, data=extra)
+        async with stream:
+            while (line := await lines.get()) is not None:
+                await stream.send(line)
+        if stream.sent == 0:
+            print("agora-hub: stdin was empty: nothing published", file=sys.stderr)
+            return EXIT_OK
+        result = {
+            "space": args.space,
+            "event_id": stream.hub_event_id,
+            "seq": stream.seq,
+            "deltas": stream.sent,
+        }
+    if out.json_lines:
+        out.json(result)
+    else:
+        out.line(f"published to {result['space']}: {result['event_id']} (seq {result['seq']})")
+    return EXIT_OK
+
+
+def _stdin_lines() -> asyncio.Queue[str | None]:
+    """Lines of stdin (newline kept), read by a daemon thread; ``None`` at EOF.
+
+    A daemon thread rather than the default executor: a blocked read must
+    not keep the process alive after the command ends.
+    """
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[str | None] = asyncio.Queue(maxsize=256)
+
+    def read() -> None:
+        stdin = sys.stdin.buffer
+        try:
+            for raw in iter(stdin.readline, b""):
+                text = raw.decode("utf-8", errors="replace")
+                asyncio.run_coroutine_threadsafe(queue.put(text), loop).result()
+        except RuntimeError:  # the loop is gone: the command ended
+            return
+        with contextlib.suppress(RuntimeError):
+            asyncio.run_coroutine_threadsafe(queue.put(None), loop)
+
+    threading.Thread(target=read, name="stdin-reader", daemon=True).start()
+    return queue
