@@ -26,8 +26,8 @@ def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
             continue
         flag = "--" + name.replace("_", "-")
         env = f"{ENV_PREFIX}{name.upper()}"
-        default = field.get_default(call_default_factory=False)
-        shown = "" if default is None or callable(default) else f" (default {default})"
+        default = None if field.default_factory else field.get_default()
+        shown = "" if default is None else f" (default {default})"
         help_text = f"{field.description}{shown} [env {env}]".replace("%", "%%")
         if field.annotation is bool:
             parser.add_argument(

@@ -11,12 +11,14 @@ Every request is counted and timed by route (:func:`request_metrics`).
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from hub.identity import HubIdentity
 from hub.metrics import CONTENT_TYPE_LATEST, HttpStats, HubRegistry, render
@@ -46,10 +48,24 @@ def request_metrics(stats: HttpStats) -> Callable[[web.Request, Handler], Awaita
         except asyncio.CancelledError:
             status = CLIENT_GONE
             raise
+        except ConnectionResetError:
+            if not client_gone(request):
+                raise
+            # The client went away mid-request (while sending its body, say):
+            # nobody to answer and nothing to log (aiohttp would log an ERROR).
+            status = CLIENT_GONE
+            return web.Response(status=CLIENT_GONE)
         finally:
             stats.observe(_route(request), request.method, status, time.perf_counter() - started)
 
     return middleware
+
+
+def client_gone(request: web.Request) -> bool:
+    """Has the client of ``request`` closed its connection? (Reading the body
+    of such a request raises ``ConnectionResetError``: not a hub error.)"""
+    transport = request.transport
+    return transport is None or transport.is_closing()
 
 
 def _route(request: web.Request) -> str:
@@ -87,6 +103,22 @@ def health_routes(
     return routes
 
 
+def _quiet_unparsable_requests(record: logging.LogRecord) -> bool:
+    """A filter for aiohttp's server logger. aiohttp logs a request it cannot
+    parse (line too long, too many headers, no Host…) at ERROR with a
+    traceback, though the fault is the client's and it is answered 400: keep
+    it as one debug line, like the WebSocket port's handshake failures."""
+    exc = record.exc_info[1] if record.exc_info else None
+    if not isinstance(exc, HttpProcessingError):
+        return True
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):
+        return False
+    record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+    record.msg, record.args = "unparsable HTTP request refused: %s", (exc.message,)
+    record.exc_info = record.exc_text = None
+    return True
+
+
 class HttpServer:
     """Runs an aiohttp application on one port; ``aclose`` is idempotent."""
 
@@ -108,6 +140,7 @@ class HttpServer:
         self._runner = web.AppRunner(
             app, access_log=None, handle_signals=False, shutdown_timeout=shutdown_timeout
         )
+        logging.getLogger("aiohttp.server").addFilter(_quiet_unparsable_requests)
         self._site: web.TCPSite | None = None
 
     @property

@@ -247,7 +247,6 @@ def _response(
             ("Content-Type", content_type),
             ("Content-Length", str(len(body))),
             ("Connection", "close"),
-            ("Server", f"agora-hub/{__version__}"),
             *(extra or {}).items(),
         ]
     )

@@ -37,6 +37,7 @@ from adapters.envelope.common import (
 )
 from adapters.envelope.waits import Waits
 from hub.errors import BackplaneUnavailable
+from hub.http import client_gone
 from hub.virtual import RequestFailed, VirtualMember
 from protocol.envelope import (
     AgoraErrorCode,
@@ -144,7 +145,9 @@ class EnvelopeGateway:
             code = AgoraErrorCode.UNAVAILABLE
             envelope = signed_error(self.host.identity.signing_key, fmt, code, str(exc), about=data)
             return _json(int(code), envelope)
-        except Exception:
+        except Exception as exc:
+            if isinstance(exc, ConnectionResetError) and client_gone(request):
+                raise  # nobody to answer: the HTTP port's middleware ends it quietly
             self._log.exception("envelope request failed", space=space)
             code = AgoraErrorCode.INTERNAL_ERROR
             envelope = signed_error(self.host.identity.signing_key, fmt, code, about=data)

@@ -33,6 +33,7 @@ from hub.api.auth import Secret, api_key_of
 from hub.api.errors import ApiError, json_response
 from hub.api.operations import Operations
 from hub.errors import BackplaneUnavailable
+from hub.http import client_gone
 from protocol import codec
 from protocol.errors import ErrorCode, ProtocolError
 
@@ -73,7 +74,9 @@ def api_app(operations: Operations | None, api_key: str | None, body_limit: int)
             return ApiError(ErrorCode.UNAVAILABLE, f"{exc}: request not carried out").response()
         except web.HTTPException:
             raise
-        except Exception:
+        except Exception as exc:
+            if isinstance(exc, ConnectionResetError) and client_gone(request):
+                raise  # nobody to answer: the HTTP port's middleware ends it quietly
             log.exception("API request failed", path=request.path[:200])
             return ApiError(ErrorCode.INTERNAL_ERROR, "internal error").response()
 

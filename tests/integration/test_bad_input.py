@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import urllib.error
 import urllib.request
 
@@ -198,3 +199,65 @@ async def test_repeated_token_parameter_is_refused_400(hub):
 
     status, body = await asyncio.to_thread(get)
     assert status == 400 and b"token" in body
+
+
+def _raw_http_status(port: int, request: bytes) -> int:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(request)
+        head = sock.recv(4096)
+    return int(head.split(b" ", 2)[1])
+
+
+async def test_unparsable_http_requests_get_400_and_leave_no_traceback_in_the_log(hub_process):
+    """aiohttp logs a request it cannot parse at ERROR with a traceback; the
+    fault is the client's (it is answered 400), so the hub's log stays clean."""
+    proc = hub_process(log_level="info")
+    port = int(proc.http_url.rsplit(":", 1)[1])
+    for request in (
+        b"GET /" + b"a" * 10_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-A: b\r\n" * 200 + b"\r\n",
+        b"POST /agora/x HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999\r\n\r\n",
+        b"GET /healthz HTTP/1.1\r\n\r\n",
+    ):
+        assert await asyncio.to_thread(_raw_http_status, port, request) == 400, request[:40]
+    healthz = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    assert await asyncio.to_thread(_raw_http_status, port, healthz) == 200
+    proc.stop()
+    assert not log_problems(proc.log_lines(), proc.log())
+
+
+def _send_and_hang_up(port: int, request: bytes) -> None:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(request)
+
+
+async def test_a_client_gone_mid_body_is_counted_499_and_not_logged_as_an_error(
+    hub_process, tmp_path
+):
+    """A client that closes while sending its body is nobody's error: no
+    ERROR line, no traceback, no INTERNAL_ERROR; the request counts as 499."""
+    config = tmp_path / "hub.toml"
+    config.write_text('[[spaces]]\nid = "w"\nagora_http = true\n')
+    key = "k" * 20
+    proc = hub_process(log_level="info", config=str(config), api_key=key)
+    port = int(proc.http_url.rsplit(":", 1)[1])
+    routes = ("/agora/w", "/envelope/w", "/agentprotocol/w", "/api/publish")
+    for path in routes:
+        head = f"POST {path} HTTP/1.1\r\nHost: x\r\nX-API-Key: {key}\r\nContent-Length: 500\r\n"
+        await asyncio.to_thread(_send_and_hang_up, port, (head + '\r\n{"body": ').encode())
+
+    def counted() -> set[str]:
+        with urllib.request.urlopen(proc.http_url + "/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+        return {
+            line.split('route="')[1].split('"')[0]
+            for line in text.splitlines()
+            if line.startswith("agora_hub_http_requests_total") and 'status="499"' in line
+        }
+
+    patterns = {"/agora/{space}", "/envelope/{space}", "/agentprotocol/{space}", "/api/publish"}
+    async with asyncio.timeout(10):
+        while await asyncio.to_thread(counted) != patterns:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+    proc.stop()
+    assert not log_problems(proc.log_lines(), proc.log())

@@ -120,6 +120,25 @@ async def test_tail_prints_events_and_assembled_streams(hub_process, observer):
     assert third["streamed"] is True and third["data"]["text"] == big
 
 
+async def test_publish_stdin_splits_a_line_longer_than_a_frame(hub_process):
+    """A line of stdin bigger than the hub's frame limit is sent as several
+    deltas (never cutting a character), not as one delta the hub refuses."""
+    proc = hub_process()
+    watcher = Client(proc.url, "watcher")
+    await watcher.connect()
+    streams = watcher.assembled_events("general")
+    await watcher.join("general")
+    text = "é😀x" * 200_000 + "\nlast line\n"  # a 1.8 MB first line
+    status, out, err = await cli("publish", "general", "-", "--url", proc.url, stdin=text.encode())
+    assert status == 0, err
+    (result,) = json_lines(out)
+    assert result["deltas"] > 2
+    async with asyncio.timeout(TIMEOUT):
+        assembled = await streams.__anext__()
+    assert assembled.status == "complete" and assembled.data["text"] == text
+    await watcher.aclose()
+
+
 async def test_spaces_lists_json_lines(hub_process, observer):
     proc = hub_process()
     await observer(proc.url, "lobby")

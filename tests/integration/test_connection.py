@@ -106,6 +106,19 @@ def _get(url: str) -> tuple[int, str, bytes]:
         return exc.code, exc.headers.get("Content-Type", ""), exc.read()
 
 
+def _server_headers(url: str) -> list[str]:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return resp.headers.get_all("Server") or []
+
+
+async def test_websocket_port_answers_with_one_server_header(hub):
+    server = await hub()
+    for path in ("/healthz", "/readyz", "/metrics"):
+        url = f"http://127.0.0.1:{server.port}{path}"
+        headers = await asyncio.to_thread(_server_headers, url)
+        assert len(headers) == 1 and headers[0].startswith("agora-hub/"), (path, headers)
+
+
 async def test_http_endpoints(hub):
     server = await hub()
     base = f"http://127.0.0.1:{server.port}"

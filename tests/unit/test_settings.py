@@ -51,6 +51,15 @@ def test_every_setting_is_a_flag():
         assert "--" + name.replace("_", "-") in flags, name
 
 
+def test_serve_help_shows_real_defaults_only():
+    serve = build_parser()._subparsers._group_actions[0].choices["serve"]
+    helps = {a.dest: a.help for a in serve._actions}
+    assert "(default 8765)" in helps["port"]
+    # node_id's default is computed at start: the help names none.
+    assert "default" not in helps["node_id"]
+    assert not any("Undefined" in (text or "") for text in helps.values())
+
+
 @pytest.mark.parametrize(
     ("overrides", "fragment"),
     [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import codecs
 import contextlib
 import sys
 import threading
@@ -22,8 +23,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
         help="publish a message (or stream stdin) to a space",
         description="Join SPACE and publish TEXT as {\"text\": TEXT}. With TEXT '-', stdin is "
-        "streamed line by line as deltas, then done at end of input (the hub cancels a "
-        "stream idle for its stream_idle_timeout, 30 s by default).",
+        "streamed line by line as deltas (long lines in 64 KiB pieces), then done at end of "
+        "input (the hub cancels a stream idle for its stream_idle_timeout, 30 s by default).",
     )
     publish.add_argument("space", metavar="SPACE")
     publish.add_argument("text", metavar="TEXT", help="the text, or - for stdin as a stream")
@@ -74,21 +75,32 @@ async def _publish(client: Client, args: argparse.Namespace, out: Output) -> int
     return EXIT_OK
 
 
+#: Longest delta read from stdin, in bytes: a longer line is sent in pieces
+#: (a single delta must fit the hub's frame limit, 1 MiB by default).
+STDIN_CHUNK = 64 * 1024
+
+
 def _stdin_lines() -> asyncio.Queue[str | None]:
     """Lines of stdin (newline kept), read by a daemon thread; ``None`` at EOF.
 
-    A daemon thread rather than the default executor: a blocked read must
-    not keep the process alive after the command ends.
+    A line longer than :data:`STDIN_CHUNK` bytes comes in pieces, never cut
+    inside a UTF-8 character. A daemon thread rather than the default
+    executor: a blocked read must not keep the process alive after the
+    command ends.
     """
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[str | None] = asyncio.Queue(maxsize=256)
 
     def read() -> None:
         stdin = sys.stdin.buffer
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         try:
-            for raw in iter(stdin.readline, b""):
-                text = raw.decode("utf-8", errors="replace")
-                asyncio.run_coroutine_threadsafe(queue.put(text), loop).result()
+            for raw in iter(lambda: stdin.readline(STDIN_CHUNK), b""):
+                text = decoder.decode(raw)
+                if text:
+                    asyncio.run_coroutine_threadsafe(queue.put(text), loop).result()
+            if tail := decoder.decode(b"", final=True):
+                asyncio.run_coroutine_threadsafe(queue.put(tail), loop).result()
         except RuntimeError:  # the loop is gone: the command ended
             return
         with contextlib.suppress(RuntimeError):
