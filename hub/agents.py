@@ -97,8 +97,10 @@ class AgentIds:
             ErrorCode.HEARTBEAT_TIMEOUT,
             "failed a liveness probe: replaced by a new connection",
         )
-        # It did not answer a ping: no closing handshake to wait for.
-        peer.abort()
+        # It did not answer a ping: no closing handshake to wait for. Cut it
+        # on the next turn of the loop, once close_for has written the error
+        # and the close frame (a peer that still reads gets both).
+        asyncio.get_running_loop().call_soon(peer.abort)
 
     # ── for other nodes (through the cluster link) ─────────────────────
 

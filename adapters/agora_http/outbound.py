@@ -36,6 +36,7 @@ import structlog
 from adapters.agora_http.assembly import StreamAssembler, in_reply_to
 from adapters.agora_http.conversations import OutboundConversations, RemoteConversation
 from adapters.agora_http.remote import RemoteEndpoint, failed
+from adapters.takeover import unanswered
 from hub.errors import AgentIdTaken, BackplaneUnavailable
 from hub.kvstore import KeyValueStore, create_kv_store
 from hub.virtual import RequestFailed, VirtualMember
@@ -134,7 +135,7 @@ class AgoraHttpOutbound:
         )
         await self._claim()
         loop = asyncio.get_running_loop()
-        self._background = [
+        self._background += [
             loop.create_task(self._keep()),
             loop.create_task(self._sweep(max(0.05, min(1.0, ttl / 4)))),
         ]
@@ -172,7 +173,7 @@ class AgoraHttpOutbound:
         except (AgentIdTaken, BackplaneUnavailable):
             return False
         try:
-            await member.join(self.space)
+            joined = await member.join(self.space)
         except (RequestFailed, TimeoutError) as exc:
             log.warning("agora-http bridge cannot join", agent_id=self.agent_id, reason=str(exc))
             await member.aclose()
@@ -180,7 +181,35 @@ class AgoraHttpOutbound:
         self.member = member
         self.holding.set()
         log.info("agora-http bridge active", agent_id=self.agent_id, space=self.space)
+        task = asyncio.get_running_loop().create_task(self._answer_orphans(joined.get("seq", 0)))
+        self._background = [t for t in self._background if not t.done()] + [task]
         return True
+
+    async def _answer_orphans(self, upto_seq: int) -> None:
+        """Requests a lost holder left unanswered get a failure (see :mod:`adapters.takeover`)."""
+        member = self.member
+        if member is None or not upto_seq:
+            return
+        try:
+            orphans = await unanswered(
+                member,
+                self.space,
+                upto_seq,
+                request_keys=_request_keys,
+                answer_key=in_reply_to,
+            )
+        except (RequestFailed, TimeoutError, BackplaneUnavailable) as exc:
+            log.warning("agora-http bridge cannot read back history", reason=str(exc))
+            return
+        if orphans:
+            log.warning(
+                "agora-http bridge answers requests its lost holder left", count=len(orphans)
+            )
+        reply = failed(
+            "Bridge moved to another hub node while this request was in flight: try again"
+        )
+        for event in orphans:
+            await self._answer(event, reply)
 
     async def _keep(self) -> None:
         """Hold the agent id, or stand by and retry the claim until it is free."""
@@ -372,3 +401,9 @@ class AgoraHttpOutbound:
                 except BackplaneUnavailable:
                     self._schedule_at(key, now + interval)  # try again later
                     break
+
+
+def _request_keys(event: dict[str, Any]) -> tuple[str, ...]:
+    """A request to the remote agent is any event that answers nothing."""
+    event_id = event.get("event_id")
+    return (event_id,) if isinstance(event_id, str) and in_reply_to(event) is None else ()

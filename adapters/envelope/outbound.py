@@ -30,7 +30,8 @@ import aiohttp
 import orjson
 import structlog
 
-from adapters.envelope.common import EnvelopeHost, read_bounded, signed_error
+from adapters.envelope.common import EnvelopeHost, read_bounded, request_of, signed_error
+from adapters.takeover import unanswered
 from hub.errors import AgentIdTaken, BackplaneUnavailable
 from hub.settings import EnvelopeBridge
 from hub.virtual import RequestFailed, VirtualMember
@@ -46,6 +47,11 @@ from protocol.envelope import (
 MAX_CONCURRENT = 16
 MAX_RESPONSE_BYTES = 1024 * 1024
 _REQUESTS = frozenset({"REQUEST", "request"})
+_MOVED = (
+    "the bridge moved to another hub node while this request was in flight: "
+    "it may not have reached the remote agent; send it again"
+)
+_CLOSING = "the bridge shut down before the remote agent answered: send it again"
 
 
 class EnvelopePeer:
@@ -73,7 +79,9 @@ class EnvelopePeer:
         self.holding = asyncio.Event()
         self._http: aiohttp.ClientSession | None = None
         self._supervisor: asyncio.Task[None] | None = None
-        self._calls: set[asyncio.Task[None]] = set()
+        #: Calls in flight → (sender, envelope): answered if the bridge closes.
+        self._calls: dict[asyncio.Task[None], tuple[str, dict[str, Any]]] = {}
+        self._orphans: asyncio.Task[None] | None = None
         self._closed = False
         self._log = structlog.get_logger("adapters.envelope").bind(
             adapter="outbound", agent_id=bridge.agent_id, space=bridge.space
@@ -103,7 +111,7 @@ class EnvelopePeer:
         except (AgentIdTaken, BackplaneUnavailable):
             return False
         try:
-            await member.join(self.bridge.space)
+            joined = await member.join(self.bridge.space)
         except Exception as exc:
             self._log.warning("bridge cannot join its space", error=str(exc))
             await member.aclose()
@@ -111,7 +119,32 @@ class EnvelopePeer:
         self.member = member
         self.holding.set()
         self._log.info("bridge active on this node")
+        upto = joined.get("seq", 0)
+        self._orphans = asyncio.get_running_loop().create_task(self._answer_orphans(upto))
         return True
+
+    async def _answer_orphans(self, upto_seq: int) -> None:
+        """Requests a lost holder left unanswered get a 503 (see :mod:`adapters.takeover`)."""
+        member, fmt = self.member, self.format
+        if member is None or not upto_seq:
+            return
+        try:
+            orphans = await unanswered(
+                member,
+                self.bridge.space,
+                upto_seq,
+                request_keys=lambda e: _request_keys(fmt, e),
+                answer_key=lambda e: _answer_key(fmt, e),
+            )
+        except (RequestFailed, TimeoutError, BackplaneUnavailable) as exc:
+            self._log.warning("bridge cannot read back history", error=str(exc))
+            return
+        if orphans:
+            self._log.warning("bridge answers requests its lost holder left", count=len(orphans))
+        for event in orphans:
+            await self._reply_error(
+                event["from"], AgoraErrorCode.UNAVAILABLE, _MOVED, event["data"]
+            )
 
     async def _supervise(self) -> None:
         while not self._closed:
@@ -131,10 +164,22 @@ class EnvelopePeer:
             self._supervisor.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._supervisor
+        if self._orphans is not None:
+            self._orphans.cancel()
+        in_flight = list(self._calls.values())
         for call in list(self._calls):
             call.cancel()
         if self._calls:
             await asyncio.gather(*self._calls, return_exceptions=True)
+        if in_flight:  # their senders get an answer, not silence
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(5):
+                    await asyncio.gather(
+                        *(
+                            self._reply_error(sender, AgoraErrorCode.UNAVAILABLE, _CLOSING, data)
+                            for sender, data in in_flight
+                        )
+                    )
         if self.member is not None:
             await self.member.aclose()
         if self._http is not None:
@@ -162,8 +207,8 @@ class EnvelopePeer:
             )
         else:
             call = asyncio.get_running_loop().create_task(self._forward(sender, data))
-            self._calls.add(call)
-            call.add_done_callback(self._calls.discard)
+            self._calls[call] = (sender, data)
+            call.add_done_callback(lambda done: self._calls.pop(done, None))
 
     async def _forward(self, sender: str, data: dict[str, Any]) -> None:
         try:
@@ -262,6 +307,29 @@ class EnvelopePeer:
             f"the remote agent did not answer within {self.timeout:g} s",
             about,
         )
+
+
+def _request_keys(fmt: Format, event: dict[str, Any]) -> tuple[str, ...]:
+    """A request of ``fmt`` in a space event: the ids its answers may refer to
+    it by (agora/1.0: the envelope's ``id`` or its ``payload.request_id``)."""
+    data, sender = event.get("data"), event.get("from")
+    if not isinstance(data, dict) or not isinstance(sender, str) or detect(data) is not fmt:
+        return ()
+    if data.get("type") not in _REQUESTS:
+        return ()
+    payload = data.get("payload")
+    keys = [request_of(fmt, data)]
+    if isinstance(payload, dict):
+        keys.append(payload.get("request_id"))
+    return tuple(k for k in keys if isinstance(k, str))
+
+
+def _answer_key(fmt: Format, event: dict[str, Any]) -> str | None:
+    """What an envelope the bridge published answers."""
+    data = event.get("data")
+    if not isinstance(data, dict) or detect(data) is not fmt or data.get("type") in _REQUESTS:
+        return None
+    return request_of(fmt, data)
 
 
 def _addressed_to(msg: dict[str, Any], agent_id: str) -> bool:

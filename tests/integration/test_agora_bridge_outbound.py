@@ -442,6 +442,58 @@ async def _killed_holder(hub_process: Any, redis_server: Any, tmp_path: Path) ->
         await target.aclose()
 
 
+@pytest.mark.redis
+def test_requests_a_killed_holder_left_are_answered_by_its_successor(
+    hub_process, redis_server, tmp_path
+):
+    """A call in flight when the holder is killed -9, and an event sent
+    before a standby has the bridge, each get an answer from the new holder
+    (a failure: it finds them unanswered in the space's history)."""
+    asyncio.run(_orphans(hub_process, redis_server, tmp_path))
+
+
+async def _orphans(hub_process: Any, redis_server: Any, tmp_path: Path) -> None:
+    never = asyncio.Event()
+
+    async def first_call_hangs(request: web.Request, body: Any) -> web.StreamResponse:
+        if len(target.calls) == 1:
+            await never.wait()
+        return await target.echo(request, body)
+
+    target = await RemoteAgora(first_call_hangs).start()
+    try:
+        config = write_config(
+            tmp_path / "hub.toml",
+            f'[[bridges.agora_http]]\nspace = "{SPACE}"\nagent_id = "{BRIDGE}"\n'
+            f'url = "{target.url}"\n',
+        )
+        settings = {"redis_url": redis_server.url, "config": str(config)}
+        nodes = [hub_process(**settings), hub_process(**settings)]
+        holder = await _wait_for_holder(nodes)
+        standby = nodes[1 - nodes.index(holder)]
+        alice = await WsClient.connect(standby.url, "alice", heartbeat=True)
+        await alice.join(SPACE)
+        in_flight = await send(alice, {"body": "in flight"})
+        await asyncio.wait_for(target.called.wait(), 10)
+        holder.kill()
+        gap = await alice.request(
+            {"type": "space.publish", "space": SPACE, "data": {"body": "gap"}, "to": BRIDGE}
+        )
+        await _wait_for_holder([standby])
+        lost = await answer_to(alice, in_flight)
+        assert lost["data"]["status"] == "failure"
+        assert lost["data"]["error"].startswith("Bridge moved to another hub node")
+        if gap["type"] == "space.event":  # (not when the dead holder had already left)
+            answer = await answer_to(alice, gap["event_id"])
+            # In history before the takeover (failure), or delivered live after it.
+            assert answer["data"]["status"] in ("failure", "success")
+        assert (await ask(alice, {"body": "after"}))["data"]["body"] == "echo:after"
+        await alice.close()
+    finally:
+        never.set()
+        await target.aclose()
+
+
 async def _wait_for_holder(nodes: list[Any], timeout: float = 30) -> Any:
     async with asyncio.timeout(timeout):
         while True:

@@ -276,6 +276,82 @@ async def test_the_bridge_survives_a_killed_node(hub, remote, redis_server, tmp_
         holder.close()
 
 
+async def answer_about(alice: WsClient, request: dict[str, Any]) -> dict[str, Any]:
+    """The bridge's answer (a result or an error) to ``request``."""
+
+    def about(m: dict[str, Any]) -> bool:
+        payload = m.get("data", {}).get("payload", {})
+        return (
+            m.get("type") == "space.event"
+            and m.get("from") == "remote"
+            and payload.get("request_id") == request["id"]
+        )
+
+    return await alice._until(about, 30)
+
+
+@pytest.mark.redis
+async def test_requests_a_killed_holder_left_are_answered_by_its_successor(
+    hub, remote, redis_server, tmp_path: Path
+):
+    """One request is in flight at the remote when the holder's node is
+    killed, another is published before a standby has the bridge: neither is
+    lost in silence — the new holder finds both in the space's history
+    (unanswered) and answers 503; what arrives after the takeover is served."""
+    config = tmp_path / "hub.toml"
+    config.write_text(
+        "[[bridges.envelope]]\n"
+        f'space = "{SPACE}"\nagent_id = "remote"\nurl = "{remote.url}"\n'
+        'protocol = "agora/1.0"\ntimeout = 20\n'
+    )
+    common = {"redis_url": redis_server.url, "heartbeat_interval": 0.3, "heartbeat_timeout": 3}
+    holder = HubProcess(config=str(config), **common).start()
+    try:
+        watcher = await WsClient.connect(holder.url, "watcher")
+        assert "remote" in (await watcher.join(SPACE))["members"]
+        await watcher.close()
+        standby = await hub(config=config, **common)
+        alice = await alice_in(standby)
+        remote.mode = "block"
+        in_flight, in_gap, later = (agora_request(ALICE) for _ in range(3))
+        await alice.request(
+            {"type": "space.publish", "space": SPACE, "data": in_flight, "to": "remote"}
+        )
+        await asyncio.wait_for(remote.called.wait(), 10)  # the holder is calling the remote
+        holder.kill()
+        remote.mode = "result"
+        gap = await alice.request(
+            {"type": "space.publish", "space": SPACE, "data": in_gap, "to": "remote"}
+        )
+        await asyncio.wait_for(_peer(standby).holding.wait(), 30)
+        lost = await answer_about(alice, in_flight)
+        assert hub_error(standby, lost, 503)["message"].startswith("the bridge moved")
+        if gap["type"] == "space.event":  # (not when the dead holder had already left)
+            answer = await answer_about(alice, in_gap)
+            # In history before the takeover (503), or delivered live after it (served).
+            assert answer["data"]["type"] in ("ERROR", "RESULT"), answer
+        served = await ask(alice, later)
+        assert served["data"]["payload"]["request_id"] == later["id"]
+        assert served["signer"] == REMOTE_DID
+        await alice.close()
+    finally:
+        remote.release.set()
+        holder.close()
+
+
+async def test_calls_in_flight_are_answered_when_the_bridge_closes(hub, remote):
+    remote.mode = "block"
+    server = await hub(bridges={"envelope": [bridge(remote.url, timeout=20)]})
+    alice = await alice_in(server)
+    request = agora_request(ALICE)
+    await alice.request({"type": "space.publish", "space": SPACE, "data": request, "to": "remote"})
+    await asyncio.wait_for(remote.called.wait(), 10)
+    await _peer(server).aclose()
+    payload = hub_error(server, await answer_about(alice, request), 503)
+    assert "shut down" in payload["message"]
+    await alice.close()
+
+
 async def test_a_response_body_is_read_with_a_bound(hub, remote):
     """The bound is the peer's, not the remote's: 2 MiB is refused at 1 MiB."""
     remote.mode = "huge"

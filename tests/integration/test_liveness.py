@@ -100,6 +100,21 @@ async def test_a_holder_closed_by_the_hub_answers_the_probe_at_once(hub):
     await newcomer.close()
 
 
+async def test_an_evicted_holder_is_told_and_closed_4408(hub):
+    """A holder that failed the liveness probe but still reads its socket
+    later gets what the docs promise: error HEARTBEAT_TIMEOUT, then 4408."""
+    server = await hub(heartbeat_interval=0.5, heartbeat_timeout=30.0, liveness_probe_timeout=0.5)
+    holder = await WsClient.connect(server.url, "alice", heartbeat=True)
+    holder.ws.transport.pause_reading()  # deaf to pings for a while
+    newcomer = await WsClient.connect(server.url, "alice")
+    assert newcomer.registered is not None
+    holder.ws.transport.resume_reading()
+    code, frames = await holder.closed(timeout=TIMEOUT)
+    assert code == 4408, (code, frames)
+    assert frames[-1]["type"] == "error" and frames[-1]["code"] == "HEARTBEAT_TIMEOUT"
+    await newcomer.close()
+
+
 async def test_a_client_that_gave_up_during_the_claim_is_never_announced(hub, clients):
     """Regression: the hub registered a connection its client had abandoned while the
     id was being claimed: watchers saw a phantom online/offline pair."""
