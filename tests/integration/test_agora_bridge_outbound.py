@@ -423,15 +423,7 @@ def test_a_killed_holder_is_replaced(hub_process, redis_server, tmp_path):
 async def _killed_holder(hub_process: Any, redis_server: Any, tmp_path: Path) -> None:
     target = await RemoteAgora().start()
     try:
-        config = write_config(
-            tmp_path / "hub.toml",
-            f'[[bridges.agora_http]]\nspace = "{SPACE}"\nagent_id = "{BRIDGE}"\n'
-            f'url = "{target.url}"\n',
-        )
-        settings = {"redis_url": redis_server.url, "config": str(config)}
-        nodes = [hub_process(**settings), hub_process(**settings)]
-        holder = await _wait_for_holder(nodes)
-        standby = nodes[1 - nodes.index(holder)]
+        holder, standby = await _two_nodes(hub_process, redis_server, tmp_path, target)
         holder.kill()
         await _wait_for_holder([standby])
         alice = await WsClient.connect(standby.url, "alice", heartbeat=True)
@@ -462,15 +454,7 @@ async def _orphans(hub_process: Any, redis_server: Any, tmp_path: Path) -> None:
 
     target = await RemoteAgora(first_call_hangs).start()
     try:
-        config = write_config(
-            tmp_path / "hub.toml",
-            f'[[bridges.agora_http]]\nspace = "{SPACE}"\nagent_id = "{BRIDGE}"\n'
-            f'url = "{target.url}"\n',
-        )
-        settings = {"redis_url": redis_server.url, "config": str(config)}
-        nodes = [hub_process(**settings), hub_process(**settings)]
-        holder = await _wait_for_holder(nodes)
-        standby = nodes[1 - nodes.index(holder)]
+        holder, standby = await _two_nodes(hub_process, redis_server, tmp_path, target)
         alice = await WsClient.connect(standby.url, "alice", heartbeat=True)
         await alice.join(SPACE)
         in_flight = await send(alice, {"body": "in flight"})
@@ -492,6 +476,20 @@ async def _orphans(hub_process: Any, redis_server: Any, tmp_path: Path) -> None:
     finally:
         never.set()
         await target.aclose()
+
+
+async def _two_nodes(
+    hub_process: Any, redis_server: Any, tmp_path: Path, target: RemoteAgora
+) -> tuple[Any, Any]:
+    """Two hub processes configured with the bridge: (the holder, the standby)."""
+    config = write_config(
+        tmp_path / "hub.toml",
+        f'[[bridges.agora_http]]\nspace = "{SPACE}"\nagent_id = "{BRIDGE}"\nurl = "{target.url}"\n',
+    )
+    settings = {"redis_url": redis_server.url, "config": str(config)}
+    nodes = [hub_process(**settings), hub_process(**settings)]
+    holder = await _wait_for_holder(nodes)
+    return holder, nodes[1 - nodes.index(holder)]
 
 
 async def _wait_for_holder(nodes: list[Any], timeout: float = 30) -> Any:

@@ -251,21 +251,8 @@ async def test_the_bridge_moves_to_another_node_when_its_holder_closes(hub, remo
 
 @pytest.mark.redis
 async def test_the_bridge_survives_a_killed_node(hub, remote, redis_server, tmp_path: Path):
-    config = tmp_path / "hub.toml"
-    config.write_text(
-        "[[bridges.envelope]]\n"
-        f'space = "{SPACE}"\nagent_id = "remote"\nurl = "{remote.url}"\n'
-        'protocol = "agora/1.0"\ntimeout = 3\n'
-    )
-    common = {"redis_url": redis_server.url, "heartbeat_interval": 0.3, "heartbeat_timeout": 3}
-    holder = HubProcess(config=str(config), **common).start()
+    holder, standby = await _holder_process_and_standby(hub, remote, redis_server, tmp_path, 3)
     try:
-        watcher = await WsClient.connect(holder.url, "watcher")
-        joined = await watcher.join(SPACE)
-        assert "remote" in joined["members"]  # the process holds the bridge
-        await watcher.close()
-        standby = await hub(config=config, **common)
-        assert not _peer(standby).holding.is_set()
         holder.kill()  # no goodbye: its presence lapses, probes go unanswered
         await asyncio.wait_for(_peer(standby).holding.wait(), 30)
         alice = await alice_in(standby)
@@ -274,6 +261,30 @@ async def test_the_bridge_survives_a_killed_node(hub, remote, redis_server, tmp_
         await alice.close()
     finally:
         holder.close()
+
+
+async def _holder_process_and_standby(
+    hub: Any, remote: RemoteAgent, redis_server: Any, tmp_path: Path, timeout: float
+) -> tuple[HubProcess, Any]:
+    """A hub process holding the bridge, and an in-process standby beside it."""
+    config = tmp_path / "hub.toml"
+    config.write_text(
+        "[[bridges.envelope]]\n"
+        f'space = "{SPACE}"\nagent_id = "remote"\nurl = "{remote.url}"\n'
+        f'protocol = "agora/1.0"\ntimeout = {timeout:g}\n'
+    )
+    common = {"redis_url": redis_server.url, "heartbeat_interval": 0.3, "heartbeat_timeout": 3}
+    holder = HubProcess(config=str(config), **common).start()
+    try:
+        watcher = await WsClient.connect(holder.url, "watcher")
+        assert "remote" in (await watcher.join(SPACE))["members"]  # the process holds it
+        await watcher.close()
+        standby = await hub(config=config, **common)
+    except BaseException:
+        holder.close()
+        raise
+    assert not _peer(standby).holding.is_set()
+    return holder, standby
 
 
 async def answer_about(alice: WsClient, request: dict[str, Any]) -> dict[str, Any]:
@@ -298,19 +309,8 @@ async def test_requests_a_killed_holder_left_are_answered_by_its_successor(
     killed, another is published before a standby has the bridge: neither is
     lost in silence — the new holder finds both in the space's history
     (unanswered) and answers 503; what arrives after the takeover is served."""
-    config = tmp_path / "hub.toml"
-    config.write_text(
-        "[[bridges.envelope]]\n"
-        f'space = "{SPACE}"\nagent_id = "remote"\nurl = "{remote.url}"\n'
-        'protocol = "agora/1.0"\ntimeout = 20\n'
-    )
-    common = {"redis_url": redis_server.url, "heartbeat_interval": 0.3, "heartbeat_timeout": 3}
-    holder = HubProcess(config=str(config), **common).start()
+    holder, standby = await _holder_process_and_standby(hub, remote, redis_server, tmp_path, 20)
     try:
-        watcher = await WsClient.connect(holder.url, "watcher")
-        assert "remote" in (await watcher.join(SPACE))["members"]
-        await watcher.close()
-        standby = await hub(config=config, **common)
         alice = await alice_in(standby)
         remote.mode = "block"
         in_flight, in_gap, later = (agora_request(ALICE) for _ in range(3))
