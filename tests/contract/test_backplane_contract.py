@@ -108,14 +108,6 @@ def redis_backplane_factory(url: str, **kwargs: Any) -> Callable[[str], RedisBac
     return make
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
-def backend(request: pytest.FixtureRequest) -> Any:
-    """None for memory; the private redis-server for Redis."""
-    if request.param == "memory":
-        return None
-    return request.getfixturevalue("redis_server")
-
-
 @pytest.fixture
 async def cluster(backend: Any) -> AsyncIterator[BackplaneCluster]:
     if backend is None:

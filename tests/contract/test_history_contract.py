@@ -33,14 +33,6 @@ class FakeClock:
         return self.now
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
-def backend(request: pytest.FixtureRequest) -> Any:
-    """None for memory; the private redis-server for Redis."""
-    if request.param == "memory":
-        return None
-    return request.getfixturevalue("redis_server")
-
-
 @pytest.fixture
 async def make_cluster(backend: Any) -> AsyncIterator[Callable[..., BackplaneCluster]]:
     """``make_cluster(history_size=…, history_ttl=…)``: a cluster with those settings."""

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-import secrets
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -23,36 +21,16 @@ from hub.errors import BackplaneUnavailable, HubError
 from hub.kvstore import KeyValueStore, KeyValueStoreFull, MemoryKeyValueStore, create_kv_store
 from hub.kvstore.redis import RedisKeyValueStore
 from tests.support.servers import free_port
-
-WAIT = 10.0
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.stores import WAIT, FakeClock, Nodes, until_expired
 
 
-@dataclass
-class StoreCluster:
-    url: str | None  # None: memory
-    prefix: str = field(default_factory=lambda: f"t{secrets.token_hex(3)}")
-    clock: FakeClock = field(default_factory=FakeClock)
-    stores: dict[str, Any] = field(default_factory=dict)
-
-    def node(self, name: str) -> KeyValueStore:
-        if self.url is None:
-            name = "only"
-        store = self.stores.get(name)
-        if store is None:
-            if self.url is None:
-                store = MemoryKeyValueStore(clock=self.clock)
-            else:
-                store = RedisKeyValueStore(self.url, prefix=self.prefix)
-            self.stores[name] = store
-        return store
+class StoreCluster(Nodes[KeyValueStore]):
+    def __init__(self, url: str | None):
+        super().__init__(
+            url,
+            lambda clock: MemoryKeyValueStore(clock=clock),
+            lambda url, prefix: RedisKeyValueStore(url, prefix=prefix),
+        )
 
     async def outlive(self, store: KeyValueStore, key: str, value: bytes, ttl: float) -> None:
         """Store ``key`` with ``ttl`` and return once it has expired."""
@@ -60,34 +38,11 @@ class StoreCluster:
             assert await store.set(key, value, ttl)
             self.clock.now += ttl
             return
-        client = Redis.from_url(self.url)
-        try:
-            await client.config_set("notify-keyspace-events", "Ex")
-            pubsub = client.pubsub()
-            await pubsub.subscribe("__keyevent@0__:expired")
+
+        async def write() -> None:
             assert await store.set(key, value, ttl)
-            expected = f"{self.prefix}:kv:{key}".encode()
 
-            async def expired() -> None:
-                async for message in pubsub.listen():
-                    if message["type"] == "message" and message["data"] == expected:
-                        return
-
-            await asyncio.wait_for(expired(), WAIT)
-            await pubsub.aclose()
-        finally:
-            await client.aclose()
-
-    async def aclose(self) -> None:
-        for store in self.stores.values():
-            await store.aclose()
-
-
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
-def backend(request: pytest.FixtureRequest) -> Any:
-    if request.param == "memory":
-        return None
-    return request.getfixturevalue("redis_server")
+        await until_expired(self.url, f"{self.prefix}:kv:{key}", write)
 
 
 @pytest.fixture

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import math
-import secrets
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -23,36 +21,16 @@ from hub.errors import BackplaneUnavailable
 from hub.nodestats import MemoryNodeStats, NodeStatsStore, create_node_stats
 from hub.nodestats.redis import RedisNodeStats
 from tests.support.servers import free_port
-
-WAIT = 10.0
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.stores import WAIT, Nodes
 
 
-@dataclass
-class StatsCluster:
-    url: str | None  # None: memory
-    prefix: str = field(default_factory=lambda: f"t{secrets.token_hex(3)}")
-    clock: FakeClock = field(default_factory=FakeClock)
-    stores: dict[str, Any] = field(default_factory=dict)
-
-    def node(self, name: str) -> NodeStatsStore:
-        if self.url is None:
-            name = "only"
-        store = self.stores.get(name)
-        if store is None:
-            if self.url is None:
-                store = MemoryNodeStats(clock=self.clock)
-            else:
-                store = RedisNodeStats(self.url, prefix=self.prefix)
-            self.stores[name] = store
-        return store
+class StatsCluster(Nodes[NodeStatsStore]):
+    def __init__(self, url: str | None):
+        super().__init__(
+            url,
+            lambda clock: MemoryNodeStats(clock=clock),
+            lambda url, prefix: RedisNodeStats(url, prefix=prefix),
+        )
 
     async def until_gone(self, store: NodeStatsStore, node_id: str, ttl: float) -> None:
         """Return once ``node_id``'s document (written with ``ttl``) has expired."""
@@ -64,17 +42,6 @@ class StatsCluster:
         while node_id in await store.read_all():
             assert time.monotonic() < deadline, f"{node_id} never expired"
             await asyncio.sleep(0.05)
-
-    async def aclose(self) -> None:
-        for store in self.stores.values():
-            await store.aclose()
-
-
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
-def backend(request: pytest.FixtureRequest) -> Any:
-    if request.param == "memory":
-        return None
-    return request.getfixturevalue("redis_server")
 
 
 @pytest.fixture

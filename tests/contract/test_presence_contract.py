@@ -55,13 +55,6 @@ class PresenceCluster:
             await presence.aclose()
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
-def backend(request: pytest.FixtureRequest) -> Any:
-    if request.param == "memory":
-        return None
-    return request.getfixturevalue("redis_server")
-
-
 @pytest.fixture
 async def cluster(backend: Any) -> AsyncIterator[PresenceCluster]:
     c = PresenceCluster(None if backend is None else backend.url)

@@ -13,50 +13,43 @@ from __future__ import annotations
 
 import asyncio
 import math
-import secrets
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from redis.asyncio import Redis
 
 from hub.errors import BackplaneUnavailable
-from hub.kvstore import KeyValueStoreFull, MemoryKeyValueStore
+from hub.kvstore import KeyValueStore, KeyValueStoreFull, MemoryKeyValueStore
 from hub.kvstore.redis import RedisKeyValueStore
 from hub.replay import ReplayCache
-
-WAIT = 10.0
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.stores import WAIT, FakeClock, Nodes, until_expired
 
 
-@dataclass
 class ReplayCluster:
-    url: str | None  # None: memory
-    prefix: str = field(default_factory=lambda: f"t{secrets.token_hex(3)}")
-    clock: FakeClock = field(default_factory=FakeClock)
-    caches: dict[str, Any] = field(default_factory=dict)
+    """Replay caches by node name, each over a store of :class:`Nodes`."""
+
+    def __init__(self, url: str | None):
+        self.stores: Nodes[KeyValueStore] = Nodes(
+            url,
+            lambda clock: MemoryKeyValueStore(clock=clock),
+            lambda url, prefix: RedisKeyValueStore(url, prefix=prefix),
+        )
+        self.caches: dict[str, ReplayCache] = {}
+
+    @property
+    def url(self) -> str | None:
+        return self.stores.url
+
+    @property
+    def clock(self) -> FakeClock:
+        return self.stores.clock
 
     def node(self, name: str) -> ReplayCache:
-        if self.url is None:
-            name = "only"
-        found = self.caches.get(name)
-        if found is None:
-            if self.url is None:
-                store: Any = MemoryKeyValueStore(clock=self.clock)
-            else:
-                store = RedisKeyValueStore(self.url, prefix=self.prefix)
-            cache = ReplayCache(store)
-            self.caches[name] = (cache, store)
-            return cache
-        return found[0]
+        store = self.stores.node(name)
+        name = "only" if self.url is None else name  # in memory: one node
+        if name not in self.caches:
+            self.caches[name] = ReplayCache(store)
+        return self.caches[name]
 
     async def record_and_outlive(self, cache: ReplayCache, key: str, ttl: float) -> None:
         """Record ``key`` with ``ttl`` and return once it has expired."""
@@ -64,35 +57,16 @@ class ReplayCluster:
             assert await cache.seen(key, ttl) is False
             self.clock.now += ttl
             return
-        client = Redis.from_url(self.url)
-        try:
-            await client.config_set("notify-keyspace-events", "Ex")
-            pubsub = client.pubsub()
-            await pubsub.subscribe("__keyevent@0__:expired")
+
+        async def write() -> None:
             assert await cache.seen(key, ttl) is False
-            expected = f"{self.prefix}:kv:replay:{key}".encode()
 
-            async def expired() -> None:
-                async for message in pubsub.listen():
-                    if message["type"] == "message" and message["data"] == expected:
-                        return
-
-            await asyncio.wait_for(expired(), WAIT)
-            await pubsub.aclose()
-        finally:
-            await client.aclose()
+        await until_expired(self.url, f"{self.stores.prefix}:kv:replay:{key}", write)
 
     async def aclose(self) -> None:
-        for cache, store in self.caches.values():
+        for cache in self.caches.values():
             await cache.aclose()
-            await store.aclose()
-
-
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
-def backend(request: pytest.FixtureRequest) -> Any:
-    if request.param == "memory":
-        return None
-    return request.getfixturevalue("redis_server")
+        await self.stores.aclose()
 
 
 @pytest.fixture

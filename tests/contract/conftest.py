@@ -1,0 +1,15 @@
+"""Every contract runs its bodies once per implementation: memory and Redis."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+def backend(request: pytest.FixtureRequest) -> Any:
+    """None for memory; the private redis-server for Redis."""
+    if request.param == "memory":
+        return None
+    return request.getfixturevalue("redis_server")
