@@ -1,4 +1,4 @@
-"""Shared fixtures: in-process hubs, hub processes and a real redis-server.
+"""Shared fixtures: in-process hubs, hub processes, a real redis-server, TCP proxies.
 
 Under CI (``CI=true``) a test that needs redis-server must not be skipped:
 the missing binary is an error, and the session fails if any test marked
@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.support.servers import HubProcess, RedisServer, redis_server_binary, start_hub
+from tests.support.tcpproxy import TcpProxy
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 _skipped_redis: list[str] = []
@@ -69,6 +70,23 @@ def hub_process() -> Iterator[Any]:
     yield _start
     for proc in procs:
         proc.close()
+
+
+@pytest.fixture
+async def proxy() -> AsyncIterator[Any]:
+    """``await proxy(target, …)``: a :class:`TcpProxy` in front of the targets
+    (ports, or hub processes), closed after the test."""
+    made: list[TcpProxy] = []
+
+    async def _start(*targets: Any) -> TcpProxy:
+        ports = [t if isinstance(t, int) else t.settings["port"] for t in targets]
+        p = await TcpProxy(ports).start()
+        made.append(p)
+        return p
+
+    yield _start
+    for p in made:
+        await p.aclose()
 
 
 @pytest.fixture(scope="session")

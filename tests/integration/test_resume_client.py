@@ -3,44 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
-import pytest
 
-from hub.client import Backoff, Client, Event, Position, Resumed
+from hub.client import Backoff, Client, Position, Resumed
 from hub.client import client as client_module
 from protocol.messages import MessageType
 from tests.integration.test_cli_tools import finish, joined, json_lines, start_cli
-from tests.support.tcpproxy import TcpProxy
+from tests.support.events import collect
 
 TIMEOUT = 20.0
 FAST = Backoff(initial=0.05, maximum=0.3)
 FAST_RATE = {"rate_limit": 100_000, "rate_burst": 100_000}
-
-
-@pytest.fixture
-async def proxy() -> AsyncIterator[Any]:
-    made: list[TcpProxy] = []
-
-    async def _start(*ports: int) -> TcpProxy:
-        p = await TcpProxy(list(ports)).start()
-        made.append(p)
-        return p
-
-    yield _start
-    for p in made:
-        await p.aclose()
-
-
-async def collect(sub: Any, until: int, timeout: float = TIMEOUT) -> list[Event]:
-    """Events from ``sub`` until one with seq ``until``."""
-    got: list[Event] = []
-    async with asyncio.timeout(timeout):
-        while not got or got[-1].seq < until:
-            got.append(await sub.get())
-    return got
 
 
 def test_the_heartbeat_frame_is_json() -> None:

@@ -12,15 +12,14 @@ import contextlib
 import os
 import random
 import signal
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 
-from hub.client import Backoff, Event, Resumed
+from hub.client import Backoff, Resumed
 from tests.integration.test_cluster import CLUSTER, wait_ready
-from tests.support.tcpproxy import TcpProxy
+from tests.support.events import collect
 from tests.support.wsclient import WsClient
 
 pytestmark = pytest.mark.redis
@@ -38,28 +37,6 @@ def cluster(redis_server, hub_process):
         ]
 
     return start
-
-
-@pytest.fixture
-async def proxy() -> AsyncIterator[Any]:
-    made: list[TcpProxy] = []
-
-    async def _start(*procs: Any) -> TcpProxy:
-        p = await TcpProxy([proc.settings["port"] for proc in procs]).start()
-        made.append(p)
-        return p
-
-    yield _start
-    for p in made:
-        await p.aclose()
-
-
-async def collect(sub: Any, until: int, timeout: float = TIMEOUT) -> list[Event]:
-    got: list[Event] = []
-    async with asyncio.timeout(timeout):
-        while not got or got[-1].seq < until:
-            got.append(await sub.get())
-    return got
 
 
 async def test_resume_on_another_node_after_sigkill(cluster, clients, proxy):
