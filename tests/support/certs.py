@@ -17,35 +17,13 @@ def make_cert(directory: Path, name: str) -> tuple[Path, Path]:
     """A certificate for 127.0.0.1 and localhost with common name ``name``;
     returns (certfile, keyfile)."""
     key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = dt.datetime.now(dt.UTC)
+    subject = _name(name)
     cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
+        _builder(subject, subject, key)
+        .add_extension(_localhost(), critical=False)
         .sign(key, hashes.SHA256())
     )
-    certfile = directory / f"{name}.crt"
-    keyfile = directory / f"{name}.key"
-    certfile.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    keyfile.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return certfile, keyfile
+    return _write_pair(directory, name, cert, key)
 
 
 def common_name(der: bytes) -> str:
@@ -65,16 +43,9 @@ def client_context(*certfiles: Path) -> ssl.SSLContext:
 def make_ca(directory: Path, name: str = "test-ca") -> tuple[Path, Path]:
     """A private certificate authority; returns (certfile, keyfile)."""
     key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = dt.datetime.now(dt.UTC)
+    subject = _name(name)
     cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
+        _builder(subject, subject, key)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -103,21 +74,9 @@ def make_cert_signed_by(
     ca_cert = x509.load_pem_x509_certificate(ca_certfile.read_bytes())
     ca_key = serialization.load_pem_private_key(ca_keyfile.read_bytes(), password=None)
     key = ec.generate_private_key(ec.SECP256R1())
-    now = dt.datetime.now(dt.UTC)
     cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
+        _builder(_name(name), ca_cert.subject, key)
+        .add_extension(_localhost(), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
             x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
@@ -129,6 +88,32 @@ def make_cert_signed_by(
         .sign(ca_key, hashes.SHA256())
     )
     return _write_pair(directory, name, cert, key)
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def _builder(
+    subject: x509.Name, issuer: x509.Name, key: ec.EllipticCurvePrivateKey
+) -> x509.CertificateBuilder:
+    """A certificate valid from five minutes ago for a day."""
+    now = dt.datetime.now(dt.UTC)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+    )
+
+
+def _localhost() -> x509.SubjectAlternativeName:
+    return x509.SubjectAlternativeName(
+        [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    )
 
 
 def _write_pair(
