@@ -34,6 +34,7 @@ from aiohttp import web
 from adapters.agora_http.assembly import Assembled, ReplyWaiters
 from adapters.agora_http.conversations import Conversation, InboundConversations
 from adapters.agora_http.protocols import SpaceProtocols
+from hub.bodies import read_at_most
 from hub.errors import BackplaneUnavailable
 from hub.kvstore import KeyValueStore, create_kv_store
 from hub.virtual import RequestFailed, VirtualMember
@@ -53,7 +54,6 @@ from protocol.agora_http import (
 
 #: The shared virtual agent HTTP requests come from.
 INBOUND_AGENT = "agora-http"
-_READ_CHUNK = 64 * 1024
 
 log = structlog.get_logger("adapters.agora_http")
 
@@ -313,17 +313,10 @@ class AgoraHttpInbound:
 
 async def _read_body(request: web.Request, limit: int) -> bytes:
     """The request body, refused (413) as soon as it is known to exceed ``limit``."""
-    too_large = AgoraHttpError.transport(413, f"request body exceeds {limit} bytes")
-    if request.content_length is not None and request.content_length > limit:
-        raise too_large
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.content.iter_chunked(_READ_CHUNK):
-        size += len(chunk)
-        if size > limit:
-            raise too_large
-        chunks.append(chunk)
-    return b"".join(chunks)
+    body = await read_at_most(request.content, limit, request.content_length)
+    if body is None:
+        raise AgoraHttpError.transport(413, f"request body exceeds {limit} bytes")
+    return body
 
 
 def _interpret(whole: Assembled) -> Any:

@@ -16,9 +16,11 @@ import aiohttp
 import orjson
 import structlog
 
+from hub.bodies import read_at_most
 from protocol.agora_http import DEFAULT_LIMITS, TIMEOUT, AgoraLimits, Reply, decode_reply
 
-_READ_CHUNK = 64 * 1024
+#: Most of a DELETE's answer read (it is only drained).
+_DELETE_REPLY_BYTES = 64 * 1024
 
 log = structlog.get_logger("adapters.agora_http")
 
@@ -59,7 +61,7 @@ class RemoteEndpoint:
                 url, data=raw, headers={"Content-Type": "application/json"},
                 allow_redirects=False,
             ) as resp:  # fmt: skip
-                answer = await read_limited(resp, limit)
+                answer = await read_at_most(resp.content, limit, resp.content_length)
                 if answer is None:
                     return failed(f"Reply exceeds {limit} bytes")
                 return decode_reply(resp.status, answer, self.limits)
@@ -75,7 +77,7 @@ class RemoteEndpoint:
         url = self.conversation_url(remote_id)
         try:
             async with self._session.delete(url, allow_redirects=False) as resp:
-                await read_limited(resp, _READ_CHUNK)
+                await read_at_most(resp.content, _DELETE_REPLY_BYTES)
                 return resp.status == 200
         except (TimeoutError, aiohttp.ClientError) as exc:
             log.info("agora-http conversation not closed remotely", url=url, reason=repr(exc))
@@ -83,17 +85,3 @@ class RemoteEndpoint:
 
     async def aclose(self) -> None:
         await self._session.close()
-
-
-async def read_limited(resp: aiohttp.ClientResponse, limit: int) -> bytes | None:
-    """The response body, or ``None`` as soon as it exceeds ``limit`` bytes."""
-    if resp.content_length is not None and resp.content_length > limit:
-        return None
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in resp.content.iter_chunked(_READ_CHUNK):
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)

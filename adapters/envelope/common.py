@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from aiohttp import StreamReader, web
 from nacl.signing import SigningKey
 
+from hub.bodies import read_at_most
 from hub.virtual import MessageHandler, VirtualMember
 from protocol.envelope import AgoraErrorCode, EnvelopeError, Format, Reason, error_envelope
 from protocol.errors import ErrorCode
@@ -51,14 +52,12 @@ def too_large(limit: int) -> EnvelopeError:
     return EnvelopeError(Reason.TOO_LARGE, f"body is larger than {limit} bytes")
 
 
-async def read_bounded(stream: StreamReader, limit: int) -> bytes:
-    """The whole body, or :func:`too_large` as soon as it passes ``limit``."""
-    body = bytearray()
-    async for chunk in stream.iter_any():
-        body += chunk
-        if len(body) > limit:
-            raise too_large(limit)
-    return bytes(body)
+async def read_bounded(stream: StreamReader, limit: int, length: int | None = None) -> bytes:
+    """The whole body, or :func:`too_large` as soon as it is known to pass ``limit``."""
+    body = await read_at_most(stream, limit, length)
+    if body is None:
+        raise too_large(limit)
+    return body
 
 
 def sender_of(fmt: Format, data: Mapping[str, Any]) -> str | None:

@@ -33,7 +33,6 @@ from adapters.envelope.common import (
     EnvelopeHost,
     read_bounded,
     signed_error,
-    too_large,
 )
 from adapters.envelope.waits import Waits
 from hub.errors import BackplaneUnavailable
@@ -128,9 +127,7 @@ class EnvelopeGateway:
         try:
             if self._closed:
                 raise Refused(AgoraErrorCode.UNAVAILABLE, "the hub is shutting down")
-            if request.content_length is not None and request.content_length > self.body_limit:
-                raise Refused(too_large(self.body_limit))
-            body = await read_bounded(request.content, self.body_limit)
+            body = await read_bounded(request.content, self.body_limit, request.content_length)
             data = parse_json(body, max_bytes=self.body_limit)
             return await self._handle(fmt, space, data)
         except Refused as refusal:

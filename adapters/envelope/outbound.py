@@ -231,7 +231,7 @@ class EnvelopePeer:
         async with self._http.post(
             self.bridge.url, data=orjson.dumps(data), allow_redirects=False
         ) as resp:
-            body = await read_bounded(resp.content, self.max_response_bytes)
+            body = await read_bounded(resp.content, self.max_response_bytes, resp.content_length)
             status = resp.status
         if not body.strip():
             if 200 <= status < 300 and data.get("type") not in _REQUESTS:

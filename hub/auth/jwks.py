@@ -27,6 +27,7 @@ import orjson
 import structlog
 
 from hub.auth.jwt_auth import VerificationKey, algorithms_for
+from hub.bodies import read_at_most
 from hub.errors import AuthError, HubError
 
 MAX_JWKS_BYTES = 1_048_576
@@ -179,17 +180,15 @@ class JwksKeys:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self._timeout)
             )
-        body = bytearray()
         try:
             async with self._session.get(self.url, headers={"Accept": "application/json"}) as resp:
                 if resp.status != 200:
                     raise _Unusable(f"HTTP status {resp.status}")
-                async for chunk in resp.content.iter_chunked(65536):
-                    body += chunk
-                    if len(body) > MAX_JWKS_BYTES:
-                        raise _Unusable(f"the document is larger than {MAX_JWKS_BYTES} bytes")
+                body = await read_at_most(resp.content, MAX_JWKS_BYTES, resp.content_length)
+            if body is None:
+                raise _Unusable(f"the document is larger than {MAX_JWKS_BYTES} bytes")
         except TimeoutError:
             raise _Unusable(f"no answer within {self._timeout} s") from None
         except aiohttp.ClientError as exc:
             raise _Unusable(f"{type(exc).__name__}: {exc}") from None
-        return bytes(body)
+        return body
