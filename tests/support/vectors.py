@@ -1,5 +1,6 @@
 """The shared test vectors: ``$AGORA_SHARED_DIR/vectors``, else the nearest
-``shared/vectors`` beside the repository or one of its parent directories.
+``shared/vectors`` beside the repository or one of its parent directories
+(or beside the local checkout it was cloned from).
 
 A test module that needs them calls :func:`vectors_dir` at import time (or
 :func:`load_vector`). When they are missing the module is skipped locally,
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +27,26 @@ def shared_dir() -> Path:
     env = os.environ.get("AGORA_SHARED_DIR")
     if env:
         return Path(env)
-    for parent in REPO.parents:
-        candidate = parent / "shared"
-        if (candidate / "vectors").is_dir():
-            return candidate
+    for root in (REPO, *_origin()):
+        for parent in root.parents:
+            candidate = parent / "shared"
+            if (candidate / "vectors").is_dir():
+                return candidate
     return REPO.parent / "shared"
+
+
+def _origin() -> list[Path]:
+    """The checkout this one was cloned from, when it is a local directory (a
+    fresh clone in a scratch directory still finds the vectors beside it)."""
+    try:
+        url = subprocess.run(
+            ["git", "-C", str(REPO), "config", "--get", "remote.origin.url"],
+            capture_output=True, text=True, timeout=10, check=False,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return []
+    path = Path(url.removeprefix("file://"))
+    return [path.resolve()] if url and path.is_absolute() and path.is_dir() else []
 
 
 def vectors_dir(name: str) -> Path:
