@@ -89,7 +89,9 @@ class Membership:
         record = merged(conn.record, a.info, self.node_id, session.connection_id)
         s = self.settings
         # Encode everything before changing anything.
-        status = self._status_draft("updated", record)
+        status = self._system_draft(
+            AGENT_STATUS_SPACE, {"event": "updated", "agent": record.public()}
+        )
         reply = codec.registered(
             a.request_id,
             conn.agent_id,
@@ -277,15 +279,18 @@ class Membership:
 
     async def agent_status(self, event: str, record: AgentRecord) -> None:
         """Publish an ``agent.status`` event (online, offline, updated)."""
-        await self.backplane.publish(AGENT_STATUS_SPACE, self._status_draft(event, record))
+        await self.system_event(AGENT_STATUS_SPACE, {"event": event, "agent": record.public()})
 
-    def _status_draft(self, event: str, record: AgentRecord) -> Draft:
-        data = {"event": event, "agent": record.public(), "from": HUB_SENDER}
+    async def system_event(self, space: str, data: dict[str, Any]) -> None:
+        """Publish a hub-generated event (``from`` the hub) into a system space."""
+        await self.backplane.publish(space, self._system_draft(space, data))
+
+    def _system_draft(self, space: str, data: dict[str, Any]) -> Draft:
         head, tail = codec.sequenced(
             "space.event",
-            AGENT_STATUS_SPACE,
+            space,
             self.ids.event_id(),
-            {"from": HUB_SENDER, "timestamp": codec.now_ms(), "data": data},
+            {"from": HUB_SENDER, "timestamp": codec.now_ms(), "data": {**data, "from": HUB_SENDER}},
         )
         return Draft(head, tail)
 

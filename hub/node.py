@@ -42,6 +42,7 @@ from hub.actions import (
     StreamDelta,
     StreamDone,
 )
+from hub.adapter_host import Adapter
 from hub.agents import AgentIds
 from hub.api import NodeReadings, OperatorFaces
 from hub.api.operations import API_SENDER
@@ -57,7 +58,7 @@ from hub.errors import BackplaneUnavailable
 from hub.frames import OutFrame
 from hub.gaps import GapFiller
 from hub.handshake import HandshakeSlots
-from hub.hosting import VirtualHosting
+from hub.hosting import NodeHost
 from hub.housekeeping import Sweeper
 from hub.http import health_routes, request_metrics
 from hub.identity import HubIdentity
@@ -76,7 +77,7 @@ from hub.session import SessionLimits
 from hub.settings import Settings
 from hub.spaces import SpaceDirectory
 from hub.subscriptions import Subscriptions
-from hub.virtual import Adapter, VirtualMember
+from hub.virtual import VirtualMember
 from protocol.errors import CloseCode, ErrorCode
 
 #: Sequenced messages whose seq is a multiple of this have their
@@ -122,7 +123,11 @@ class Node:
         )
         self.ids = Ids()
         self.registry: Registry[Peer] = Registry()
-        self.spaces = SpaceDirectory(s.declared, s.space_capacity, s.auto_create_spaces)
+        self.adapters: list[Adapter] = list(adapters)
+        self.spaces = SpaceDirectory(
+            s.declared, s.space_capacity, s.auto_create_spaces,
+            system=[space for adapter in self.adapters for space in adapter.system_spaces],
+        )  # fmt: skip
         grace = 0.0 if not s.redis_url else min(5.0, s.heartbeat_interval)
         self.subscriptions = Subscriptions(self.backplane, grace, self.registry.has_space)
         self.limits = SessionLimits(
@@ -227,7 +232,6 @@ class Node:
             disconnect_remote=self.cluster.disconnect_remote,
         )  # fmt: skip
         self.operator.mount(self.http_app)
-        self.adapters: list[Adapter] = list(adapters)
         #: Agent ids of shared virtual members (one per node) and of the server
         #: API's senders: never a connection's.
         self.reserved_ids: set[str] = set()
@@ -241,13 +245,14 @@ class Node:
         )  # fmt: skip
         #: Runs one WebSocket connection (the server's handler).
         self.handle = self.lifecycle.handle
-        self.hosting = VirtualHosting(
-            self.node_id, ids=self.ids, registry=self.registry, agent_ids=self.agent_ids,
-            membership=self.membership, dispatcher=self.dispatcher, limits=self.virtual_limits,
-            queue_bytes=s.outbox_max_bytes, reserved_ids=self.reserved_ids,
+        #: What the hosted adapters get (:class:`~hub.adapter_host.AdapterHost`).
+        self.host = NodeHost(
+            s, ids=self.ids, registry=self.registry, agent_ids=self.agent_ids,
+            membership=self.membership, presence=self.presence, dispatcher=self.dispatcher,
+            limits=self.virtual_limits, reserved_ids=self.reserved_ids, identity=self.identity,
+            kv=self.kv, envelopes=self.envelopes, auth=self.auth,
+            space_rules=self.limits.space_rules, http_app=self.http_app, ready=lambda: self.ready,
         )  # fmt: skip
-        #: Gives an adapter a virtual member (:class:`~hub.virtual.AdapterHost`).
-        self.attach = self.hosting.attach
         self.sweeper = Sweeper(
             s, self.registry, self.publishing, self.expiry,
             settle=self._settle, preframe=self.preframe, log=self.log,
@@ -300,7 +305,7 @@ class Node:
         self._sweeper = asyncio.get_running_loop().create_task(self.sweeper.run())
         await self.operator.start()
         for adapter in self.adapters:
-            await adapter.start(self)
+            await adapter.start(self.host)
 
     async def aclose(self) -> None:
         """Stop adapters (last started, first closed), background work and the

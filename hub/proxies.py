@@ -31,6 +31,7 @@ proxies in ``deploy/`` (and most balancers) set. A proxy that sets only
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,8 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 #: Longest header value looked at; a proxy chain is a handful of hops.
 _MAX_HEADER = 4096
+#: A host (name or address) and optional port, as a forwarded Host may say it.
+_HOST = re.compile(r"(?:[a-z0-9.-]{1,253}|\[[0-9a-f:.]{2,45}\])(?::[0-9]{1,5})?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +120,25 @@ class TrustedProxies:
             return direct
         return ClientAddress(str(client), None, via=str(direct))
 
+    def origin(
+        self, peer: tuple[Any, ...] | None, headers: Mapping[str, str] | Any, scheme: str, host: str
+    ) -> str:
+        """``scheme://host`` as the client reached this request: what a trusted
+        proxy says in ``X-Forwarded-Proto`` / ``X-Forwarded-Host`` (else in
+        ``Forwarded``'s ``proto=`` / ``host=``), otherwise the request's own.
+        The nearest proxy's value (the last one) is taken."""
+        peer_ip = _ip(str(peer[0])) if peer else None
+        if peer_ip is not None and self.networks and self.trusts(peer_ip):
+            proto = _last(_header_values(headers, "X-Forwarded-Proto"))
+            forwarded_host = _last(_header_values(headers, "X-Forwarded-Host"))
+            if proto is None and forwarded_host is None:
+                proto, forwarded_host = _rfc7239_origin(_header_values(headers, "Forwarded"))
+            if proto in ("http", "https"):
+                scheme = proto
+            if forwarded_host and _HOST.fullmatch(forwarded_host):
+                host = forwarded_host
+        return f"{scheme}://{host}"
+
 
 def _header_values(headers: Any, name: str) -> list[str]:
     getter = getattr(headers, "get_all", None) or getattr(headers, "getall", None)
@@ -138,6 +160,27 @@ def _forwarded_for(headers: Any) -> list[str]:
     if forwarded:
         return _rfc7239_for(_tail(",".join(forwarded)))
     return []
+
+
+def _last(values: list[str]) -> str | None:
+    """The last comma-separated value of a header (what the nearest proxy set)."""
+    text = ",".join(values)[-_MAX_HEADER:]
+    last = text.rpartition(",")[2].strip().lower()
+    return last or None
+
+
+def _rfc7239_origin(values: list[str]) -> tuple[str | None, str | None]:
+    """``proto=`` and ``host=`` of the last element of a ``Forwarded`` header."""
+    elements = _split_outside_quotes(",".join(values)[-_MAX_HEADER:], ",")
+    proto = host = None
+    for pair in _split_outside_quotes(elements[-1], ";") if elements else ():
+        key, sep, value = pair.partition("=")
+        key, value = key.strip().lower(), value.strip().strip('"')
+        if sep and key == "proto":
+            proto = value.lower()
+        elif sep and key == "host":
+            host = value.lower()
+    return proto, host
 
 
 def _tail(text: str) -> str:

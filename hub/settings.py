@@ -91,39 +91,6 @@ class DeclaredSpace(BaseModel):
         return self
 
 
-class AgoraHttpBridge(BaseModel):
-    """``[[bridges.agora_http]]``: an HTTP Agora agent elsewhere, a member here."""
-
-    model_config = {"extra": "forbid"}
-
-    space: str
-    agent_id: str
-    url: str
-    protocol_document: Path | None = None
-    timeout: float | None = Field(default=None, gt=0)
-
-
-class EnvelopeBridge(BaseModel):
-    """``[[bridges.envelope]]``: a signed-envelope agent elsewhere, a member here."""
-
-    model_config = {"extra": "forbid"}
-
-    space: str
-    agent_id: str
-    url: str
-    protocol: Literal["agora/1.0", "agentprotocol/0.1"]
-    timeout: float | None = Field(default=None, gt=0)
-
-
-class Bridges(BaseModel):
-    """``[bridges]`` in the config file: outbound bridges (targets only from here)."""
-
-    model_config = {"extra": "forbid"}
-
-    agora_http: list[AgoraHttpBridge] = Field(default_factory=list)
-    envelope: list[EnvelopeBridge] = Field(default_factory=list)
-
-
 class Settings(BaseSettings):
     """All hub settings; see docs/configuration.md for the table."""
 
@@ -260,8 +227,9 @@ class Settings(BaseSettings):
     agentprotocol_space: str | None = Field(
         None, description="The space POST /agentprotocol (no space in the path) publishes to."
     )
-    bridges: Bridges = Field(
-        default_factory=Bridges, description="Outbound bridges (config file only)."
+    bridges: dict[str, list[dict[str, Any]]] = Field(
+        default_factory=dict,
+        description="Outbound bridges by kind (config file only; each adapter checks its own).",
     )
     envelope_max_skew: float = Field(
         30.0, ge=0, le=600, description="Signed envelopes: seconds a timestamp may be ahead."

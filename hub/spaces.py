@@ -8,6 +8,8 @@ the registry's (:mod:`hub.registry`); pure rules here.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from hub.settings import DeclaredSpace
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.names import AGENT_STATUS_SPACE, SpaceKind, space_kind
@@ -15,10 +17,16 @@ from protocol.names import AGENT_STATUS_SPACE, SpaceKind, space_kind
 
 class SpaceDirectory:
     def __init__(
-        self, declared: dict[str, DeclaredSpace], default_capacity: int, auto_create: bool
+        self,
+        declared: dict[str, DeclaredSpace],
+        default_capacity: int,
+        auto_create: bool,
+        *,
+        system: Iterable[str] = (),
     ):
         self.declared = declared
-        self.system: set[str] = {AGENT_STATUS_SPACE}
+        #: ``agent.status``, and those the hosted adapters provide (``mcp.calls``).
+        self.system: frozenset[str] = frozenset({AGENT_STATUS_SPACE, *system})
         self.default_capacity = default_capacity
         self.auto_create = auto_create
 

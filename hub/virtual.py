@@ -22,7 +22,7 @@ import contextlib
 import itertools
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import structlog
@@ -55,29 +55,6 @@ _ID_REPLIES = frozenset(
 )
 
 
-class AdapterHost(Protocol):
-    """What a hosted adapter gets from the node."""
-
-    async def attach(
-        self,
-        agent_id: str,
-        handler: MessageHandler | None = None,
-        *,
-        shared: bool = False,
-        type: str | None = None,
-        capabilities: tuple[str, ...] = (),
-        metadata: dict[str, Any] | None = None,
-    ) -> VirtualMember: ...
-
-
-class Adapter(Protocol):
-    """A bridge hosted by the node: started after the node, closed before it."""
-
-    async def start(self, host: Any) -> None: ...
-
-    async def aclose(self) -> None: ...
-
-
 class RequestFailed(Exception):
     """A virtual member's request was answered with an ``error`` event."""
 
@@ -97,6 +74,9 @@ class VirtualMember:
         receive: Receive,
         handler: MessageHandler | None,
         *,
+        session: Session,
+        record: AgentRecord,
+        detach: Callable[[VirtualMember], Awaitable[None]],
         shared: bool = False,
         queue_bytes: int = 4 * 1024 * 1024,
         request_prefix: str = "",
@@ -104,11 +84,11 @@ class VirtualMember:
         self.agent_id = agent_id
         self.connection_id = connection_id
         self.shared = shared
-        self.session: Session | None = None
-        self.record: AgentRecord | None = None
+        self.session = session
+        self.record = record
         self.cleaned_up = asyncio.Event()
-        #: Set by the node: cleans up after the member (leaves, departures).
-        self.detach: Callable[[VirtualMember], Awaitable[None]] | None = None
+        #: The host's clean-up after the member (leaves, departures); once.
+        self._detach: Callable[[VirtualMember], Awaitable[None]] | None = detach
         self.dropped = 0
         self._receive = receive
         self._handler = handler
@@ -248,7 +228,7 @@ class VirtualMember:
     async def aclose(self) -> None:
         """Leave every space and release the agent id. Idempotent."""
         self._closing = True
-        detach, self.detach = self.detach, None
+        detach, self._detach = self._detach, None
         if detach is None:
             return
         consumer = self._consumer

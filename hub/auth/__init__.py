@@ -19,7 +19,7 @@ from hub.auth.jwks import JwksKeys
 from hub.auth.jwt_auth import JwtAuth, KeySource, StaticKey
 from hub.auth.tokens_file import TokenFileAuth
 from hub.authz import Grant
-from hub.errors import ConfigError
+from hub.errors import AuthError, ConfigError
 from hub.settings import Settings
 
 __all__ = [
@@ -39,6 +39,11 @@ class Authenticator(Protocol):
         """Return what ``token`` allows ``agent_id``; raise AuthError if it proves nothing."""
         ...
 
+    async def identify(self, token: str | None) -> tuple[str, Grant]:
+        """A bearer token alone (HTTP gateways): the agent id it names and what
+        it allows; raise AuthError if it proves nothing."""
+        ...
+
     async def aclose(self) -> None:
         """Release what the authenticator holds (idempotent)."""
         ...
@@ -49,6 +54,9 @@ class NoAuth:
 
     async def authenticate(self, agent_id: str, token: str | None) -> Grant:
         return Grant.unrestricted
+
+    async def identify(self, token: str | None) -> tuple[str, Grant]:
+        raise AuthError("no authentication is configured: a token names nobody")
 
     async def aclose(self) -> None:
         return None

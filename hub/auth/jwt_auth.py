@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 
 from hub.authz import Grant, parse_patterns
 from hub.errors import AuthError, ConfigError
+from protocol.names import is_valid_agent_id
 
 HMAC_ALGORITHMS = ("HS256", "HS384", "HS512")
 RSA_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512")
@@ -150,6 +151,16 @@ class JwtAuth:
         self._leeway = leeway
 
     async def authenticate(self, agent_id: str, token: str | None) -> Grant:
+        return _grant(agent_id, await self._claims(token))
+
+    async def identify(self, token: str | None) -> tuple[str, Grant]:
+        claims = await self._claims(token)
+        subject = claims.get("sub")
+        if not is_valid_agent_id(subject):
+            raise AuthError("token subject is not a valid agent id")
+        return subject, _grant(subject, claims)
+
+    async def _claims(self, token: str | None) -> dict[str, Any]:
         if not token:
             raise AuthError("a JWT is required")
         try:
@@ -175,7 +186,7 @@ class JwtAuth:
             )
         except jwt.PyJWTError as exc:
             raise AuthError(_reason(exc)) from None
-        return _grant(agent_id, claims)
+        return claims
 
     async def aclose(self) -> None:
         await self.keys.aclose()

@@ -130,6 +130,31 @@ def test_protocol_imports_nothing_of_the_hub_or_adapters():
     assert not bad, bad
 
 
+def test_adapters_import_only_their_host_the_protocol_and_adapters():
+    """An adapter is written against ``hub.adapter_host`` and nothing else of the hub."""
+    bad = [
+        f"{m} imports {t}"
+        for m, ts in GRAPH.items()
+        if m.startswith("adapters")
+        for t in ts
+        if t.startswith("hub") and t != "hub.adapter_host"
+    ]
+    assert not bad, bad
+
+
+def test_the_hub_imports_adapters_only_to_build_them():
+    """The node knows adapters only as ``Adapter``s; only the process runner
+    builds them from the settings."""
+    bad = [
+        f"{m} imports {t}"
+        for m, ts in GRAPH.items()
+        if m.startswith("hub") and m != "hub.runner"
+        for t in ts
+        if t.startswith("adapters")
+    ]
+    assert not bad, bad
+
+
 @pytest.mark.parametrize(
     "module",
     ["hub.session", "hub.registry", "hub.streams", "hub.frames", "hub.outbox", "hub.ratelimit"],
