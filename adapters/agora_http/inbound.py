@@ -31,9 +31,9 @@ import orjson
 import structlog
 from aiohttp import web
 
-from adapters.agora_http.assembly import Assembled, ReplyWaiters
 from adapters.agora_http.conversations import Conversation, InboundConversations
 from adapters.agora_http.protocols import SpaceProtocols
+from adapters.replies import Assembled, ReplyWaiters
 from hub.adapter_host import (
     AdapterHost,
     BackplaneUnavailable,

@@ -33,9 +33,9 @@ from typing import Any
 
 import structlog
 
-from adapters.agora_http.assembly import StreamAssembler, in_reply_to
 from adapters.agora_http.conversations import OutboundConversations, RemoteConversation
 from adapters.agora_http.remote import RemoteEndpoint, failed
+from adapters.replies import StreamAssembler, in_reply_to
 from adapters.takeover import unanswered
 from hub.adapter_host import (
     AdapterHost,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from adapters.agora_http.assembly import ReplyWaiters, StreamAssembler
+from adapters.replies import ReplyWaiters, StreamAssembler
 
 
 def event(event_id: str, data: dict[str, Any]) -> dict[str, Any]:
