@@ -1,4 +1,4 @@
-"""Whole events out of what a bridge's virtual member receives (any adapter that waits for replies).
+"""Whole events out of what a bridge's virtual member receives, for any adapter.
 
 A text longer than ``stream_threshold`` reaches members as ``space.event.delta``
 frames (the first carries the other ``data`` fields) and a ``space.event.done``.
