@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from hub.backplane import Backplane, Draft, Envelope, MemoryBackplane, StreamOp
-from hub.backplane.redis import RedisBackplane
+from hub.cluster.backplane import Backplane, Draft, Envelope, MemoryBackplane, StreamOp
+from hub.cluster.backplane.redis import RedisBackplane
 from hub.errors import BackplaneUnavailable
 from protocol.codec import complete
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from hub.backplane import Draft, Duplicate, Envelope, MemoryBackplane, Once, StreamOp
-from hub.backplane.base import complete_streams
+from hub.cluster.backplane import Draft, Duplicate, Envelope, MemoryBackplane, Once, StreamOp
+from hub.cluster.backplane.base import complete_streams
 from tests.contract.test_backplane_contract import (
     WAIT,
     BackplaneCluster,

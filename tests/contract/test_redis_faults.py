@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from hub.backplane import Envelope
-from hub.backplane.redis import RedisBackplane
+from hub.cluster.backplane import Envelope
+from hub.cluster.backplane.redis import RedisBackplane
+from hub.cluster.presence import AgentRecord, ReapedAgent
+from hub.cluster.presence.redis import RedisPresence
 from hub.errors import BackplaneUnavailable
-from hub.presence import AgentRecord, ReapedAgent
-from hub.presence.redis import RedisPresence
 from tests.contract.test_backplane_contract import Recorder, draft
 from tests.support.servers import RedisServer
 

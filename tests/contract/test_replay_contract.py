@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
+from hub.cluster.kvstore import KeyValueStore, KeyValueStoreFull, MemoryKeyValueStore
+from hub.cluster.kvstore.redis import RedisKeyValueStore
 from hub.errors import BackplaneUnavailable
-from hub.kvstore import KeyValueStore, KeyValueStoreFull, MemoryKeyValueStore
-from hub.kvstore.redis import RedisKeyValueStore
-from hub.replay import ReplayCache
+from hub.handlers.seen_ids import ReplayCache
 from tests.support.stores import WAIT, FakeClock, Nodes, until_expired
 
 

@@ -193,7 +193,7 @@ async def test_binary_and_garbage_frames_keep_the_connection(hub):
 
 
 async def test_an_internal_error_is_reported_and_the_connection_survives(hub):
-    from hub.actions import ListSpaces
+    from hub.core.actions import ListSpaces
 
     server = await hub()
     node = server.node

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import orjson
 
-from hub.frames import OutFrame
-from hub.recovery import Boundary, Holding
-from hub.registry import Registry
+from hub.core.frames import OutFrame
+from hub.core.registry import Registry
+from hub.handlers.recovery import Boundary, Holding
 
 
 class Member:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from hub.frames import OutFrame
-from hub.registry import Registry
-from hub.settings import DeclaredSpace
-from hub.spaces import SpaceDirectory
-from hub.streams import StreamAudiences, StreamOp
+from hub.config.settings import DeclaredSpace
+from hub.core.frames import OutFrame
+from hub.core.registry import Registry
+from hub.core.spaces import SpaceDirectory
+from hub.core.stream_audiences import StreamAudiences, StreamOp
 from protocol.errors import ProtocolError
 
 
