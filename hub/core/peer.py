@@ -10,6 +10,7 @@ same path.
 from __future__ import annotations
 
 import asyncio
+from enum import Enum
 from typing import Protocol
 
 from hub.core.agent_record import AgentRecord
@@ -18,9 +19,23 @@ from hub.core.session import Session
 from protocol.errors import CloseCode, ErrorCode
 
 
+class PeerKind(Enum):
+    """What carries a peer — the one way the node asks whether it has a socket."""
+
+    #: A WebSocket connection: an agent that can reconnect and resume.
+    SOCKET = "socket"
+    #: An adapter's member inside the hub, its id claimed cluster-wide.
+    VIRTUAL = "virtual"
+    #: An adapter's member every node hosts under the same (reserved) id.
+    SHARED = "shared"
+    #: The server API acting for an operator: no socket, no membership.
+    CALLER = "caller"
+
+
 class Peer(Protocol):
     agent_id: str
     connection_id: str
+    kind: PeerKind
     session: Session | None
     record: AgentRecord | None
     #: Set once the node has cleaned up after the peer (departures announced).
@@ -30,6 +45,19 @@ class Peer(Protocol):
     def closing(self) -> bool: ...
 
     def push(self, frame: OutFrame) -> bool: ...
+
+    @property
+    def preframed(self) -> bool:
+        """Frames for this peer carry their WebSocket wire bytes (no compression)."""
+        ...
+
+    def backlog(self) -> int:
+        """Bytes queued for this peer's socket and not yet written (0: no socket)."""
+        ...
+
+    async def drain(self) -> None:
+        """Wait until the socket takes more (returns at once without one)."""
+        ...
 
     def send_frame(self, payload: bytes) -> bool:
         """Queue one message for this peer only."""

@@ -13,7 +13,7 @@ the small :class:`Member` protocol, not on a connection class.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Generic, Protocol, TypeVar
 
 from hub.core.frames import OutFrame
@@ -34,6 +34,7 @@ class Member(Protocol):
 
 
 M = TypeVar("M", bound=Member)
+Push = Callable[[OutFrame], bool]
 
 
 class Registry(Generic[M]):
@@ -47,12 +48,27 @@ class Registry(Generic[M]):
         self.agents: dict[str, M] = {}
         # Insertion-ordered sets of this node's members, per space.
         self._spaces: dict[str, dict[M, None]] = {}
+        #: Where the fan-out hands each member's frames: its own ``push``, or
+        #: what :meth:`route` put there while its frames are held back.
+        self._routes: dict[M, Push] = {}
         self.streams: StreamAudiences[M] = StreamAudiences()
 
     # ── members ─────────────────────────────────────────────────────────
 
     def add(self, connection_id: str, member: M) -> None:
         self.connections[connection_id] = member
+        self._routes[member] = member.push
+
+    def route_of(self, member: M) -> Push:
+        """Where ``member``'s frames go now."""
+        return self._routes.get(member, member.push)
+
+    def route(self, member: M, push: Push | None) -> None:
+        """Hand ``member``'s frames, from every space, to ``push`` instead of
+        the member (a resume holds them back while it replays); ``None``:
+        to the member again."""
+        if member in self._routes:
+            self._routes[member] = member.push if push is None else push
 
     def bind_agent(self, member: M) -> None:
         """``member`` now holds its agent id on this node (addressed delivery)."""
@@ -69,6 +85,7 @@ class Registry(Generic[M]):
         for space in [s for s, members in self._spaces.items() if member in members]:
             if self.leave(space, member):
                 emptied.append(space)
+        self._routes.pop(member, None)
         return emptied
 
     def __len__(self) -> int:
@@ -80,6 +97,8 @@ class Registry(Generic[M]):
     # ── local space membership ──────────────────────────────────────────
 
     def join(self, space: str, member: M) -> None:
+        if member not in self._routes:
+            self._routes[member] = member.push
         members = self._spaces.get(space)
         if members is None:
             members = self._spaces[space] = {}
@@ -147,13 +166,14 @@ class Registry(Generic[M]):
         else:
             audience = members
         n = 0
+        routes = self._routes
         if exclude is None:
             for member in audience:
-                member.push(frame)
+                routes[member](frame)
             return len(audience)
         for member in audience:
             if member.agent_id != exclude:
-                member.push(frame)
+                routes[member](frame)
                 n += 1
         return n
 
@@ -171,5 +191,7 @@ class Registry(Generic[M]):
     def stop_receiving(self, member: M, stream_id: str) -> bool:
         return self.streams.stop_receiving(member, stream_id)
 
-    def expire_streams(self, now: float, idle: float) -> list[RelayedStream[M]]:
-        return self.streams.expire(now, idle)
+    def idle_streams(self, now: float, idle: float) -> list[RelayedStream[M]]:
+        """Relayed streams with no frame for ``idle`` seconds; the node ends each
+        by delivering a cancel to its audience (``op=END``)."""
+        return self.streams.idle(now, idle)

@@ -46,7 +46,7 @@ from hub.core.authz import Grant, SpaceRules, may_join, may_publish
 from hub.core.publisher_streams import PublisherStreams
 from hub.core.ratelimit import TokenBucket, Verdict
 from protocol import codec
-from protocol.envelope import PROTOCOLS as _ENVELOPE_PROTOCOLS
+from protocol.envelope import is_envelope
 from protocol.errors import CloseCode, ErrorCode, ProtocolError
 from protocol.messages import (
     DEFAULT_PAGE,
@@ -355,7 +355,7 @@ class Session:
         object): a publish of one is exempt from the ``data.from`` rule."""
         kind = self._checked_kind(space, rid)
         sender = data.get("from", self.agent_id)
-        if sender != self.agent_id and not (envelope and _is_envelope(data)):
+        if sender != self.agent_id and not (envelope and is_envelope(data)):
             raise ProtocolError(
                 ErrorCode.INVALID_REQUEST,
                 f"data.from must be the connection's agent_id {self.agent_id!r}",
@@ -423,8 +423,3 @@ class Session:
     def _close(self, code: CloseCode, error: ErrorCode, reason: str) -> Close:
         self._transition(SessionState.CLOSING)
         return Close(code, error, reason)
-
-
-def _is_envelope(data: dict[str, Any]) -> bool:
-    proto = data.get("protocol")
-    return proto.__class__ is str and proto in _ENVELOPE_PROTOCOLS

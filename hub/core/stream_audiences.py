@@ -86,9 +86,7 @@ class StreamAudiences(Generic[M]):
             if record.space == space:
                 record.audience.pop(member, None)
 
-    def expire(self, now: float, idle: float) -> list[RelayedStream[M]]:
-        """Drop and return streams with no frame for ``idle`` seconds."""
-        stale = [r for r in self._streams.values() if now - r.last_active > idle]
-        for record in stale:
-            del self._streams[record.stream_id]
-        return stale
+    def idle(self, now: float, idle: float) -> list[RelayedStream[M]]:
+        """Streams with no frame for ``idle`` seconds (ended by delivering
+        their last frame, :meth:`audience` with ``END``)."""
+        return [r for r in self._streams.values() if now - r.last_active > idle]

@@ -46,13 +46,14 @@ class AgentIds:
         node_id: str,
         registry: Registry[Any],
         presence: Presence,
-        remote: RemoteHolders | None = None,
+        local: LocalHolders,
+        remote: RemoteHolders,
     ):
         self.settings = settings
         self.node_id = node_id
         self.registry = registry
         self.presence = presence
-        #: Set by the node once the cluster link exists.
+        self.local = local
         self.remote = remote
 
     async def claim(self, record: AgentRecord) -> bool:
@@ -62,21 +63,30 @@ class AgentIds:
             return True
         remote = holder.node_id != self.node_id
         if remote:
-            if self.remote is None or await self.remote.holder_alive(holder):
+            if await self.remote.holder_alive(holder):
                 return False
         else:
             peer = self.registry.connections.get(holder.connection_id)
             # No local connection with that id: a record left behind.
             if peer is not None:
-                if await self.alive(peer):
+                if await self.local.alive(peer):
                     return False
-                self.evict(peer)
+                self.local.evict(peer)
                 await _wait(peer.cleaned_up, self.settings.close_timeout + 1)
         if await self.presence.claim_agent(record, replace=holder.connection_id) is not None:
             return False
-        if remote and self.remote is not None:
+        if remote:
             await self.remote.evict_remote(holder)
         return True
+
+
+class LocalHolders:
+    """This node's holders of agent ids: are they alive, and evicting the dead
+    — asked by :class:`AgentIds` and, through the cluster link, by other nodes."""
+
+    def __init__(self, settings: Settings, registry: Registry[Any]):
+        self.settings = settings
+        self.registry = registry
 
     async def alive(self, peer: Peer) -> bool:
         """Does this node's peer still answer? (Silent too long = no.)

@@ -11,7 +11,7 @@ alike.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import structlog
@@ -42,14 +42,15 @@ class ErrorSender:
 
 
 class Dispatcher:
-    def __init__(self, counters: Counters, send_error: ErrorSender):
+    """Runs each action with the handler for its type (one per action type)."""
+
+    def __init__(
+        self, counters: Counters, send_error: ErrorSender, handlers: Mapping[type, Handler]
+    ):
         self._counters = counters
         self._send_error = send_error
-        self._handlers: dict[type, Handler] = {}
+        self._handlers = dict(handlers)
         self._log = structlog.get_logger("hub")
-
-    def on(self, action: type, handler: Handler) -> None:
-        self._handlers[action] = handler
 
     async def receive(self, peer: Peer, frame: str | bytes, now: float) -> None:
         """Handle one inbound frame of ``peer`` completely."""

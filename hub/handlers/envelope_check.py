@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from hub.handlers.seen_ids import ReplayCache
+from hub.handlers.seen_ids import SeenIds
 from protocol.envelope import (
     DEFAULT_MAX_AGE,
     PROTOCOLS,
@@ -38,15 +38,7 @@ from protocol.envelope import (
 )
 from protocol.errors import ErrorCode, ProtocolError
 
-ENVELOPE_PROTOCOLS = PROTOCOLS
-
 RequestId = str | int | None
-
-
-def is_envelope(data: Mapping[str, Any]) -> bool:
-    """Does ``data`` claim to be an envelope? (Cheap: the hot path asks.)"""
-    proto = data.get("protocol")
-    return proto.__class__ is str and proto in ENVELOPE_PROTOCOLS
 
 
 def refusal(exc: EnvelopeError, request_id: RequestId) -> ProtocolError:
@@ -60,14 +52,14 @@ class EnvelopeCheck:
 
     def __init__(
         self,
-        replay: ReplayCache,
+        seen_ids: SeenIds,
         *,
         signed_spaces: frozenset[str] = frozenset(),
         max_age: float = DEFAULT_MAX_AGE,
         max_skew: float = 30.0,
         clock: Callable[[], float] = time.time,
     ):
-        self.replay = replay
+        self.seen_ids = seen_ids
         #: Spaces declared ``require_signed = true``.
         self.signed_spaces = signed_spaces
         self.max_age = max_age
@@ -85,7 +77,7 @@ class EnvelopeCheck:
                 raise ProtocolError(
                     ErrorCode.UNAUTHORIZED,
                     f"space {space!r} accepts only signed envelopes "
-                    f"({', '.join(sorted(ENVELOPE_PROTOCOLS))})",
+                    f"({', '.join(sorted(PROTOCOLS))})",
                     request_id,
                 )
             if not is_signed(data):
@@ -108,7 +100,7 @@ class EnvelopeCheck:
         An unreachable or full cache raises
         :class:`~hub.errors.BackplaneUnavailable`: refused, never let through.
         """
-        if await self.replay.seen(verified.replay_key, verified.replay_ttl):
+        if await self.seen_ids.seen(verified.replay_key, verified.replay_ttl):
             raise refusal(verified.replayed(), request_id)
 
     async def forget(self, verified: Verified) -> None:
@@ -117,7 +109,7 @@ class EnvelopeCheck:
         Best effort, never raises: when the cache cannot be reached the id
         stays recorded and the sender must sign the envelope anew."""
         with contextlib.suppress(Exception):
-            await self.replay.forget(verified.replay_key)
+            await self.seen_ids.forget(verified.replay_key)
 
     async def aclose(self) -> None:
-        await self.replay.aclose()
+        await self.seen_ids.aclose()

@@ -25,7 +25,8 @@ from typing import Any
 
 import structlog
 
-from hub.cluster.backplane import Backplane, Envelope
+from hub.cluster.backplane import Backplane, Delivery
+from hub.core.peer import PeerKind
 from hub.core.registry import Registry
 from protocol.errors import CloseCode, ErrorCode
 
@@ -47,7 +48,7 @@ class GapFiller:
         self,
         backplane: Backplane,
         registry: Registry[Any],
-        deliver: Callable[[Envelope], None],
+        deliver: Callable[[Delivery], None],
         spawn: Callable[[Any], None],
     ):
         self.backplane = backplane
@@ -55,7 +56,7 @@ class GapFiller:
         self._deliver = deliver
         self._spawn = spawn
         #: Spaces being filled, with the newer messages held meanwhile.
-        self.holding: dict[str, list[Envelope]] = {}
+        self.holding: dict[str, list[Delivery]] = {}
         self._broken: set[str] = set()
         self._log = structlog.get_logger("hub.handlers.gaps")
         self.filled = 0  # messages delivered from history (metrics, tests)
@@ -71,7 +72,7 @@ class GapFiller:
         self._log.info("missed messages: filling from history", space=space, after=after, upto=upto)
         self._spawn(self._fill(space, after, upto))
 
-    def hold(self, env: Envelope) -> bool:
+    def hold(self, env: Delivery) -> bool:
         """Keep ``env`` back while its space's gap is filled."""
         held = self.holding.get(env.space)
         if held is None:
@@ -114,7 +115,7 @@ class GapFiller:
     def _give_up(self, space: str, after: int, upto: int) -> None:
         closed = 0
         for member in self.registry.members(space):
-            if getattr(member, "outbox", None) is None:
+            if member.kind is not PeerKind.SOCKET:
                 continue  # a virtual member: it cannot reconnect
             member.close_for(
                 CloseCode.TRY_AGAIN_LATER,

@@ -19,13 +19,13 @@ import contextlib
 import functools
 from typing import Any
 
-from hub.cluster.backplane import Backplane, Draft, Envelope
+from hub.cluster.backplane import Backplane, Delivery, Draft
 from hub.cluster.presence import AgentRecord, CapabilityFilter, InvalidQuery, Presence
 from hub.cluster.subscriptions import Subscriptions
 from hub.config.settings import Settings
 from hub.core.actions import Denied, Join, Leave, ListAgents, ListMembers, ListSpaces, Register
 from hub.core.ids import Ids
-from hub.core.peer import Peer
+from hub.core.peer import Peer, PeerKind
 from hub.core.registry import Registry
 from hub.core.spaces import SpaceDirectory
 from hub.errors import BackplaneUnavailable
@@ -52,6 +52,7 @@ class Membership:
         subscriptions: Subscriptions,
         ids: Ids,
         publishing: Publishing,
+        recovery: Recovery,
     ):
         self.settings = settings
         self.node_id = node_id
@@ -62,7 +63,7 @@ class Membership:
         self.subscriptions = subscriptions
         self.ids = ids
         self.publishing = publishing
-        self.recovery = Recovery(settings, registry, backplane, subscriptions)
+        self.recovery = recovery
         # Departures the cluster has not heard of yet (backplane was down).
         self.pending_departures: list[tuple[AgentRecord, list[str]]] = []
         self._declared = settings.declared
@@ -221,7 +222,7 @@ class Membership:
     ) -> None:
         """Tell a space's other members who joined or left."""
         frame = codec.members(space, members, count, joined, left)
-        await self.backplane.send(Envelope(space, frame, exclude=joined))
+        await self.backplane.send(Delivery(space, frame, exclude=joined))
 
     async def list_spaces(self, conn: Peer, a: ListSpaces) -> None:
         sizes = await self.presence.space_sizes()
@@ -339,4 +340,4 @@ def merged(
 
 def _shared(conn: Peer) -> bool:
     """A shared virtual member: every node hosts one under the same agent id."""
-    return bool(getattr(conn, "shared", False))
+    return conn.kind is PeerKind.SHARED

@@ -12,8 +12,7 @@ import asyncio
 import functools
 from typing import Any
 
-from hub.cluster.backplane import idempotency
-from hub.cluster.backplane import Backplane, Draft, Duplicate, Once, StreamOp
+from hub.cluster.backplane import Backplane, Draft, Duplicate, Once, StreamOp, idempotency
 from hub.cluster.presence import Presence
 from hub.config.settings import Settings
 from hub.core.actions import Publish, ReceiverCancel, StreamCancel, StreamDelta, StreamDone
@@ -22,8 +21,9 @@ from hub.core.ids import Ids
 from hub.core.peer import Peer
 from hub.core.registry import Registry
 from hub.handlers.dispatch import ErrorSender
-from hub.handlers.envelope_check import ENVELOPE_PROTOCOLS, EnvelopeCheck
+from hub.handlers.envelope_check import EnvelopeCheck
 from protocol import codec
+from protocol.envelope import is_envelope
 from protocol.errors import ErrorCode, ProtocolError
 
 # Publishes a connection may leave queued on the backplane without waiting
@@ -58,12 +58,9 @@ class Publishing:
     async def publish(self, conn: Peer, a: Publish) -> None:
         agent = conn.agent_id
         data = a.data
-        proto = data.get("protocol")
-        if self.envelopes is not None and (
-            (proto.__class__ is str and proto in ENVELOPE_PROTOCOLS)
-            or a.space in self._signed_spaces
-        ):
-            await self._publish_envelope(conn, a, self.envelopes)
+        check = self.envelopes
+        if check is not None and (a.space in self._signed_spaces or is_envelope(data)):
+            await self._publish_envelope(conn, a, check)
             return
         if "from" not in data:
             data["from"] = agent
@@ -75,27 +72,12 @@ class Publishing:
             return
         event_id = self.ids.event_id()
         ts = codec.now_ms()
-        rest: dict[str, Any] = {"from": agent, "timestamp": ts, "data": data}
-        if a.request_id is not None:
-            rest["request_id"] = a.request_id
-        if audience is not None:
-            rest["to"] = a.to_field
-        head, tail = codec.sequenced("space.event", a.space, event_id, rest)
         once = self._once(a, agent, event_id, ts)
-        pending = self.backplane.publish_nowait(
-            a.space, Draft(head, tail, None if a.echo else agent, to=audience, once=once)
-        )
-        self.counters.published += 1
+        pending = self._queue(a, agent, event_id, ts, audience, once=once)
         if once is not None and self._duplicate(conn, a, await pending, once):
             self.counters.published -= 1  # a retry: nothing was published
             return
-        if a.echo:
-            # The echo is the acknowledgement: the connection's next message
-            # needn't wait for Redis (a failure is still reported).
-            await self._unless_queued(conn, pending, a.request_id)
-            return
-        seq = await pending
-        conn.send_frame(codec.published(a.request_id, a.space, event_id, seq, ts))
+        await self._acknowledge(conn, a, pending, event_id, ts)
 
     async def _publish_envelope(self, conn: Peer, a: Publish, check: EnvelopeCheck) -> None:
         """All or nothing: verified, addressed, recorded against replays, then
@@ -109,18 +91,42 @@ class Publishing:
             await check.record(verified, a.request_id)
         event_id = self.ids.event_id()
         ts = codec.now_ms()
-        rest: dict[str, Any] = {"from": agent, "timestamp": ts, "data": a.data, **stamp}
-        if a.request_id is not None:
-            rest["request_id"] = a.request_id
-        if audience is not None:
-            rest["to"] = a.to_field
-        head, tail = codec.sequenced("space.event", a.space, event_id, rest)
-        pending = self.backplane.publish_nowait(
-            a.space, Draft(head, tail, None if a.echo else agent, to=audience)
-        )
+        pending = self._queue(a, agent, event_id, ts, audience, stamp=stamp)
         if verified is not None:
             pending.add_done_callback(functools.partial(self._unrecord, check, verified))
+        await self._acknowledge(conn, a, pending, event_id, ts)
+
+    def _queue(
+        self,
+        a: Publish,
+        agent: str,
+        event_id: str,
+        ts: int,
+        audience: tuple[str, ...] | None,
+        *,
+        stamp: dict[str, Any] | None = None,
+        once: Once | None = None,
+    ) -> asyncio.Future[int]:
+        """The event encoded once (its ``seq`` to come) and queued on the backplane."""
+        rest: dict[str, Any] = {"from": agent, "timestamp": ts, "data": a.data}
+        if stamp:
+            rest.update(stamp)
+        if audience is not None:
+            rest["to"] = a.to_field
+        head, tail = codec.sequenced(
+            "space.event", a.space, event_id, rest, request_id=a.request_id
+        )
+        draft = Draft(head, tail, exclude=None if a.echo else agent, to=audience, once=once)
+        pending = self.backplane.publish_nowait(a.space, draft)
         self.counters.published += 1
+        return pending
+
+    async def _acknowledge(
+        self, conn: Peer, a: Publish, pending: asyncio.Future[int], event_id: str, ts: int
+    ) -> None:
+        """The echo is the publisher's acknowledgement: its next message needn't
+        wait for Redis (a failure is still reported). Without an echo,
+        ``space.published`` once the seq is known."""
         if a.echo:
             await self._unless_queued(conn, pending, a.request_id)
             return
@@ -213,21 +219,20 @@ class Publishing:
             if i == 0 and audience is not None:
                 rest["to"] = a.to_field
             head, tail = codec.sequenced("space.event.delta", a.space, stream_id, rest)
-            op = StreamOp.OPEN if i == 0 else StreamOp.DELTA
-            seq = await self.backplane.publish(
-                a.space,
-                Draft(head, tail, exclude, stream_id, op, audience, once if i == 0 else None),
-            )
+            draft = Draft(
+                head, tail, exclude=exclude, stream=stream_id, to=audience,
+                op=StreamOp.OPEN if i == 0 else StreamOp.DELTA, once=once if i == 0 else None,
+            )  # fmt: skip
+            seq = await self.backplane.publish(a.space, draft)
             if i == 0 and once is not None and self._duplicate(conn, a, seq, once):
                 return
-        rest: dict[str, Any] = {"from": agent, "timestamp": ts}
-        if a.request_id is not None:
-            rest["request_id"] = a.request_id
-        head, tail = codec.sequenced("space.event.done", a.space, stream_id, rest)
+        head, tail = codec.sequenced(
+            "space.event.done", a.space, stream_id, {"from": agent, "timestamp": ts},
+            request_id=a.request_id,
+        )  # fmt: skip
         # ``to`` on the done too: history readers get the routing of every frame.
-        seq = await self.backplane.publish(
-            a.space, Draft(head, tail, exclude, stream_id, StreamOp.END, audience)
-        )
+        draft = Draft(head, tail, exclude=exclude, stream=stream_id, op=StreamOp.END, to=audience)
+        seq = await self.backplane.publish(a.space, draft)
         self.counters.published += 1
         if not a.echo:
             conn.send_frame(codec.published(a.request_id, a.space, stream_id, seq, ts))
@@ -246,28 +251,28 @@ class Publishing:
         op = StreamOp.OPEN if a.first else StreamOp.DELTA
         exclude = None if a.echo else agent
         pending = self.backplane.publish_nowait(
-            a.space, Draft(head, tail, exclude, a.stream_id, op)
+            a.space, Draft(head, tail, exclude=exclude, stream=a.stream_id, op=op)
         )
         await self._unless_queued(conn, pending, a.request_id)
 
     async def stream_done(self, conn: Peer, a: StreamDone) -> None:
-        rest: dict[str, Any] = {"from": conn.agent_id, "timestamp": codec.now_ms()}
-        if a.request_id is not None:
-            rest["request_id"] = a.request_id
-        head, tail = codec.sequenced("space.event.done", a.space, a.stream_id, rest)
-        await self.backplane.publish(a.space, Draft(head, tail, None, a.stream_id, StreamOp.END))
+        head, tail = codec.sequenced(
+            "space.event.done", a.space, a.stream_id,
+            {"from": conn.agent_id, "timestamp": codec.now_ms()}, request_id=a.request_id,
+        )  # fmt: skip
+        draft = Draft(head, tail, stream=a.stream_id, op=StreamOp.END)
+        await self.backplane.publish(a.space, draft)
         self.counters.published += 1
 
     async def stream_cancel(self, conn: Peer, a: StreamCancel) -> None:
         """End a publisher's stream early; the publisher always hears of it."""
         agent = conn.agent_id
-        rest: dict[str, Any] = {"from": agent, "timestamp": codec.now_ms(), "reason": a.reason}
-        if a.request_id is not None:
-            rest["request_id"] = a.request_id
-        head, tail = codec.sequenced("space.event.cancel", a.space, a.stream_id, rest)
-        seq = await self.backplane.publish(
-            a.space, Draft(head, tail, agent, a.stream_id, StreamOp.END)
+        rest = {"from": agent, "timestamp": codec.now_ms(), "reason": a.reason}
+        head, tail = codec.sequenced(
+            "space.event.cancel", a.space, a.stream_id, rest, request_id=a.request_id
         )
+        draft = Draft(head, tail, exclude=agent, stream=a.stream_id, op=StreamOp.END)
+        seq = await self.backplane.publish(a.space, draft)
         if not conn.closing:
             conn.send_frame(codec.complete(head, seq, tail))
 

@@ -39,7 +39,7 @@ from typing import Any
 
 import orjson
 
-from hub.cluster.backplane import Backplane, Envelope, History
+from hub.cluster.backplane import Backplane, Delivery, History
 from hub.cluster.subscriptions import Subscriptions
 from hub.config.settings import Settings
 from hub.core.actions import ReadHistory
@@ -70,25 +70,27 @@ class ReplayFailed(Exception):
 class Holding:
     """A member's live frames, held while its replay is read and sent.
 
-    Installed by replacing the member's ``push`` (what the fan-out calls), so
+    The registry routes the member's frames here (:meth:`Registry.route`), so
     nothing else pays for it. :meth:`release` delivers what ``keep`` accepts
     and goes on filtering new frames through ``keep`` until ``settled()`` —
     until this node has delivered everything up to the member's position
-    (Redis may still be bringing older messages) — then puts the original
-    ``push`` back.
+    (Redis may still be bringing older messages) — then routes the member's
+    frames back where they went before.
     """
 
-    def __init__(self, member: Any, limit: int):
+    def __init__(self, registry: Registry[Any], member: Peer, limit: int):
+        self.registry = registry
         self.member = member
         self.limit = limit
         self.frames: list[OutFrame] = []
         self.size = 0
         self.overflowed = False
-        self._own = vars(member).get("push")  # an instance attribute, or the class's
-        self.direct: Callable[[OutFrame], bool] = member.push
+        #: Where the member's frames went before (its own ``push``, or an
+        #: earlier holding still filtering), and where held ones go out.
+        self.direct: Callable[[OutFrame], bool] = registry.route_of(member)
         self._keep: Callable[[OutFrame], bool] | None = None
         self._settled: Callable[[], bool] | None = None
-        member.push = self.push
+        registry.route(member, self.push)
 
     def push(self, frame: OutFrame) -> bool:
         if self.overflowed:
@@ -114,7 +116,7 @@ class Holding:
             self._restore()
             return
         self._keep, self._settled = keep, settled
-        self.member.push = self._filter
+        self.registry.route(self.member, self._filter)
 
     def _filter(self, frame: OutFrame) -> bool:
         assert self._keep is not None and self._settled is not None
@@ -124,13 +126,9 @@ class Holding:
         return delivered
 
     def _restore(self) -> None:
-        member = self.member
-        if vars(member).get("push") not in (self.push, self._filter):
-            return  # another holding wraps this one: it puts this one back
-        if self._own is not None:
-            member.push = self._own
-        else:
-            del member.push
+        if self.registry.route_of(self.member) not in (self.push, self._filter):
+            return  # a later holding wraps this one: it routes back to this one
+        self.registry.route(self.member, self.direct)
 
 
 class Recovery:
@@ -142,13 +140,15 @@ class Recovery:
         registry: Registry[Any],
         backplane: Backplane,
         subscriptions: Subscriptions,
+        *,
+        filling: Callable[[str], bool],
     ):
         self.settings = settings
         self.registry = registry
         self.backplane = backplane
         self.subscriptions = subscriptions
-        #: Whether the node is filling a gap in a space (hub/handlers/gaps.py, set by the node).
-        self.filling: Callable[[str], bool] = lambda space: False
+        #: Whether the node is filling a gap in a space (:mod:`hub.handlers.gaps`).
+        self.filling = filling
         self._locks: weakref.WeakKeyDictionary[Any, asyncio.Lock] = weakref.WeakKeyDictionary()
 
     async def position(self, space: str) -> dict[str, Any]:
@@ -171,7 +171,7 @@ class Recovery:
         assert session is not None
         lock = self._locks.setdefault(conn, asyncio.Lock())
         async with lock:  # one held buffer per member at a time
-            hold = Holding(conn, self.settings.outbox_max_bytes)
+            hold = Holding(self.registry, conn, self.settings.outbox_max_bytes)
             self.registry.join(space, conn)
             session.on_joined(space)
             try:
@@ -243,7 +243,7 @@ class Recovery:
         )
 
 
-def visible(env: Envelope, agent: str) -> bool:
+def visible(env: Delivery, agent: str) -> bool:
     """Would ``agent`` have received this recorded frame (ignoring stream audiences)?"""
     if env.to is not None and agent not in env.to:
         return False
@@ -260,8 +260,7 @@ def _recoverable(first: History, since: Since) -> bool:
 
 def _send(hold: Holding, payload: bytes) -> None:
     """A frame for the member only, ahead of what is held."""
-    outbox = getattr(hold.member, "outbox", None)
-    hold.direct(OutFrame(payload, preframe=getattr(outbox, "preframed", False)))
+    hold.direct(OutFrame(payload, preframe=hold.member.preframed))
 
 
 def _lost(space: str, how: str) -> ReplayFailed:
@@ -304,8 +303,7 @@ class Replay:
         limit = recovery.settings.outbox_max_bytes
         self.pace = min(PACE_BYTES, limit // 4)
         self.drain_timeout = recovery.settings.heartbeat_timeout
-        outbox = getattr(conn, "outbox", None)
-        self.preframe = bool(getattr(outbox, "preframed", False))
+        self.preframe = conn.preframed
 
     async def run(self) -> None:
         page = self.first
@@ -332,7 +330,7 @@ class Replay:
             if page.epoch != self.epoch or not page.events:
                 raise _lost(self.space, "lost")
 
-    def _wanted(self, env: Envelope) -> bool:
+    def _wanted(self, env: Delivery) -> bool:
         stream = env.stream
         if stream is None:
             return visible(env, self.conn.agent_id)
@@ -355,22 +353,18 @@ class Replay:
                 "live events piled up over the outbound limit during the replay",
             )
         conn = self.conn
-        outbox = getattr(conn, "outbox", None)
-        if outbox is None:
-            return  # a virtual member: its own queue is bounded
-        transport = conn.transport  # type: ignore[attr-defined]
-        if outbox.pending_bytes + transport.get_write_buffer_size() <= self.pace:
-            return
+        if conn.backlog() <= self.pace:
+            return  # a virtual member's backlog is 0: its own queue is bounded
         try:
             async with asyncio.timeout(self.drain_timeout):
                 while True:
                     if conn.closing:
                         raise _Gone
                     await asyncio.sleep(0)  # the flusher writes what is pending
-                    if outbox.pending_bytes + transport.get_write_buffer_size() <= self.pace:
+                    if conn.backlog() <= self.pace:
                         return
                     try:
-                        await conn.drain()  # type: ignore[attr-defined]
+                        await conn.drain()
                     except Exception:
                         raise _Gone from None
         except TimeoutError:

@@ -19,7 +19,7 @@ from hub.cluster.kvstore import KeyValueStore
 PREFIX = "replay:"
 
 
-class ReplayCache:
+class SeenIds:
     __slots__ = ("_store",)
 
     def __init__(self, store: KeyValueStore):

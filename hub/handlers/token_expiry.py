@@ -1,13 +1,13 @@
-"""A live connection's credentials: ``agent.refresh`` and token expiry.
+"""A live connection's credentials: ``agent.refresh`` before its token expires.
 
 A connection authenticated by a token that expires (a JWT's ``exp``) lives as
 long as its token. The node's sweep asks every session about its expiry once
-per pass (:meth:`TokenExpiry.sweep`) — no task or timer per connection: past
-``exp`` + ``jwt_leeway`` the session answers with a ``token expired`` notice,
-and ``token_refresh_grace`` seconds later, unless ``agent.refresh`` came with
-a good token, with the close (4401). The decisions are the session's
-(:meth:`~hub.core.session.Session.check_expiry`); this module carries them out and
-authenticates refreshes.
+per pass — no task or timer per connection: past ``exp`` + ``jwt_leeway`` the
+session answers with a ``token expired`` notice, and ``token_refresh_grace``
+seconds later, unless ``agent.refresh`` came with a good token, with the close
+(4401). The decisions are the session's
+(:meth:`~hub.core.session.Session.check_expiry`), carried out by the
+dispatcher; this module authenticates refreshes.
 
 A refresh is authenticated exactly like a handshake, for the connection's own
 agent id: a token for another agent, an expired or forged one, is refused
@@ -20,11 +20,10 @@ apply to later requests; memberships already made stay) and is answered
 from __future__ import annotations
 
 from hub.auth import Authenticator
-from hub.core.actions import Close, Refresh
+from hub.core.actions import Refresh
 from hub.core.peer import Peer
 from hub.core.session import SessionState
 from hub.errors import AuthError
-from hub.handlers.dispatch import ErrorSender
 from protocol import codec
 from protocol.errors import ErrorCode, ProtocolError
 
@@ -32,9 +31,8 @@ from protocol.errors import ErrorCode, ProtocolError
 class TokenExpiry:
     """Refreshes credentials on request and enforces their expiry."""
 
-    def __init__(self, auth: Authenticator, send_error: ErrorSender):
+    def __init__(self, auth: Authenticator):
         self.auth = auth
-        self.send_error = send_error
 
     async def refresh(self, conn: Peer, a: Refresh) -> None:
         """The handler of the session's :class:`~hub.core.session.Refresh` action."""
@@ -51,18 +49,3 @@ class TokenExpiry:
             return  # closed meanwhile (the grace ran out during a JWKS fetch)
         session.refreshed(grant)
         conn.send_frame(codec.refreshed(a.request_id, grant.expires_at))
-
-    def sweep(self, peer: Peer, wall: float) -> bool:
-        """Enforce ``peer``'s token expiry at ``wall`` (epoch seconds); True
-        when the peer is being closed for it."""
-        session = peer.session
-        if session is None or session.grant.expires_at is None:
-            return False
-        action = session.check_expiry(wall)
-        if action is None:
-            return False
-        if isinstance(action, Close):
-            peer.close_for(action.code, action.error, action.reason)
-            return True
-        self.send_error(peer, action.error.code, action.error.message, None)
-        return False

@@ -21,6 +21,7 @@ from websockets.protocol import State
 
 from hub.core.authz import Grant
 from hub.core.frames import OutFrame
+from hub.core.peer import PeerKind
 from hub.net.handshake import HandshakeSlots
 from hub.net.outbox import Flusher, Outbox
 from protocol import codec
@@ -42,13 +43,16 @@ _FAILURE_CODES = frozenset(
 
 
 class HubConnection(ServerConnection):
-    """One agent's WebSocket. Node-wide parts are class attributes set by the node."""
+    """One agent's WebSocket. Node-wide parts are class attributes set by the server."""
 
+    kind = PeerKind.SOCKET
+    shared = False
     flusher: Flusher
     counters: Counters
     handshakes: HandshakeSlots
     outbox_limit: int = 4 * 1024 * 1024
-    preframed: bool = True  # False when permessage-deflate may be negotiated
+    #: permessage-deflate may be negotiated (``compression = deflate``).
+    compress_frames: bool = False
     hub_close_timeout: float = 5.0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -66,7 +70,11 @@ class HubConnection(ServerConnection):
         self.opened_at = time.monotonic()
         self.hub_close_code: int | None = None
         self.cleaned_up = asyncio.Event()
-        self.outbox: Outbox | None = None
+        self.outbox = Outbox(
+            self.flusher, self.counters, self.outbox_limit, on_overflow=self._slow_consumer
+        )
+        #: The fan-out hands frames straight to the outbox: one call per delivery.
+        self.push: Callable[[OutFrame], bool] = self.outbox.push
         #: Set by the server when this connection holds a per-IP slot.
         self.release_client: Callable[[], None] | None = None
         #: The ``bearer.*`` subprotocol the token came in, selected in the answer.
@@ -90,10 +98,10 @@ class HubConnection(ServerConnection):
             self.handshakes.release()
 
     def start_outbox(self) -> None:
-        """Called once the handshake is done: fixes the write path."""
+        """Called once the handshake is done: the outbox starts writing."""
         self._handshake_over()
         compress = None
-        if self.protocol.extensions or not self.preframed:
+        if self.protocol.extensions or self.compress_frames:
             protocol = self.protocol
 
             def compress(payload: bytes) -> list[bytes]:
@@ -101,34 +109,24 @@ class HubConnection(ServerConnection):
                 protocol.send_text(payload)
                 return protocol.data_to_send()
 
-        self.outbox = Outbox(
-            self.transport,
-            self.flusher,
-            self.counters,
-            self.outbox_limit,
-            on_overflow=self._slow_consumer,
-            compress=compress,
-        )
-        # The fan-out calls ``conn.push``: bind it straight to the outbox so a
-        # delivery costs one call, not two.
-        self.push = self.outbox.push  # type: ignore[method-assign]
+        self.outbox.start(self.transport, compress)
 
     # ── the write path ───────────────────────────────────────────────────
 
-    def push(self, out: OutFrame) -> bool:
-        """Queue a frame (replaced by the outbox's own ``push`` once open)."""
-        return self.outbox.push(out) if self.outbox is not None else False
+    @property
+    def preframed(self) -> bool:
+        return self.outbox.preframed
 
     def send_frame(self, payload: bytes) -> bool:
         """Queue one message for this connection only."""
-        outbox = self.outbox
-        if outbox is None:
-            return False
-        return outbox.push(OutFrame(payload, preframe=outbox.preframed))
+        return self.outbox.push(OutFrame(payload, preframe=self.outbox.preframed))
+
+    def backlog(self) -> int:
+        return self.outbox.backlog
 
     @property
     def frames_out(self) -> int:
-        return self.outbox.frames_out if self.outbox is not None else 0
+        return self.outbox.frames_out
 
     def _slow_consumer(self) -> None:
         self.close_for(
@@ -140,7 +138,7 @@ class HubConnection(ServerConnection):
     def send_data(self) -> None:
         # websockets is about to write (pong, close frame…): our bytes first.
         outbox = self.outbox
-        if outbox is not None and outbox.pending_bytes:
+        if outbox.pending_bytes:
             outbox.flush()
         if not self._failure_reported:
             sent = self.protocol.close_sent
@@ -149,18 +147,16 @@ class HubConnection(ServerConnection):
         super().send_data()
         # After a close frame (ours or the peer's) only the handshake may
         # follow, and a server half-closes right after it: never write again.
-        if outbox is not None and outbox.open and self.protocol.state in _ENDING:
+        if outbox.open and self.protocol.state in _ENDING:
             outbox.stop()
 
     def pause_writing(self) -> None:
         super().pause_writing()
-        if self.outbox is not None:
-            self.outbox.paused = True
+        self.outbox.paused = True
 
     def resume_writing(self) -> None:
         super().resume_writing()
-        if self.outbox is not None:
-            self.outbox.paused = False
+        self.outbox.paused = False
 
     def data_received(self, data: bytes) -> None:
         # Any inbound frame is liveness, control frames included: browsers and
@@ -176,8 +172,7 @@ class HubConnection(ServerConnection):
         release, self.release_client = self.release_client, None
         if release is not None:
             release()
-        if self.outbox is not None:
-            self.outbox.stop()
+        self.outbox.stop()
         self._end()
         super().connection_lost(exc)
 
@@ -201,14 +196,13 @@ class HubConnection(ServerConnection):
         self.counters.errors[ErrorCode.INVALID_REQUEST] += 1
         self.hub_close_code = code
         frame = OutFrame(codec.error(ErrorCode.INVALID_REQUEST, message))
-        if self.outbox is not None:
-            self.outbox.push_last(frame)
+        self.outbox.push_last(frame)
 
     # ── closing ──────────────────────────────────────────────────────────
 
     @property
     def closing(self) -> bool:
-        return self.outbox is None or not self.outbox.open
+        return not self.outbox.open
 
     def close_for(self, code: CloseCode, error: ErrorCode, reason: str) -> None:
         """Send an ``error`` event, then close with ``code``. Does not block.
@@ -222,11 +216,10 @@ class HubConnection(ServerConnection):
         self.counters.closes[int(code)] += 1
         self.counters.errors[error] += 1
         self.hub_close_code = int(code)
-        if self.outbox is not None:
-            if self.protocol.state is OPEN:
-                self.outbox.push_last(OutFrame(codec.error(error, reason)))
-            else:
-                self.outbox.stop()
+        if self.protocol.state is OPEN:
+            self.outbox.push_last(OutFrame(codec.error(error, reason)))
+        else:
+            self.outbox.stop()
         if self.session is not None:
             self.session.begin_close()
         self._end()
@@ -236,8 +229,7 @@ class HubConnection(ServerConnection):
 
     async def close_gracefully(self, code: int, reason: str) -> None:
         """Closing handshake with a deadline; a peer that doesn't answer is cut."""
-        if self.outbox is not None:
-            self.outbox.open = False
+        self.outbox.open = False
         if self.hub_close_code is None:
             self.hub_close_code = int(code)
         reason = reason.encode()[:120].decode(errors="ignore")
@@ -248,8 +240,7 @@ class HubConnection(ServerConnection):
             self.transport.abort()
 
     def abort(self) -> None:
-        if self.outbox is not None:
-            self.outbox.stop()
+        self.outbox.stop()
         self.transport.abort()
 
     async def probe(self, timeout: float) -> bool:

@@ -60,16 +60,16 @@ class Outbox:
 
     def __init__(
         self,
-        transport: Transport,
         flusher: Flusher,
         counters: Counters,
         limit: int,
         *,
         on_overflow: Callable[[], None],
         on_failure: Callable[[], None] | None = None,
+        transport: Transport | None = None,
         compress: Callable[[bytes], list[bytes]] | None = None,
     ):
-        self._transport = transport
+        self._transport: Transport = transport if transport is not None else _NOT_YET
         self._flusher = flusher
         self.counters = counters
         self.limit = limit
@@ -79,16 +79,33 @@ class Outbox:
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._dirty = False
-        self._writable = True
-        #: False once closing: pushes are dropped (and counted).
-        self.open = True
+        self._writable = transport is not None
+        #: True from :meth:`start` (or a transport given) until closing; pushes
+        #: to an outbox that is not open are dropped (and counted).
+        self.open = transport is not None
         #: Set by the transport's flow control (pause_writing/resume_writing).
         self.paused = False
         self.frames_out = 0
 
+    def start(
+        self, transport: Transport, compress: Callable[[bytes], list[bytes]] | None = None
+    ) -> None:
+        """The connection is open (handshake done, extensions agreed): write to
+        ``transport``, compressing with ``compress`` when given. Once."""
+        if self._transport is not _NOT_YET:
+            return
+        self._transport = transport
+        self._compress = compress
+        self._writable = self.open = True
+
     @property
     def pending_bytes(self) -> int:
         return self._pending_bytes
+
+    @property
+    def backlog(self) -> int:
+        """Bytes not yet on the wire: pending here and in the transport's buffer."""
+        return self._pending_bytes + self._transport.get_write_buffer_size()
 
     # ── the write path ───────────────────────────────────────────────────
 
@@ -179,6 +196,25 @@ class Outbox:
         self._pending_bytes = 0
         self._on_overflow()
         return True
+
+
+class _NoTransport:
+    """Where an outbox writes before its connection is open: nowhere."""
+
+    def write(self, data: bytes) -> None:
+        return None
+
+    def is_closing(self) -> bool:
+        return True
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def abort(self) -> None:
+        return None
+
+
+_NOT_YET: Transport = _NoTransport()
 
 
 class Flusher:

@@ -1,14 +1,15 @@
 """The node: composition root of a hub process.
 
-A :class:`Node` builds and owns the parts — settings, authenticator,
-backplane and presence (in memory by default, Redis for a cluster), the local
-:class:`~hub.core.registry.Registry`, membership, publishing, the cluster link, the
-dispatcher, the HTTP application and the hosted adapters — and hands each
-part only what it uses. ``handle`` (one WebSocket connection,
-:mod:`hub.node.lifecycle`) and ``attach`` (a virtual member for an adapter,
-:mod:`hub.node.hosting`) are its parts' methods; the node itself is the
-backplane's delivery handler (:meth:`deliver`) and runs the lifecycle of the
-whole (start, settle after an outage, close in order).
+:class:`Node` builds the parts in the order they depend on each other and
+hands each only what it uses — settings and credentials; the cluster stores
+(backplane, presence, key-value store: in memory by default, Redis for a
+cluster); the local registry and the handlers of the session's actions; the
+dispatcher that runs them; where the backplane delivers (:mod:`hub.node.delivery`);
+the cluster link; the WebSocket connection lifecycle; the HTTP application
+with its operator faces; the host its adapters get; the sweep. When
+``__init__`` returns the wiring is done: nothing is replaced or poked in
+afterwards. The node itself only runs the whole: start, settle after a
+backplane outage, close in order.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import structlog
@@ -25,7 +25,7 @@ from aiohttp import web
 
 from hub.adapter_host import Adapter
 from hub.auth import build_authenticator
-from hub.cluster.backplane import Backplane, Envelope, create_backplane
+from hub.cluster.backplane import Backplane, create_backplane
 from hub.cluster.kvstore import create_kv_store
 from hub.cluster.presence import Presence, create_presence
 from hub.cluster.subscriptions import Subscriptions
@@ -52,40 +52,32 @@ from hub.core.actions import (
 )
 from hub.core.authz import space_rules
 from hub.core.counters import Counters
-from hub.core.frames import OutFrame
 from hub.core.ids import Ids
-from hub.core.peer import Peer
+from hub.core.peer import Peer, PeerKind
 from hub.core.registry import Registry
 from hub.core.session import SessionLimits
 from hub.core.spaces import SpaceDirectory
 from hub.errors import BackplaneUnavailable
-from hub.handlers.agent_ids import AgentIds
-from hub.handlers.dispatch import Dispatcher, ErrorSender
+from hub.handlers.agent_ids import AgentIds, LocalHolders
+from hub.handlers.dispatch import Dispatcher, ErrorSender, Handler
 from hub.handlers.envelope_check import EnvelopeCheck
 from hub.handlers.gaps import GapFiller
 from hub.handlers.membership import Membership
 from hub.handlers.publishing import Publishing
-from hub.handlers.seen_ids import ReplayCache
+from hub.handlers.recovery import Recovery
+from hub.handlers.seen_ids import SeenIds
 from hub.handlers.token_expiry import TokenExpiry
-from hub.net.connection import HubConnection
-from hub.net.handshake import HandshakeSlots
 from hub.net.http import request_metrics
-from hub.net.outbox import Flusher
 from hub.node.cluster_link import ClusterLink
+from hub.node.delivery import CountingDelivery, FanOut, NodeDelivery
 from hub.node.hosting import NodeHost
 from hub.node.lifecycle import ConnectionLifecycle
 from hub.node.sweep import Sweeper
-from hub.node.virtual import VirtualMember
 from hub.ops.api import NodeReadings, OperatorFaces
 from hub.ops.api.operations import API_SENDER
 from hub.ops.health import health_routes
 from hub.ops.metrics import Gauges, HubCollector, build_registry
 from protocol.errors import CloseCode, ErrorCode
-
-#: Sequenced messages whose seq is a multiple of this have their
-#: publish-to-delivery latency measured (two clock reads): the histogram
-#: costs nothing per delivery.
-DELIVERY_SAMPLE = 16
 
 
 class Node:
@@ -102,9 +94,14 @@ class Node:
         s = self.settings = settings
         self.node_id = s.node_id
         self.log = structlog.get_logger("hub").bind(node=self.node_id)
+        self.adapters: list[Adapter] = list(adapters)
         self.counters = Counters()
         self.auth = build_authenticator(s)
         self.identity = HubIdentity.load(s.identity_file)
+        self.ids = Ids()
+        self.accepting = True
+
+        # ── the cluster's state: in memory on one node, in Redis in a cluster
         self.backplane = backplane or create_backplane(
             s.redis_url, prefix=s.redis_prefix, node_id=s.node_id,
             history_size=s.history_size, history_ttl=s.history_ttl,
@@ -112,84 +109,73 @@ class Node:
         self.presence = presence or create_presence(
             s.redis_url, prefix=s.redis_prefix, node_id=s.node_id, ttl=s.heartbeat_timeout
         )
-        #: Signed envelopes in spaces: verification and the replay cache
-        #: (in Redis when clustered, so a replay to another node is refused).
-        signed_spaces = frozenset(d.id for d in s.spaces if d.require_signed)
-        #: Small shared state with expiry (replay ids, bridge conversations):
-        #: in memory on one node, in Redis when clustered.
+        #: Small shared state with expiry (seen envelope ids, bridge conversations).
         self.kv = create_kv_store(s.redis_url, prefix=s.redis_prefix, max_entries=s.kv_max_entries)
+        signed_spaces = frozenset(d.id for d in s.spaces if d.require_signed)
         self.envelopes = EnvelopeCheck(
-            ReplayCache(self.kv),
-            signed_spaces=signed_spaces,
-            max_skew=s.envelope_max_skew,
+            SeenIds(self.kv), signed_spaces=signed_spaces, max_skew=s.envelope_max_skew
         )
-        self.ids = Ids()
+
+        # ── this node's members and the rules of their sessions
         self.registry: Registry[Peer] = Registry()
-        self.adapters: list[Adapter] = list(adapters)
         self.spaces = SpaceDirectory(
             s.declared, s.space_capacity, s.auto_create_spaces,
             system=[space for adapter in self.adapters for space in adapter.system_spaces],
         )  # fmt: skip
         grace = 0.0 if not s.redis_url else min(5.0, s.heartbeat_interval)
         self.subscriptions = Subscriptions(self.backplane, grace, self.registry.has_space)
-        self.limits = SessionLimits(
-            heartbeat_timeout=s.heartbeat_timeout,
-            rate_limit=s.rate_limit,
-            rate_burst=s.rate_burst,
-            rate_abuse_seconds=s.rate_abuse_seconds,
-            max_streams=s.max_streams_per_agent,
-            signed_spaces=signed_spaces,
-            space_rules=space_rules(s.spaces),
-            token_leeway=s.jwt_leeway if s.auth_mode == "jwt" else 0.0,
-            token_refresh_grace=s.token_refresh_grace,
-        )
-        # Virtual members send no heartbeats and are never closed for abuse;
-        # the rate limit and the stream limit hold for them as for anyone.
-        # Declared spaces' allow_join/allow_publish are for agents: the
-        # operator's own bridges are not restricted by them.
-        self.virtual_limits = SessionLimits(
-            heartbeat_timeout=math.inf,
-            rate_limit=s.rate_limit,
-            rate_burst=s.rate_burst,
-            rate_abuse_seconds=math.inf,
-            max_streams=s.max_streams_per_agent,
-            signed_spaces=signed_spaces,
-        )
-        self.flusher = Flusher()
-        self.handshakes = HandshakeSlots(s.max_handshakes)
-        self.preframe = s.compression == "none"
-        self.connection_class: type[HubConnection] = type(
-            "NodeConnection",
-            (HubConnection,),
-            {
-                "flusher": self.flusher,
-                "counters": self.counters,
-                "handshakes": self.handshakes,
-                "outbox_limit": s.outbox_max_bytes,
-                "preframed": self.preframe,
-                "hub_close_timeout": s.close_timeout,
-            },
-        )
+        self.limits = _session_limits(s, signed_spaces)
+        self.virtual_limits = _virtual_limits(s, signed_spaces)
+        #: Agent ids of shared virtual members (one per node) and of the server
+        #: API's senders: never a connection's.
+        self.reserved_ids: set[str] = set()
+        if s.api_key is not None:
+            self.reserved_ids.update((API_SENDER, *s.api_services))
+
+        # ── the handlers of the sessions' actions, and where messages arrive
         self.send_error = ErrorSender(self.counters)
-        self.expiry = TokenExpiry(self.auth, self.send_error)
+        preframe = s.compression == "none"
+        fan_out = FanOut(self.registry, self.counters, preframe=preframe, lag=self._lag)
+        self.gaps = GapFiller(self.backplane, self.registry, fan_out, self._spawn)
+        recovery = Recovery(
+            s, self.registry, self.backplane, self.subscriptions,
+            filling=self.gaps.holding.__contains__,
+        )  # fmt: skip
         self.publishing = Publishing(
             s, self.backplane, self.presence, self.registry, self.ids, self.counters,
             self.send_error, self.envelopes,
         )  # fmt: skip
         self.membership = Membership(
             s, self.node_id, self.registry, self.spaces, self.presence, self.backplane,
-            self.subscriptions, self.ids, self.publishing,
+            self.subscriptions, self.ids, self.publishing, recovery,
         )  # fmt: skip
-        self.agent_ids = AgentIds(s, self.node_id, self.registry, self.presence)
+        holders = LocalHolders(s, self.registry)
         self.cluster = ClusterLink(
             s, self.node_id, self.registry, self.presence, self.backplane, self.membership,
-            probe_local=self.agent_ids.probe_local, evict_local=self.agent_ids.evict_local,
+            probe_local=holders.probe_local, evict_local=holders.evict_local,
             disconnect_local=self._disconnect_local,
         )  # fmt: skip
-        self.agent_ids.remote = self.cluster
-        self.gaps = GapFiller(self.backplane, self.registry, self._fan_out, self._spawn)
-        self.membership.recovery.filling = self.gaps.holding.__contains__
-        self.dispatcher = self._dispatcher()
+        self.agent_ids = AgentIds(
+            s, self.node_id, self.registry, self.presence, holders, self.cluster
+        )
+        self.dispatcher = Dispatcher(
+            self.counters, self.send_error, self._handlers(TokenExpiry(self.auth), recovery)
+        )
+        #: Where the backplane hands what it carries (events per space counted
+        #: only while the status page is on).
+        delivery = CountingDelivery if s.admin_token is not None else NodeDelivery
+        self.delivery = delivery(
+            self.registry, fan_out, self.gaps,
+            on_ready=self._backplane_ready, on_node_message=self.cluster.on_message,
+        )  # fmt: skip
+
+        # ── the faces: WebSocket connections, the HTTP port, adapters
+        self.lifecycle = ConnectionLifecycle(
+            s, self.node_id, auth=self.auth, ids=self.ids, registry=self.registry,
+            agent_ids=self.agent_ids, presence=self.presence, membership=self.membership,
+            dispatcher=self.dispatcher, limits=self.limits, counters=self.counters,
+            reserved_ids=self.reserved_ids, log=self.log,
+        )  # fmt: skip
         self.metrics_registry = build_registry(
             HubCollector(
                 self.counters,
@@ -198,12 +184,12 @@ class Node:
                     spaces=lambda: len(self.registry.spaces),
                     streams=lambda: len(self.registry.streams),
                     backplane_ready=lambda: self.ready,
-                    backplane_lag=lambda: getattr(self.backplane, "lag", 0.0),
+                    backplane_lag=self._lag,
                 ),
                 self.node_id,
             )
         )
-        #: The HTTP port's application; adapters add their routes in ``start``.
+        #: The HTTP port's application; adapters mount their routes while starting.
         self.http_app = web.Application(
             client_max_size=s.max_frame_bytes, middlewares=[request_metrics(self.counters.http)]
         )
@@ -212,13 +198,6 @@ class Node:
                 lambda: self.ready and self.accepting, self.metrics_registry, self.identity
             )
         )
-        #: Events per space since the last node-stats report (the status page
-        #: shows event rates); None — nothing counted — while the page is off.
-        self.space_events: dict[str, int] | None = None
-        if s.admin_token is not None:
-            self.space_events = {}
-            # Counting costs only a node whose page is on: its backplane calls this.
-            self.deliver = self._deliver_counting  # type: ignore[method-assign]
         #: The server API (/api) and the status page (/admin), when enabled.
         self.operator = OperatorFaces(
             s, self.node_id, self.dispatcher.run, self.presence, self.membership.space_exists,
@@ -227,26 +206,13 @@ class Node:
                 connections=lambda: len(self.registry),
                 spaces=lambda: len(self.registry.spaces),
                 backplane_ready=lambda: self.ready,
-                backplane_lag=lambda: getattr(self.backplane, "lag", 0.0),
-                take_space_events=self._take_space_events,
+                backplane_lag=self._lag,
+                take_space_events=self.delivery.take_space_events,
             ),
             disconnect_local=self._disconnect_local,
             disconnect_remote=self.cluster.disconnect_remote,
         )  # fmt: skip
         self.operator.mount(self.http_app)
-        #: Agent ids of shared virtual members (one per node) and of the server
-        #: API's senders: never a connection's.
-        self.reserved_ids: set[str] = set()
-        if s.api_key is not None:
-            self.reserved_ids.update((API_SENDER, *s.api_services))
-        self.lifecycle = ConnectionLifecycle(
-            s, self.node_id, auth=self.auth, ids=self.ids, registry=self.registry,
-            agent_ids=self.agent_ids, presence=self.presence, membership=self.membership,
-            dispatcher=self.dispatcher, limits=self.limits, counters=self.counters,
-            reserved_ids=self.reserved_ids, log=self.log,
-        )  # fmt: skip
-        #: Runs one WebSocket connection (the server's handler).
-        self.handle = self.lifecycle.handle
         #: What the hosted adapters get (:class:`~hub.adapter_host.AdapterHost`).
         self.host = NodeHost(
             s, ids=self.ids, registry=self.registry, agent_ids=self.agent_ids,
@@ -256,20 +222,18 @@ class Node:
             space_rules=self.limits.space_rules, http_app=self.http_app, ready=lambda: self.ready,
         )  # fmt: skip
         self.sweeper = Sweeper(
-            s, self.registry, self.publishing, self.expiry,
-            settle=self._settle, preframe=self.preframe, log=self.log,
-        )  # fmt: skip
-        self.accepting = True
+            s, self.registry, self.dispatcher, settle=self._settle, preframe=preframe, log=self.log
+        )
         self._sweeper: asyncio.Task[None] | None = None
         self._started = False
         self._closed = False
         self._settled = False
         self._background: set[asyncio.Task[None]] = set()
 
-    def _dispatcher(self) -> Dispatcher:
-        d = Dispatcher(self.counters, self.send_error)
+    def _handlers(self, expiry: TokenExpiry, recovery: Recovery) -> dict[type, Handler]:
+        """Which handler carries out each action a session returns."""
         publishing, membership = self.publishing, self.membership
-        handlers: dict[type, Callable[[Any, Any], Awaitable[None] | None]] = {
+        return {
             Publish: publishing.publish,
             StreamDelta: publishing.stream_delta,
             StreamDone: publishing.stream_done,
@@ -285,15 +249,15 @@ class Node:
             ListAgents: membership.list_agents,
             Register: membership.register,
             Denied: membership.denied,
-            ReadHistory: membership.recovery.history,
-            Refresh: self.expiry.refresh,
+            ReadHistory: recovery.history,
+            Refresh: expiry.refresh,
         }
-        for action, handler in handlers.items():
-            d.on(action, handler)
-        return d
 
     def _reject(self, peer: Peer, a: Reject) -> None:
         self.send_error(peer, a.error.code, a.error.message, a.error.request_id)
+
+    def _lag(self) -> float:
+        return self.backplane.lag
 
     # ── lifecycle ────────────────────────────────────────────────────────
 
@@ -302,7 +266,7 @@ class Node:
             return
         self._started = True
         await self.presence.start()
-        await self.backplane.start(self)
+        await self.backplane.start(self.delivery)
         await self._settle()
         self._sweeper = asyncio.get_running_loop().create_task(self.sweeper.run())
         await self.operator.start()
@@ -356,53 +320,7 @@ class Node:
         """Backplane connected and subscribed, and presence in step with it."""
         return self.backplane.ready and self._settled and not self._closed
 
-    # ── backplane handler: the fan-out ──────────────────────────────────
-
-    def deliver(self, env: Envelope) -> None:
-        if not self.registry.has_space(env.space):
-            return
-        if self.gaps.holding and self.gaps.hold(env):
-            return  # after the missed messages being filled in (hub/handlers/gaps.py)
-        self._fan_out(env)
-
-    def _fan_out(self, env: Envelope) -> None:
-        seq = env.seq
-        sampled = seq is not None and not seq % DELIVERY_SAMPLE
-        if sampled:
-            started = time.perf_counter()
-        now = asyncio.get_running_loop().time() if env.stream is not None else 0.0
-        self.counters.deliveries += self.registry.deliver(
-            env.space,
-            OutFrame(env.frame, self.preframe),
-            exclude=env.exclude,
-            to=env.to,
-            stream=env.stream,
-            op=env.op,
-            now=now,
-        )
-        if sampled:
-            # The backplane's lag is this message's publish-to-receipt time.
-            self.counters.delivery_latency.observe(
-                getattr(self.backplane, "lag", 0.0) + time.perf_counter() - started
-            )
-
-    def _deliver_counting(self, env: Envelope) -> None:
-        """``deliver`` while the status page is on: events per space, counted."""
-        events = self.space_events
-        if events is not None and self.registry.has_space(env.space):
-            try:
-                events[env.space] += 1
-            except KeyError:
-                events[env.space] = 1
-        Node.deliver(self, env)
-
-    def _take_space_events(self) -> dict[str, int] | None:
-        events = self.space_events
-        if events is not None:
-            self.space_events = {}
-        return events
-
-    def backplane_ready(self, ready: bool) -> None:
+    def _backplane_ready(self, ready: bool) -> None:
         self.log.info("backplane ready" if ready else "backplane not ready")
         self._settled = False
         if ready and self._sweeper is not None and not self._closed:
@@ -416,18 +334,12 @@ class Node:
             await self.membership.retry_departures()
             self._settled = True
 
-    def node_message(self, payload: bytes) -> None:
-        self.cluster.on_message(payload)
-
-    def missed(self, space: str, after: int, upto: int) -> None:
-        self.gaps.missed(space, after, upto)
-
     def _disconnect_local(self, connection_id: str, reason: str) -> bool:
         """An operator disconnects this node's connection (API, status page,
         or another node's API by a node message). Virtual members are the
         hub's own: never."""
         peer = self.registry.connections.get(connection_id)
-        if peer is None or isinstance(peer, VirtualMember) or peer.closing:
+        if peer is None or peer.kind is not PeerKind.SOCKET or peer.closing:
             return False
         self.log.info(
             "agent disconnected by an operator",
@@ -443,6 +355,35 @@ class Node:
         task = asyncio.get_running_loop().create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+
+def _session_limits(s: Settings, signed_spaces: frozenset[str]) -> SessionLimits:
+    return SessionLimits(
+        heartbeat_timeout=s.heartbeat_timeout,
+        rate_limit=s.rate_limit,
+        rate_burst=s.rate_burst,
+        rate_abuse_seconds=s.rate_abuse_seconds,
+        max_streams=s.max_streams_per_agent,
+        signed_spaces=signed_spaces,
+        space_rules=space_rules(s.spaces),
+        token_leeway=s.jwt_leeway if s.auth_mode == "jwt" else 0.0,
+        token_refresh_grace=s.token_refresh_grace,
+    )
+
+
+def _virtual_limits(s: Settings, signed_spaces: frozenset[str]) -> SessionLimits:
+    """Virtual members send no heartbeats and are never closed for abuse; the
+    rate limit and the stream limit hold for them as for anyone. Declared
+    spaces' allow_join/allow_publish are for agents: the operator's own
+    bridges are not restricted by them."""
+    return SessionLimits(
+        heartbeat_timeout=math.inf,
+        rate_limit=s.rate_limit,
+        rate_burst=s.rate_burst,
+        rate_abuse_seconds=math.inf,
+        max_streams=s.max_streams_per_agent,
+        signed_spaces=signed_spaces,
+    )
 
 
 def _send(peer: Peer, a: Send) -> None:

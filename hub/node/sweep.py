@@ -9,17 +9,16 @@ One task per node, not one per connection: it wakes every
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from hub.config.settings import Settings
+from hub.core.actions import Close
 from hub.core.frames import OutFrame
 from hub.core.registry import Registry
-from hub.errors import BackplaneUnavailable
-from hub.handlers.publishing import Publishing
-from hub.handlers.token_expiry import TokenExpiry
+from hub.core.stream_audiences import StreamOp
+from hub.handlers.dispatch import Dispatcher
 from protocol import codec
 
 
@@ -28,8 +27,7 @@ class Sweeper:
         self,
         settings: Settings,
         registry: Registry[Any],
-        publishing: Publishing,
-        expiry: TokenExpiry,
+        dispatcher: Dispatcher,
         *,
         settle: Callable[[], Awaitable[None]],
         preframe: bool,
@@ -37,8 +35,7 @@ class Sweeper:
     ):
         self.settings = settings
         self.registry = registry
-        self.publishing = publishing
-        self.expiry = expiry
+        self.dispatcher = dispatcher
         self._settle = settle
         self._preframe = preframe
         self._log = log
@@ -68,28 +65,38 @@ class Sweeper:
                 self._log.exception("sweep failed")
 
     async def sweep(self, now: float) -> None:
+        """Ask every session what time has decided, and carry it out through
+        the dispatcher — as if the connection had asked."""
         idle = self.settings.stream_idle_timeout
         wall = time.time()  # token expiry is wall-clock time (a JWT's exp)
-        expiry = self.expiry
+        run = self.dispatcher.run
         for peer in self.registry:
             session = peer.session
             if session is None or peer.closing:
                 continue
             close = session.check_liveness(now)
             if close is not None:
-                peer.close_for(close.code, close.error, close.reason)
+                await run(peer, close)
                 continue
-            if session.grant.expires_at is not None and expiry.sweep(peer, wall):
-                continue
+            if session.grant.expires_at is not None:
+                expired = session.check_expiry(wall)
+                if expired is not None:
+                    await run(peer, expired)
+                    if isinstance(expired, Close):
+                        continue
             if session.open_streams:
                 for cancel in session.expire_streams(now, idle):
-                    with contextlib.suppress(BackplaneUnavailable):
-                        await self.publishing.stream_cancel(peer, cancel)
-        # Streams whose publisher's node went away without a last frame.
-        for record in self.registry.expire_streams(now, idle * 2):
-            frame = codec.cancel_notice(
+                    await run(peer, cancel)
+        # Streams whose publisher's node went away without a last frame: their
+        # audience here gets a hub cancel, through the one fan-out loop.
+        for record in self.registry.idle_streams(now, idle * 2):
+            notice = codec.cancel_notice(
                 record.space, record.stream_id, record.publisher, "idle_timeout"
             )
-            out = OutFrame(frame, self._preframe)
-            for member in record.audience:
-                member.push(out)
+            self.registry.deliver(
+                record.space,
+                OutFrame(notice, self._preframe),
+                stream=record.stream_id,
+                op=StreamOp.END,
+                now=now,
+            )

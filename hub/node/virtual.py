@@ -28,6 +28,7 @@ import orjson
 import structlog
 
 from hub.core.frames import OutFrame
+from hub.core.peer import PeerKind
 from protocol.errors import CloseCode, ErrorCode
 
 if TYPE_CHECKING:
@@ -65,7 +66,10 @@ class RequestFailed(Exception):
 
 
 class VirtualMember:
-    """One adapter's agent inside the node. Created by ``Node.attach``."""
+    """One adapter's agent inside the node. Created by the host's ``attach``."""
+
+    #: Frames for it are read, never written to a socket: no wire bytes.
+    preframed = False
 
     def __init__(
         self,
@@ -84,6 +88,7 @@ class VirtualMember:
         self.agent_id = agent_id
         self.connection_id = connection_id
         self.shared = shared
+        self.kind = PeerKind.SHARED if shared else PeerKind.VIRTUAL
         self.session = session
         self.record = record
         self.cleaned_up = asyncio.Event()
@@ -151,6 +156,12 @@ class VirtualMember:
 
     async def probe(self, timeout: float) -> bool:
         return not self._closing
+
+    def backlog(self) -> int:
+        return 0  # its queue is bounded on its own (``queue_bytes``)
+
+    async def drain(self) -> None:
+        return None
 
     # ── requests ────────────────────────────────────────────────────────
 

@@ -31,8 +31,15 @@ from websockets.http11 import Request, Response
 
 from hub import __version__
 from hub.net.connection import HubConnection
-from hub.net.handshake import ConnectionsPerIp, HandshakeRefused, OriginPolicy, credentials
+from hub.net.handshake import (
+    ConnectionsPerIp,
+    HandshakeRefused,
+    HandshakeSlots,
+    OriginPolicy,
+    credentials,
+)
 from hub.net.http import HttpServer
+from hub.net.outbox import Flusher
 from hub.net.proxies import ClientAddress, TrustedProxies
 from hub.net.tls import ServerTls
 from hub.node.node import Node
@@ -53,9 +60,26 @@ class HubServer:
         self._closed = False
         #: TLS of both ports (None without tls_certfile); reloadable.
         self.tls: ServerTls | None = None
-        self.proxies = TrustedProxies(node.settings.trusted_proxies)
-        self.origins = OriginPolicy(node.settings.allowed_origins)
-        self.per_ip = ConnectionsPerIp(node.settings.max_connections_per_ip)
+        s = node.settings
+        self.proxies = TrustedProxies(s.trusted_proxies)
+        self.origins = OriginPolicy(s.allowed_origins)
+        self.per_ip = ConnectionsPerIp(s.max_connections_per_ip)
+        self.handshakes = HandshakeSlots(s.max_handshakes)
+        #: Writes every connection's pending frames once per loop iteration.
+        self.flusher = Flusher()
+        #: The WebSocket connections of this server, with its node-wide parts.
+        self.connection_class: type[HubConnection] = type(
+            "NodeConnection",
+            (HubConnection,),
+            {
+                "flusher": self.flusher,
+                "counters": node.counters,
+                "handshakes": self.handshakes,
+                "outbox_limit": s.outbox_max_bytes,
+                "compress_frames": s.compression != "none",
+                "hub_close_timeout": s.close_timeout,
+            },
+        )
 
     @property
     def port(self) -> int:
@@ -90,13 +114,13 @@ class HubServer:
         if self._reuse_port:
             kwargs["reuse_port"] = True
         self._server = await serve(
-            self.node.handle,
+            self.node.lifecycle.handle,
             s.host,
             s.port,
             process_request=self._process_request,
             select_subprotocol=_select_subprotocol,
             open_timeout=s.handshake_timeout,
-            create_connection=self.node.connection_class,
+            create_connection=self.connection_class,
             compression="deflate" if s.compression == "deflate" else None,
             max_size=s.max_frame_bytes,
             # The hub runs its own heartbeat (agent.heartbeat); no extra

@@ -40,11 +40,11 @@ def make(
 ) -> tuple[Outbox, list[str]]:
     events: list[str] = []
     outbox = Outbox(
-        transport,
         flusher,
         Counters(),
         limit,
         on_overflow=lambda: events.append("overflow"),
+        transport=transport,
         **kw,
     )
     return outbox, events

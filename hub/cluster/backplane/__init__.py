@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from hub.cluster.backplane.base import (
     Backplane,
+    Delivery,
     DeliveryHandler,
     Draft,
     Duplicate,
-    Envelope,
     History,
     Once,
     Position,
@@ -22,10 +22,10 @@ from hub.cluster.backplane.memory import MemoryBackplane
 
 __all__ = [
     "Backplane",
+    "Delivery",
     "DeliveryHandler",
     "Draft",
     "Duplicate",
-    "Envelope",
     "History",
     "MemoryBackplane",
     "Once",

@@ -17,17 +17,17 @@ returns the first one's ids (:class:`Duplicate`).
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Protocol
 
 from hub.core.stream_audiences import StreamOp
 
 __all__ = [
     "Backplane",
+    "Delivery",
     "DeliveryHandler",
     "Draft",
     "Duplicate",
-    "Envelope",
     "History",
     "Once",
     "Position",
@@ -76,6 +76,7 @@ class Draft:
 
     head: bytes
     tail: bytes
+    _: KW_ONLY
     exclude: str | None = None  # agent id that must not receive it (echo off)
     stream: str | None = None
     op: StreamOp = StreamOp.NONE
@@ -84,8 +85,9 @@ class Draft:
 
 
 @dataclass(frozen=True, slots=True)
-class Envelope:
-    """A finished message as every node receives it."""
+class Delivery:
+    """A finished message as every node receives it: the frame's bytes (seq included) and
+    who gets it (``exclude``, ``to``, a stream's id and op)."""
 
     space: str
     frame: bytes
@@ -110,7 +112,7 @@ class History:
 
     epoch: str
     seq: int  # the space's last seq when read
-    events: list[Envelope]  # oldest first
+    events: list[Delivery]  # oldest first
     oldest: int | None  # oldest seq the history still holds; None when it is empty
     #: With ``streams=True``: the streams whose first frame and ``done`` both lie
     #: in ``(after, seq]`` (cancelled and unfinished ones are not complete).
@@ -124,12 +126,12 @@ class History:
 _DONE = b'{"type":"space.event.done"'
 
 
-def is_done(envelope: Envelope) -> bool:
+def is_done(message: Delivery) -> bool:
     """A stream's last frame that completes it (not a cancel)."""
-    return envelope.op is StreamOp.END and envelope.frame.startswith(_DONE)
+    return message.op is StreamOp.END and message.frame.startswith(_DONE)
 
 
-def complete_streams(events: list[Envelope]) -> frozenset[str]:
+def complete_streams(events: list[Delivery]) -> frozenset[str]:
     """Streams that both open and complete (``done``) within ``events``."""
     opened: set[str] = set()
     done: set[str] = set()
@@ -146,7 +148,7 @@ def complete_streams(events: list[Envelope]) -> frozenset[str]:
 class DeliveryHandler(Protocol):
     """What a node gives the backplane: where incoming messages are pushed."""
 
-    def deliver(self, envelope: Envelope) -> None: ...
+    def deliver(self, message: Delivery) -> None: ...
 
     def backplane_ready(self, ready: bool) -> None: ...
 
@@ -199,7 +201,7 @@ class Backplane(Protocol):
         """Publishes queued or in flight; the node waits when it grows."""
         ...
 
-    async def send(self, envelope: Envelope) -> None:
+    async def send(self, message: Delivery) -> None:
         """Deliver an unsequenced message (membership changes) everywhere."""
         ...
 

@@ -18,9 +18,9 @@ from collections import deque
 from collections.abc import Callable
 
 from hub.cluster.backplane.base import (
+    Delivery,
     DeliveryHandler,
     Draft,
-    Envelope,
     History,
     Position,
     complete_streams,
@@ -41,10 +41,10 @@ class SpaceLog:
     def __init__(self, size: int, now: float):
         self.epoch = new_epoch()
         self.seq = 0
-        self.events: deque[Envelope] = deque(maxlen=size)
+        self.events: deque[Delivery] = deque(maxlen=size)
         self.last_publish = now
 
-    def trimmed(self, now: float, ttl: float) -> deque[Envelope]:
+    def trimmed(self, now: float, ttl: float) -> deque[Delivery]:
         if self.events and now - self.last_publish > ttl:
             self.events.clear()
         return self.events
@@ -121,7 +121,7 @@ class MemoryBackplane:
         if self._empty:
             self._empty.pop(space, None)
         seq = log.seq = log.seq + 1
-        env = Envelope(
+        env = Delivery(
             space,
             complete(draft.head, seq, draft.tail),
             seq,
@@ -139,9 +139,9 @@ class MemoryBackplane:
             self._handler.deliver(env)
         return seq
 
-    async def send(self, envelope: Envelope) -> None:
-        if self._handler is not None and envelope.space in self._subscribed:
-            self._handler.deliver(envelope)
+    async def send(self, message: Delivery) -> None:
+        if self._handler is not None and message.space in self._subscribed:
+            self._handler.deliver(message)
 
     async def send_to_node(self, node_id: str, payload: bytes) -> int:
         # One node: a message to "another node" has nowhere to go.
@@ -188,7 +188,7 @@ class MemoryBackplane:
         log = self._log(space, now)
         events = log.trimmed(now, self._ttl)
         oldest = events[0].seq if events else None
-        found: list[Envelope]
+        found: list[Delivery]
         if after is not None:
             window = [e for e in events if e.seq is not None and e.seq > after]
             found = window[:limit]

@@ -36,7 +36,7 @@ import contextlib
 import structlog
 from redis.asyncio.connection import AbstractConnection
 
-from hub.cluster.backplane.base import DeliveryHandler, Draft, Envelope, History, Position
+from hub.cluster.backplane.base import Delivery, DeliveryHandler, Draft, History, Position
 from hub.cluster.backplane.redis_client import (
     REDIS_ERRORS,
     as_unavailable,
@@ -189,12 +189,12 @@ class RedisBackplane:
     async def publish(self, space: str, draft: Draft) -> int:
         return await self.publish_nowait(space, draft)
 
-    async def send(self, envelope: Envelope) -> None:
+    async def send(self, message: Delivery) -> None:
         self._refuse_unless_ready()
-        seq = b"" if envelope.seq is None else b"%d" % envelope.seq
-        msg = seq + routing(envelope) + envelope.frame
+        seq = b"" if message.seq is None else b"%d" % message.seq
+        msg = seq + routing(message) + message.frame
         with as_unavailable("send"):
-            await self._client.publish(self._keys.channel(envelope.space), msg)
+            await self._client.publish(self._keys.channel(message.space), msg)
 
     async def send_to_node(self, node_id: str, payload: bytes) -> int:
         self._refuse_unless_ready()

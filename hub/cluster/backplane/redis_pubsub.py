@@ -270,15 +270,15 @@ class PubSubLink:
                 space = channels.get(channel)
                 try:
                     if space is not None:
-                        envelope, published_at = parse_message(space, data)
-                        seq = envelope.seq
+                        message, published_at = parse_message(space, data)
+                        seq = message.seq
                         if seq is not None:
                             last = delivered.get(space)
                             delivered[space] = seq
                             if last is not None and seq > last + 1:
                                 handler.missed(space, last, seq)
                         self.lag = clock() - published_at
-                        deliver(envelope)
+                        deliver(message)
                     elif channel == node_channel:
                         handler.node_message(data)
                 except Exception:

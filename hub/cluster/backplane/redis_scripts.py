@@ -41,7 +41,7 @@ import itertools
 import secrets
 import time
 
-from hub.cluster.backplane.base import Draft, Envelope, StreamOp
+from hub.cluster.backplane.base import Delivery, Draft, StreamOp
 from hub.cluster.backplane.idempotency import redis_key
 
 _OPS = tuple(StreamOp)
@@ -92,7 +92,7 @@ class EpochCandidates:
         return f"{self._prefix}{next(self._counter):x}"
 
 
-def routing(message: Draft | Envelope) -> bytes:
+def routing(message: Draft | Delivery) -> bytes:
     """The part of a channel message between its seq and its frame."""
     exclude = message.exclude.encode() if message.exclude else b""
     stream = message.stream.encode() if message.stream else b""
@@ -109,8 +109,8 @@ def routing(message: Draft | Envelope) -> bytes:
     )
 
 
-def parse_message(space: str, data: bytes) -> tuple[Envelope, float]:
-    """A space-channel message as an Envelope, and when it was published."""
+def parse_message(space: str, data: bytes) -> tuple[Delivery, float]:
+    """A space-channel message as an Delivery, and when it was published."""
     i = data.index(b"\n")
     seq_b, op_b, at_b, xlen_b, slen_b, tlen_b = data[:i].split(b" ")
     i += 1
@@ -120,7 +120,7 @@ def parse_message(space: str, data: bytes) -> tuple[Envelope, float]:
     j = i + xlen
     k = j + slen
     m = k + tlen if tlen > 0 else k
-    envelope = Envelope(
+    message = Delivery(
         space,
         data[m:],
         int(seq_b) if seq_b else None,
@@ -129,7 +129,7 @@ def parse_message(space: str, data: bytes) -> tuple[Envelope, float]:
         _OPS[int(op_b)],
         None if tlen < 0 else tuple(data[k:m].decode().split()),
     )
-    return envelope, float(at_b)
+    return message, float(at_b)
 
 
 # Stream op codes in a history entry: StreamOp, with the end split in two.

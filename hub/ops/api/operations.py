@@ -31,11 +31,12 @@ from hub.cluster.presence import AgentRecord, Presence
 from hub.config.settings import Settings
 from hub.core.actions import Action, ListAgents, ListMembers, ListSpaces, Publish
 from hub.core.frames import OutFrame
+from hub.core.peer import PeerKind
 from hub.core.ratelimit import TokenBucket, Verdict
 from hub.ops.api.errors import ApiError, from_error_frame
 from hub.ops.api.stats import parse_documents
 from protocol import codec
-from protocol.envelope import PROTOCOLS as ENVELOPE_PROTOCOLS
+from protocol.envelope import is_envelope
 from protocol.errors import CloseCode, ErrorCode, ProtocolError
 from protocol.messages import DEFAULT_PAGE, AgentListRequest, SpaceMembersRequest, SpacePublish
 from protocol.names import SpaceKind, is_valid_agent_id, space_kind
@@ -55,6 +56,8 @@ class ApiCaller:
 
     session = None
     record = None
+    kind = PeerKind.CALLER
+    preframed = False
 
     def __init__(self, agent_id: str):
         self.agent_id = agent_id
@@ -82,6 +85,12 @@ class ApiCaller:
 
     async def probe(self, timeout: float) -> bool:
         return True
+
+    def backlog(self) -> int:
+        return 0
+
+    async def drain(self) -> None:
+        return None
 
     def answer(self, expected: str) -> dict[str, Any]:
         """The reply of type ``expected``; an ``error`` reply raises ApiError."""
@@ -147,9 +156,7 @@ class Operations:
         kind = _kind(msg.space)
         if kind is SpaceKind.SYSTEM:
             raise ApiError(ErrorCode.UNAUTHORIZED, f"system space {msg.space!r} is read-only")
-        proto = msg.data.get("protocol")
-        envelope = proto.__class__ is str and proto in ENVELOPE_PROTOCOLS
-        if msg.data.get("from", sender) != sender and not envelope:
+        if msg.data.get("from", sender) != sender and not is_envelope(msg.data):
             raise ApiError(
                 ErrorCode.INVALID_REQUEST, f"data.from must be the publishing service {sender!r}"
             )
