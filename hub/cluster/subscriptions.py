@@ -13,12 +13,12 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
-from hub.cluster.backplane import Backplane
+from hub.cluster.backplane import Channels
 from hub.errors import BackplaneUnavailable
 
 
 class Subscriptions:
-    def __init__(self, backplane: Backplane, grace: float, wanted: Callable[[str], bool]):
+    def __init__(self, backplane: Channels, grace: float, wanted: Callable[[str], bool]):
         self._backplane = backplane
         self._grace = grace
         self._wanted = wanted

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
-from hub.cluster.presence import AgentRecord, Presence
+from hub.cluster.presence import AgentClaims, AgentRecord
 from hub.config.settings import Settings
 from hub.core.peer import Peer
 from hub.core.registry import Registry
@@ -45,7 +45,7 @@ class AgentIds:
         settings: Settings,
         node_id: str,
         registry: Registry[Any],
-        presence: Presence,
+        presence: AgentClaims,
         local: LocalHolders,
         remote: RemoteHolders,
     ):

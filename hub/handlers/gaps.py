@@ -25,7 +25,7 @@ from typing import Any
 
 import structlog
 
-from hub.cluster.backplane import Backplane, Delivery
+from hub.cluster.backplane import Delivery, SpaceHistory
 from hub.core.peer import PeerKind
 from hub.core.registry import Registry
 from protocol.errors import CloseCode, ErrorCode
@@ -46,7 +46,7 @@ class GapFiller:
 
     def __init__(
         self,
-        backplane: Backplane,
+        backplane: SpaceHistory,
         registry: Registry[Any],
         deliver: Callable[[Delivery], None],
         spawn: Callable[[Any], None],

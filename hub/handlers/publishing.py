@@ -12,8 +12,8 @@ import asyncio
 import functools
 from typing import Any
 
-from hub.cluster.backplane import Backplane, Draft, Duplicate, Once, StreamOp, idempotency
-from hub.cluster.presence import Presence
+from hub.cluster.backplane import Broker, Draft, Duplicate, Once, StreamOp, idempotency
+from hub.cluster.presence import Memberships
 from hub.config.settings import Settings
 from hub.core.actions import Publish, ReceiverCancel, StreamCancel, StreamDelta, StreamDone
 from hub.core.counters import Counters
@@ -35,8 +35,8 @@ class Publishing:
     def __init__(
         self,
         settings: Settings,
-        backplane: Backplane,
-        presence: Presence,
+        backplane: Broker,
+        presence: Memberships,
         registry: Registry[Any],
         ids: Ids,
         counters: Counters,

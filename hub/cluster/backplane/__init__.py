@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from hub.cluster.backplane.base import (
     Backplane,
+    Broker,
+    Channels,
     Delivery,
     DeliveryHandler,
     Draft,
@@ -16,12 +18,15 @@ from hub.cluster.backplane.base import (
     History,
     Once,
     Position,
+    SpaceHistory,
     StreamOp,
 )
 from hub.cluster.backplane.memory import MemoryBackplane
 
 __all__ = [
     "Backplane",
+    "Broker",
+    "Channels",
     "Delivery",
     "DeliveryHandler",
     "Draft",
@@ -30,6 +35,7 @@ __all__ = [
     "MemoryBackplane",
     "Once",
     "Position",
+    "SpaceHistory",
     "StreamOp",
     "create_backplane",
 ]

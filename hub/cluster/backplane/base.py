@@ -31,6 +31,7 @@ __all__ = [
     "History",
     "Once",
     "Position",
+    "SpaceHistory",
     "StreamOp",
     "complete_streams",
 ]
@@ -163,28 +164,9 @@ class DeliveryHandler(Protocol):
         ...
 
 
-class Backplane(Protocol):
-    """Carries space messages between the nodes of a cluster."""
-
-    @property
-    def ready(self) -> bool:
-        """Connected and subscribed to every channel asked for."""
-        ...
-
-    @property
-    def lag(self) -> float:
-        """Seconds between publish and receipt of the latest message (0 in memory)."""
-        ...
-
-    async def start(self, handler: DeliveryHandler) -> None: ...
-
-    async def aclose(self) -> None: ...
-
-    async def subscribe(self, space: str) -> None:
-        """Start receiving the space's messages; raises BackplaneUnavailable."""
-        ...
-
-    async def unsubscribe(self, space: str) -> None: ...
+class Broker(Protocol):
+    """Carries space messages to every subscribed node: sequenced publishes
+    (one seq per space, cluster-wide), unsequenced sends, node messages."""
 
     async def publish(self, space: str, draft: Draft) -> int:
         """Assign the next seq, deliver everywhere, return the seq."""
@@ -212,15 +194,24 @@ class Backplane(Protocol):
         """
         ...
 
-    async def forget(self, space: str) -> None:
-        """The space has no members left. Its seq, epoch and history stay (a
-        client may resume); they expire as documented for each backplane."""
+
+class Channels(Protocol):
+    """Which spaces' messages reach this node, and how far they have come."""
+
+    async def subscribe(self, space: str) -> None:
+        """Start receiving the space's messages; raises BackplaneUnavailable."""
         ...
+
+    async def unsubscribe(self, space: str) -> None: ...
 
     def delivered(self, space: str) -> int:
         """The highest seq of ``space`` this node has handed to its delivery
         handler (0 when none yet)."""
         ...
+
+
+class SpaceHistory(Protocol):
+    """Each space's position (epoch, last seq) and bounded recorded history."""
 
     async def position(self, space: str) -> Position:
         """The space's epoch and last seq (an epoch is made if it has none)."""
@@ -241,3 +232,27 @@ class Backplane(Protocol):
         finds the streams complete in ``(after, seq]``. Raises
         BackplaneUnavailable."""
         ...
+
+    async def forget(self, space: str) -> None:
+        """The space has no members left. Its seq, epoch and history stay (a
+        client may resume); they expire as documented for each backplane."""
+        ...
+
+
+class Backplane(Broker, Channels, SpaceHistory, Protocol):
+    """The three, as one backplane implements them (memory or Redis), with its
+    link's state and lifecycle. Callers type on the part they use."""
+
+    @property
+    def ready(self) -> bool:
+        """Connected and subscribed to every channel asked for."""
+        ...
+
+    @property
+    def lag(self) -> float:
+        """Seconds between publish and receipt of the latest message (0 in memory)."""
+        ...
+
+    async def start(self, handler: DeliveryHandler) -> None: ...
+
+    async def aclose(self) -> None: ...

@@ -7,23 +7,31 @@ serves a single node, the Redis one a cluster (chosen from ``redis_url``).
 from __future__ import annotations
 
 from hub.cluster.presence.base import (
+    AgentClaims,
     AgentRecord,
     AgentsPage,
     CapabilityFilter,
+    Directory,
     InvalidQuery,
+    Memberships,
     MembersPage,
+    NodeLiveness,
     Presence,
     ReapedAgent,
 )
 from hub.cluster.presence.memory import MemoryPresence
 
 __all__ = [
+    "AgentClaims",
     "AgentRecord",
     "AgentsPage",
     "CapabilityFilter",
+    "Directory",
     "InvalidQuery",
     "MembersPage",
+    "Memberships",
     "MemoryPresence",
+    "NodeLiveness",
     "Presence",
     "ReapedAgent",
     "create_presence",

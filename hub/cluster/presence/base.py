@@ -1,4 +1,5 @@
-"""The presence interface: agent ownership and space membership."""
+"""The presence interfaces: agent claims, space memberships, the directory
+and node liveness — four small protocols, one store (memory or Redis) for all."""
 
 from __future__ import annotations
 
@@ -61,12 +62,8 @@ class ReapedAgent:
     spaces: tuple[str, ...]
 
 
-class Presence(Protocol):
-    """Cluster-wide registry of agents and space members."""
-
-    async def start(self) -> None: ...
-
-    async def aclose(self) -> None: ...
+class AgentClaims(Protocol):
+    """Who holds each agent id, cluster-wide, and what the agent registered."""
 
     async def claim_agent(
         self, record: AgentRecord, *, replace: str | None = None
@@ -86,6 +83,10 @@ class Presence(Protocol):
     async def update_agent(self, record: AgentRecord) -> None: ...
 
     async def get_agent(self, agent_id: str) -> AgentRecord | None: ...
+
+
+class Memberships(Protocol):
+    """Who is in which space, cluster-wide."""
 
     async def join_space(self, space: str, agent_id: str, capacity: int) -> int:
         """Add a member (idempotent); raises SpaceFull; returns the member count."""
@@ -108,6 +109,18 @@ class Presence(Protocol):
         """
         ...
 
+    async def missing_members(self, space: str, agent_ids: tuple[str, ...]) -> list[str]:
+        """Those of ``agent_ids`` that are not members of ``space`` (in order)."""
+        ...
+
+    async def space_sizes(self) -> dict[str, int]:
+        """Every space with at least one member, and its member count."""
+        ...
+
+
+class Directory(Protocol):
+    """The agents online, found by capability or space."""
+
     async def list_agents(
         self,
         *,
@@ -121,16 +134,12 @@ class Presence(Protocol):
         index, never a scan of every agent. Raises :class:`InvalidQuery`."""
         ...
 
+
+class NodeLiveness(Protocol):
+    """Nodes keep their registration alive; the dead ones' agents are reaped."""
+
     async def node_alive(self, node_id: str, within: float) -> bool:
         """Did ``node_id`` touch its registration in the last ``within`` s?"""
-        ...
-
-    async def missing_members(self, space: str, agent_ids: tuple[str, ...]) -> list[str]:
-        """Those of ``agent_ids`` that are not members of ``space`` (in order)."""
-        ...
-
-    async def space_sizes(self) -> dict[str, int]:
-        """Every space with at least one member, and its member count."""
         ...
 
     async def touch_node(self) -> bool:
@@ -163,3 +172,12 @@ class Presence(Protocol):
     async def leave_cluster(self) -> None:
         """Graceful shutdown: drop this node's registration."""
         ...
+
+
+class Presence(AgentClaims, Memberships, Directory, NodeLiveness, Protocol):
+    """All four, as one store implements them (memory or Redis), and its lifecycle.
+    Callers type on the part they use."""
+
+    async def start(self) -> None: ...
+
+    async def aclose(self) -> None: ...
