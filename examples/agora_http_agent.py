@@ -21,7 +21,7 @@ import hashlib
 import re
 from typing import Any
 
-from hub.client import Client
+from agora_client import Client
 
 FORECASTS = ("sunny", "windy", "cloudy", "rainy")
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from nacl.signing import SigningKey
 
-from hub.client import Client, HubRejected
+from agora_client import Client, HubRejected
 from protocol.envelope import TaskTable, agora
 from protocol.identity import did_key
 

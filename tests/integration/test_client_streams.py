@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from hub.client import (
+from agora_client import (
     AssembledEvent,
     Client,
     Event,

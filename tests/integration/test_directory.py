@@ -11,7 +11,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from hub.client import Event
+from agora_client import Event
 from tests.integration.test_cli_tools import cli, json_lines
 from tests.support.wsclient import WsClient
 
@@ -161,8 +161,8 @@ async def test_agents_list_command_prints_a_table(hub_process, clients):
 def test_agents_table_on_a_terminal():
     import io
 
-    from hub.client.cli import Output, _list_agents
-    from hub.client.models import AgentEntry, AgentPage
+    from agora_client.cli import Output, _list_agents
+    from agora_client.models import AgentEntry, AgentPage
 
     class Fake:
         async def find_agents(self, **filters):

@@ -2,9 +2,9 @@
 
 The reader hands each frame to :meth:`Receiver._dispatch`, in the order they
 arrive: an answer resolves the request waiting for it
-(:mod:`hub.client.requests`); events and stream frames move the client's
-position in their space (:mod:`hub.client.positions`) and go to the
-subscriptions that want them (:mod:`hub.client.subscriptions`); the hub's
+(:mod:`agora_client.requests`); events and stream frames move the client's
+position in their space (:mod:`agora_client.positions`) and go to the
+subscriptions that want them (:mod:`agora_client.subscriptions`); the hub's
 relay of a cancel ends a stream this client publishes; ``space.joined``
 reports how a rejoin after a reconnect went (:class:`Resumed`, and the
 ``on_resume`` callback). An ``error`` without a request id is the hub's
@@ -20,10 +20,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, overload
 
-from hub.client.assembly import AssembledEvents, StreamAssembler
-from hub.client.connection import Connection
-from hub.client.errors import rejected, token_expired
-from hub.client.models import (
+from agora_client.assembly import AssembledEvents, StreamAssembler
+from agora_client.connection import Connection
+from agora_client.errors import rejected, token_expired
+from agora_client.models import (
     Event,
     HistoryPage,
     MembersChanged,
@@ -36,15 +36,15 @@ from hub.client.models import (
     parse_members,
     parse_registration,
 )
-from hub.client.positions import JoinedSpaces
-from hub.client.subscriptions import ALL_KINDS, EVENT_KINDS, STREAM_KINDS, Subscription
-from protocol.messages import MessageType
+from agora_client.positions import JoinedSpaces
+from agora_client.subscriptions import ALL_KINDS, EVENT_KINDS, STREAM_KINDS, Subscription
+from agora_client.wire import MessageType
 
-log = logging.getLogger("hub.client")
+log = logging.getLogger("agora_client")
 
 
 class Receiver(Connection):
-    """A connection that routes what arrives; the base of :class:`~hub.client.Client`."""
+    """A connection that routes what arrives; the base of :class:`~agora_client.Client`."""
 
     def __init__(
         self,

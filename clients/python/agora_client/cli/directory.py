@@ -12,12 +12,12 @@ import argparse
 import time
 from typing import TYPE_CHECKING, Any
 
-from hub.client.cli.options import add_count, add_no_reconnect
-from hub.client.cli.output import Output, clock, compact
-from hub.client.cli.run import EXIT_OK, EXIT_USAGE, fail, run
+from agora_client.cli.options import add_count, add_no_reconnect
+from agora_client.cli.output import Output, clock, compact
+from agora_client.cli.run import EXIT_OK, EXIT_USAGE, fail, run
 
 if TYPE_CHECKING:
-    from hub.client.client import Client
+    from agora_client.client import Client
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:

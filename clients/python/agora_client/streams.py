@@ -8,7 +8,7 @@ and ``space.event.done`` on a clean exit. An exception inside the block, or
 Each stream's frames carry request ids of its own (``s3.0``, ``s3.1`` …), so
 that the hub's refusal of any of them — which may come after later deltas
 were sent, since only the first waits — finds its stream
-(:class:`OutgoingStreams`). Receiving streams is :mod:`hub.client.assembly`.
+(:class:`OutgoingStreams`). Receiving streams is :mod:`agora_client.assembly`.
 """
 
 from __future__ import annotations
@@ -18,19 +18,19 @@ import itertools
 import logging
 from typing import Any, Literal, Protocol
 
-from hub.client.assembly import AssembledEvents, StreamAssembler
-from hub.client.errors import (
+from agora_client.assembly import AssembledEvents, StreamAssembler
+from agora_client.errors import (
     HubClientError,
     HubRejected,
     StreamCancelled,
 )
-from protocol.messages import MessageType
+from agora_client.wire import MessageType
 
 __all__ = ["AssembledEvents", "OutgoingStream", "OutgoingStreams", "StreamAssembler"]
 
 
 class StreamOwner(Protocol):
-    """What an outgoing stream needs of its :class:`~hub.client.Client`."""
+    """What an outgoing stream needs of its :class:`~agora_client.Client`."""
 
     agent_id: str
     _generation: int
@@ -48,7 +48,7 @@ class StreamOwner(Protocol):
     async def _barrier(self) -> None: ...
 
 
-log = logging.getLogger("hub.client")
+log = logging.getLogger("agora_client")
 
 StreamState = Literal["new", "open", "done", "cancelled", "failed"]
 
@@ -65,7 +65,7 @@ class OutgoingStream:
     hub reports for a later delta is raised by the next :meth:`send` or
     :meth:`close`. When the hub ends the stream (``idle_timeout``,
     ``publisher_left_space``) or the connection drops, the next call raises
-    :class:`~hub.client.errors.StreamCancelled`.
+    :class:`~agora_client.errors.StreamCancelled`.
     """
 
     def __init__(
@@ -138,7 +138,7 @@ class OutgoingStream:
         with ``echo=False`` the hub sends nothing back, so only a refusal is
         waited for and ``None`` is returned. Closing a stream that never sent
         a delta, or that :meth:`cancel` ended, does nothing. Raises
-        :class:`~hub.client.errors.StreamCancelled` when the hub or a lost
+        :class:`~agora_client.errors.StreamCancelled` when the hub or a lost
         connection ended it. Idempotent.
         """
         if self.state == "done" or (self.state == "cancelled" and self._cancelled_here):

@@ -6,7 +6,7 @@ space that follows it — and every event or stream frame received moves it
 on. After a reconnect each space is joined again ``since`` that position;
 the hub replays what was published meanwhile, and the ``space.joined`` of
 the rejoin says whether it could (``recovered``): the rejoin is then
-reported as a :class:`~hub.client.models.Resumed`.
+reported as a :class:`~agora_client.models.Resumed`.
 
 Pure bookkeeping, fed by the client's reader and by its requests: no I/O.
 """
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hub.client.models import JoinResult, MembersChanged, Position, Resumed
-from protocol.messages import MessageType
+from agora_client.models import JoinResult, MembersChanged, Position, Resumed
+from agora_client.wire import MessageType
 
 
 def join_message(space: str, since: Position | None) -> dict[str, Any]:

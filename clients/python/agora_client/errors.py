@@ -2,7 +2,7 @@
 
 Exception tree::
 
-    HubClientError                 root of everything hub.client raises;
+    HubClientError                 root of everything agora_client raises;
     │                              carries code, message, request_id
     ├── HubConnectionError         the connection can't be used
     │   ├── ConnectionFailed       could not open (refused, DNS, TLS, HTTP status)
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol.errors import ErrorCode
+from agora_client.wire import ErrorCode
 
 
 class HubClientError(Exception):

@@ -10,11 +10,11 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
-from hub.client.cli.output import Output
-from hub.client.cli.run import EXIT_OK, EXIT_USAGE, fail, run
+from agora_client.cli.output import Output
+from agora_client.cli.run import EXIT_OK, EXIT_USAGE, fail, run
 
 if TYPE_CHECKING:
-    from hub.client.client import Client
+    from agora_client.client import Client
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from protocol.messages import MessageType
+from agora_client.wire import MessageType
 
 ChunkKind = Literal["delta", "done", "cancel"]
 
@@ -353,7 +353,7 @@ StreamStatus = Literal["complete", "cancelled", "incomplete"]
 
 @dataclass(frozen=True, slots=True)
 class AssembledEvent:
-    """A stream put back together by :class:`~hub.client.assembly.StreamAssembler`.
+    """A stream put back together by :class:`~agora_client.assembly.StreamAssembler`.
 
     ``data`` is the first delta's fields with ``text`` replaced by the
     concatenation of every delta's text. ``status`` says how it ended:

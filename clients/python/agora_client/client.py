@@ -13,17 +13,17 @@ spaces joined before are joined again *from where the client was* (its last
 ``seq`` and the space's ``epoch``): the hub replays what was published
 meanwhile, then live events follow, no gap and no duplicate. When it cannot
 (its history no longer reaches back that far, or was lost) the application
-hears of it — a :class:`~hub.client.models.Resumed` item with
+hears of it — a :class:`~agora_client.models.Resumed` item with
 ``recovered=False`` and the ``on_resume`` callback — never silently.
 Requests made meanwhile wait for the connection up to their timeout;
 requests in flight when it dropped fail with
-:class:`~hub.client.errors.ConnectionClosed` (they may or may not have been
+:class:`~agora_client.errors.ConnectionClosed` (they may or may not have been
 carried out) — except a ``publish()`` with an ``idempotency_key``, which is
 sent again after the reconnect: the hub publishes it at most once.
 Subscriptions carry on across reconnects.
 
-:class:`Client` is built in layers: :class:`~hub.client.connection.Connection`
-keeps the WebSocket open and reopens it, :class:`~hub.client.receiving.Receiver`
+:class:`Client` is built in layers: :class:`~agora_client.connection.Connection`
+keeps the WebSocket open and reopens it, :class:`~agora_client.receiving.Receiver`
 routes what arrives, and this module adds the requests and what a new
 connection must be told again (``_restore``).
 """
@@ -37,7 +37,7 @@ from typing import Any
 
 from websockets.asyncio.client import ClientConnection
 
-from hub.client.errors import (
+from agora_client.errors import (
     ConnectionClosed,
     ConnectionFailed,
     HubClientError,
@@ -45,10 +45,10 @@ from hub.client.errors import (
     RateLimited,
     Unavailable,
 )
-from hub.client.handshake import agent_info
-from hub.client.keepalive import HEARTBEAT as _HEARTBEAT  # noqa: F401 (its old home)
-from hub.client.keepalive import Backoff
-from hub.client.models import (
+from agora_client.handshake import agent_info
+from agora_client.keepalive import HEARTBEAT as _HEARTBEAT  # noqa: F401 (its old home)
+from agora_client.keepalive import Backoff
+from agora_client.models import (
     AgentEntry,
     AgentPage,
     Event,
@@ -64,14 +64,13 @@ from hub.client.models import (
     parse_registration,
     parse_spaces,
 )
-from hub.client.positions import join_message
-from hub.client.receiving import Receiver
-from hub.client.requests import every_page
-from hub.client.streams import OutgoingStream
-from protocol.messages import MessageType
-from protocol.names import is_valid_agent_id
+from agora_client.positions import join_message
+from agora_client.receiving import Receiver
+from agora_client.requests import every_page
+from agora_client.streams import OutgoingStream
+from agora_client.wire import MessageType, is_valid_agent_id
 
-log = logging.getLogger("hub.client")
+log = logging.getLogger("agora_client")
 
 # How often publish() sends an idempotent publish again after lost connections.
 MAX_PUBLISH_RETRIES = 5
@@ -92,7 +91,7 @@ class Client(Receiver):
 
     ``queue_size`` bounds every subscription and the backlog of unread items:
     when full, the oldest item is dropped and counted (see
-    :mod:`hub.client.subscriptions`). ``request_timeout`` bounds each request
+    :mod:`agora_client.subscriptions`). ``request_timeout`` bounds each request
     (seconds). ``max_size`` is the largest frame accepted from the hub.
     ``on_resume`` is called with a :class:`Resumed` for every space rejoined
     after a reconnect (a coroutine function is run as a task).

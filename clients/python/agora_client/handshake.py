@@ -6,8 +6,8 @@ one ``capability`` each, ``metadata`` as JSON) while the query stays under
 already shows them; longer ones are registered right after connecting
 instead. The hub answers the upgrade with ``agent.registered``, or with an
 ``error`` and a close when it refuses the agent. :func:`handshake` turns
-every way that can fail into a :class:`~hub.client.errors.ConnectionFailed`
-or the :class:`~hub.client.errors.HubRejected` subclass of the refusal.
+every way that can fail into a :class:`~agora_client.errors.ConnectionFailed`
+or the :class:`~agora_client.errors.HubRejected` subclass of the refusal.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed as WsClosed
 from websockets.exceptions import InvalidStatus, WebSocketException
 
-from hub import __version__
-from hub.client.errors import ConnectionFailed, InvalidRequest, rejected
-from hub.client.models import Registration, parse_registration
-from protocol.messages import MessageType
+from agora_client._version import __version__
+from agora_client.errors import ConnectionFailed, InvalidRequest, rejected
+from agora_client.models import Registration, parse_registration
+from agora_client.wire import MessageType
 
 # Agent details ride in the handshake query (so the hub's first ``online``
 # shows them) while the query stays this short; longer ones are registered
