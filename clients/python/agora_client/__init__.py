@@ -19,7 +19,7 @@ from typing import Any
 
 from agora_client._version import __version__
 from agora_client.assembly import AssembledEvents, StreamAssembler
-from agora_client.client import Client
+from agora_client.client import SENDER, Client
 from agora_client.errors import (
     AgentExists,
     ConnectionClosed,
@@ -30,6 +30,7 @@ from agora_client.errors import (
     InternalError,
     InvalidRequest,
     RateLimited,
+    ReplyTimeout,
     RequestTimeout,
     SpaceFull,
     SpaceNotFound,
@@ -54,10 +55,12 @@ from agora_client.models import (
     SpaceInfo,
     StreamChunk,
 )
+from agora_client.running import run
 from agora_client.streams import OutgoingStream
 from agora_client.subscriptions import Subscription
 
 __all__ = [
+    "SENDER",
     "AgentEntry",
     "AgentExists",
     "AgentPage",
@@ -85,6 +88,7 @@ __all__ = [
     "Published",
     "RateLimited",
     "Registration",
+    "ReplyTimeout",
     "RequestTimeout",
     "Resumed",
     "SpaceFull",
@@ -97,6 +101,7 @@ __all__ = [
     "Unauthorized",
     "Unavailable",
     "__version__",
+    "run",
 ]
 
 _API_NAMES = frozenset({"HubAPI", "NodeInfo", "Published"})

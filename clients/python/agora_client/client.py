@@ -30,9 +30,10 @@ connection must be told again (``_restore``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection
@@ -43,6 +44,8 @@ from agora_client.errors import (
     HubClientError,
     HubRejected,
     RateLimited,
+    ReplyTimeout,
+    RequestTimeout,
     Unavailable,
 )
 from agora_client.handshake import agent_info
@@ -51,6 +54,7 @@ from agora_client.keepalive import Backoff
 from agora_client.models import (
     AgentEntry,
     AgentPage,
+    AssembledEvent,
     Event,
     JoinResult,
     MembersPage,
@@ -67,13 +71,23 @@ from agora_client.models import (
 from agora_client.positions import join_message
 from agora_client.receiving import Receiver
 from agora_client.requests import every_page
-from agora_client.streams import OutgoingStream
-from agora_client.wire import MessageType, is_valid_agent_id
+from agora_client.streams import COALESCE_SECONDS, OutgoingStream
+from agora_client.wire import MessageType, is_valid_agent_id, recipients
 
 log = logging.getLogger("agora_client")
 
 # How often publish() sends an idempotent publish again after lost connections.
 MAX_PUBLISH_RETRIES = 5
+
+
+class _Sender:
+    """``to=SENDER``: a reply goes to the sender of the event it answers."""
+
+    def __repr__(self) -> str:
+        return "SENDER"
+
+
+SENDER = _Sender()
 
 
 class Client(Receiver):
@@ -191,10 +205,15 @@ class Client(Receiver):
         space: str,
         data: Mapping[str, Any] | str,
         *,
+        to: str | Iterable[str] | None = None,
         echo: bool = True,
         idempotency_key: str | None = None,
     ) -> Event:
         """Publish ``data`` (a dict, or a str meaning ``{"text": str}``) to ``space``.
+
+        ``to`` (an agent id, or a list of up to 100) addresses it: only those
+        members (and this client's echo) receive it; every one of them must
+        be a member of the space (``InvalidRequest`` otherwise).
 
         Resolves when the hub acknowledges it: with ``echo=True`` that is the
         event's own delivery back to this client (so it has ``seq`` and
@@ -216,6 +235,8 @@ class Client(Receiver):
             "data": payload,
             "echo": echo,
         }
+        if to is not None:
+            msg["to"] = recipients(to)
         if idempotency_key is not None:
             msg["idempotency_key"] = idempotency_key
         attempt = 0
@@ -318,17 +339,121 @@ class Client(Receiver):
         *,
         event_id: str | None = None,
         data: Mapping[str, Any] | None = None,
+        to: str | Iterable[str] | None = None,
         echo: bool = True,
+        coalesce: float = COALESCE_SECONDS,
     ) -> OutgoingStream:
         """A stream to publish to ``space``: ``async with c.stream(space) as s``.
 
         ``event_id`` (``[A-Za-z0-9._:-]{1,128}``, unique per agent) defaults to
         a random one; receivers see it as ``"<agent_id>/<event_id>"``.
-        ``data`` are extra fields sent with the first delta.
+        ``data`` are extra fields sent with the first delta; ``to`` addresses
+        the stream like :meth:`publish`. What is sent within ``coalesce``
+        seconds goes out as one delta (0: one delta per ``send``).
         """
         return OutgoingStream(
-            self, space, event_id or f"st-{secrets.token_hex(6)}", dict(data or {}), echo
+            self,
+            space,
+            event_id or f"st-{secrets.token_hex(6)}",
+            dict(data or {}),
+            echo,
+            to=None if to is None else recipients(to),
+            coalesce=coalesce,
         )
+
+    # ── request and reply ────────────────────────────────────────────────
+
+    async def request(
+        self,
+        space: str,
+        data: Mapping[str, Any] | str,
+        *,
+        to: str | Iterable[str] | None = None,
+        timeout: float = 30.0,
+    ) -> Event | AssembledEvent:
+        """Publish ``data`` to ``space`` and return its first reply.
+
+        The reply is the first event of the space whose ``data.in_reply_to``
+        is this request's ``event_id`` (what :meth:`reply` sends): an
+        :class:`Event`, or an :class:`AssembledEvent` when it was streamed
+        (:meth:`stream_reply`; check ``complete``). ``to`` addresses the
+        request (an agent, a bridge's agent id …). No reply within
+        ``timeout`` seconds (publishing included) raises
+        :class:`ReplyTimeout`; the client closing for good raises its error.
+        """
+        answered: str | None = None
+        self._replies.sending()
+        try:
+            async with asyncio.timeout(timeout):
+                try:
+                    answered = (await self.publish(space, data, to=to)).event_id
+                finally:
+                    fut = self._replies.sent(answered)
+                assert fut is not None
+                stopped = asyncio.ensure_future(self._stopped.wait())
+                try:
+                    await asyncio.wait({fut, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    stopped.cancel()
+                if not fut.done():
+                    raise self._final_error or ConnectionClosed("client closed")
+                return fut.result()
+        except TimeoutError as exc:
+            if answered is None:
+                if isinstance(exc, RequestTimeout):
+                    raise
+                raise RequestTimeout(
+                    f"request to {space!r} not acknowledged within {timeout:g} s"
+                ) from None
+            raise ReplyTimeout(
+                f"no reply to {answered} in {space!r} within {timeout:g} s", event_id=answered
+            ) from None
+        finally:
+            if answered is not None:
+                self._replies.forget(answered)
+
+    async def reply(
+        self,
+        event: Event | AssembledEvent,
+        data: Mapping[str, Any] | str,
+        *,
+        to: str | Iterable[str] | _Sender | None = SENDER,
+        echo: bool = True,
+    ) -> Event:
+        """Answer ``event``: publish ``data`` with ``in_reply_to`` = its
+        ``event_id`` in its space, addressed to its sender (``to=None``: to
+        every member; or other agents)."""
+        payload = {"text": data} if isinstance(data, str) else dict(data)
+        payload["in_reply_to"] = event.event_id
+        return await self.publish(event.space, payload, to=self._reply_to(event, to), echo=echo)
+
+    def stream_reply(
+        self,
+        event: Event | AssembledEvent,
+        *,
+        data: Mapping[str, Any] | None = None,
+        to: str | Iterable[str] | _Sender | None = SENDER,
+        echo: bool = True,
+        coalesce: float = COALESCE_SECONDS,
+    ) -> OutgoingStream:
+        """Answer ``event`` with a stream (``async with c.stream_reply(event) as s``):
+        its first delta carries ``in_reply_to``, addressed as :meth:`reply`."""
+        return self.stream(
+            event.space,
+            data={**(data or {}), "in_reply_to": event.event_id},
+            to=self._reply_to(event, to),
+            echo=echo,
+            coalesce=coalesce,
+        )
+
+    @staticmethod
+    def _reply_to(
+        event: Event | AssembledEvent, to: str | Iterable[str] | _Sender | None
+    ) -> str | Iterable[str] | None:
+        if not isinstance(to, _Sender):
+            return to
+        # The hub's own events ("@hub") have no sender to answer to.
+        return event.sender if event.sender and is_valid_agent_id(event.sender) else None
 
     # ── on every connection ──────────────────────────────────────────────
 

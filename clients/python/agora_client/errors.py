@@ -8,6 +8,7 @@ Exception tree::
     │   ├── ConnectionFailed       could not open (refused, DNS, TLS, HTTP status)
     │   └── ConnectionClosed       closed after opening; close_code, close_reason
     ├── RequestTimeout             no reply within the request timeout (also a TimeoutError)
+    │   └── ReplyTimeout           request(): no answer to the event within its timeout
     ├── StreamCancelled            a stream this client publishes ended early; reason
     └── HubRejected                the hub answered ``error`` (a request, or the connection)
         ├── InvalidRequest         INVALID_REQUEST
@@ -114,6 +115,20 @@ class RequestTimeout(HubClientError, TimeoutError):
     """
 
     default_code = "TIMEOUT"
+
+
+class ReplyTimeout(RequestTimeout):
+    """:meth:`Client.request`: nobody answered the request in time.
+
+    The request itself was published: ``event_id`` is its id, to match a
+    late answer (``data.in_reply_to``) by hand.
+    """
+
+    default_code = "REPLY_TIMEOUT"
+
+    def __init__(self, message: str, *, event_id: str):
+        super().__init__(message)
+        self.event_id = event_id
 
 
 class StreamCancelled(HubClientError):

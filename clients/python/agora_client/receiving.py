@@ -36,7 +36,8 @@ from agora_client.models import (
     parse_members,
     parse_registration,
 )
-from agora_client.positions import JoinedSpaces
+from agora_client.positions import NOT_RESUMED, JoinedSpaces
+from agora_client.replies import ReplyWaiters
 from agora_client.subscriptions import ALL_KINDS, EVENT_KINDS, STREAM_KINDS, Subscription
 from agora_client.wire import MessageType
 
@@ -56,6 +57,7 @@ class Receiver(Connection):
     ):
         super().__init__(url, agent_id, **connection)
         self._spaces = JoinedSpaces()
+        self._replies = ReplyWaiters()
         self.on_resume = on_resume
         self._callbacks: set[asyncio.Task[Any]] = set()
 
@@ -203,6 +205,8 @@ class Receiver(Connection):
             self._spaces.seen(event.space, event.seq)
             if event.sender == self.agent_id:
                 self._requests.answer(event.request_id, f)
+            if self._replies.active:
+                self._replies.event(event)
             self._router.dispatch(event.space, "event", event)
         elif kind in (
             MessageType.SPACE_EVENT_DELTA,
@@ -219,6 +223,8 @@ class Receiver(Connection):
                 self._requests.answer(chunk.request_id, f)
                 if chunk.kind == "cancel":
                     self._streams.cancelled(chunk.event_id, chunk.reason or "cancelled")
+            if self._replies.active:
+                self._replies.chunk(chunk)
             self._router.dispatch(chunk.space, chunk.kind, chunk)
         elif kind == MessageType.SPACE_MEMBERS and rid is None:  # (a reply has an id)
             change = parse_members(f)
@@ -259,7 +265,9 @@ class Receiver(Connection):
     def _resumed(self, note: Resumed) -> None:
         """Tell the application how a rejoin after a reconnect went."""
         space, since = note.space, note.since
-        if not note.recovered:
+        if space in NOT_RESUMED:
+            log.info("rejoined %s from now (presence is not replayed)", space)
+        elif not note.recovered:
             log.warning(
                 "rejoined %s: events after seq %d could not be recovered (history %s)",
                 space,

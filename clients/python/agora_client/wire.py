@@ -11,6 +11,7 @@ standard library.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from enum import IntEnum, StrEnum
 
 
@@ -86,3 +87,19 @@ _AGENT_ID = re.compile(AGENT_ID_PATTERN)
 def is_valid_agent_id(agent_id: object) -> bool:
     """Whether the hub accepts ``agent_id`` (checked before connecting, to fail early)."""
     return isinstance(agent_id, str) and _AGENT_ID.fullmatch(agent_id) is not None
+
+
+def recipients(to: str | Iterable[str]) -> str | list[str]:
+    """``to`` for the wire: one agent id, or a list of 1 to :data:`MAX_RECIPIENTS`
+    of them. ValueError for anything the hub would refuse, before it is sent."""
+    if isinstance(to, str):
+        if not is_valid_agent_id(to):
+            raise ValueError(f"invalid agent id in to: {to!r}")
+        return to
+    ids = list(to)
+    if not 0 < len(ids) <= MAX_RECIPIENTS:
+        raise ValueError(f"to names 1-{MAX_RECIPIENTS} agents, not {len(ids)}")
+    bad = [a for a in ids if not is_valid_agent_id(a)]
+    if bad:
+        raise ValueError(f"invalid agent id in to: {bad[0]!r}")
+    return ids
