@@ -165,6 +165,8 @@ def test_agents_table_on_a_terminal():
     from agora_client.models import AgentEntry, AgentPage
 
     class Fake:
+        agent_id = "cli-1234abcd"
+
         async def find_agents(self, **filters):
             assert filters == {"capability": "chat", "space": None}
             return AgentPage(
@@ -172,7 +174,7 @@ def test_agents_table_on_a_terminal():
             ).agents
 
     class Args:
-        capability, space = "chat", None
+        capability, space, agent_id = "chat", None, None
 
     buf = io.StringIO()
     assert asyncio.run(_list_agents(Fake(), Args(), Output(buf, json_lines=False))) == 0
