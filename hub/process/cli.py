@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     keygen.set_defaults(func=cmd_keygen)
 
     try:
-        from hub.client import cli as client_cli
+        from agora_client import cli as client_cli
     except ImportError:  # client tools not installed in this build
         client_cli = None
     if client_cli is not None:

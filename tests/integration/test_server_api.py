@@ -16,8 +16,8 @@ import aiohttp
 import orjson
 import pytest
 
-from hub.client import HubAPI, InvalidRequest, SpaceNotFound
-from hub.client.errors import ConnectionFailed, HubRejected, RateLimited, Unauthorized
+from agora_client import HubAPI, InvalidRequest, SpaceNotFound
+from agora_client.errors import ConnectionFailed, HubRejected, RateLimited, Unauthorized
 from protocol.identity import did_key
 from tests.support.envelopes import ALICE, agora_request, bad_signature
 from tests.support.servers import free_port

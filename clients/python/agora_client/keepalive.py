@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed as WsClosed
 
-from hub.client.models import Registration
-from protocol.errors import CloseCode
+from agora_client.models import Registration
+from agora_client.wire import CloseCode
 
-log = logging.getLogger("hub.client")
+log = logging.getLogger("agora_client")
 
 HEARTBEAT = b'{"type":"agent.heartbeat"}'
 

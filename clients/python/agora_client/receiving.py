@@ -2,9 +2,9 @@
 
 The reader hands each frame to :meth:`Receiver._dispatch`, in the order they
 arrive: an answer resolves the request waiting for it
-(:mod:`hub.client.requests`); events and stream frames move the client's
-position in their space (:mod:`hub.client.positions`) and go to the
-subscriptions that want them (:mod:`hub.client.subscriptions`); the hub's
+(:mod:`agora_client.requests`); events and stream frames move the client's
+position in their space (:mod:`agora_client.positions`) and go to the
+subscriptions that want them (:mod:`agora_client.subscriptions`); the hub's
 relay of a cancel ends a stream this client publishes; ``space.joined``
 reports how a rejoin after a reconnect went (:class:`Resumed`, and the
 ``on_resume`` callback). An ``error`` without a request id is the hub's
@@ -20,10 +20,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, overload
 
-from hub.client.assembly import AssembledEvents, StreamAssembler
-from hub.client.connection import Connection
-from hub.client.errors import rejected, token_expired
-from hub.client.models import (
+from agora_client.assembly import AssembledEvents, StreamAssembler
+from agora_client.connection import Connection
+from agora_client.errors import rejected, token_expired
+from agora_client.models import (
     Event,
     HistoryPage,
     MembersChanged,
@@ -36,15 +36,16 @@ from hub.client.models import (
     parse_members,
     parse_registration,
 )
-from hub.client.positions import JoinedSpaces
-from hub.client.subscriptions import ALL_KINDS, EVENT_KINDS, STREAM_KINDS, Subscription
-from protocol.messages import MessageType
+from agora_client.positions import NOT_RESUMED, JoinedSpaces
+from agora_client.replies import ReplyWaiters
+from agora_client.subscriptions import ALL_KINDS, EVENT_KINDS, STREAM_KINDS, Subscription
+from agora_client.wire import MessageType
 
-log = logging.getLogger("hub.client")
+log = logging.getLogger("agora_client")
 
 
 class Receiver(Connection):
-    """A connection that routes what arrives; the base of :class:`~hub.client.Client`."""
+    """A connection that routes what arrives; the base of :class:`~agora_client.Client`."""
 
     def __init__(
         self,
@@ -56,6 +57,7 @@ class Receiver(Connection):
     ):
         super().__init__(url, agent_id, **connection)
         self._spaces = JoinedSpaces()
+        self._replies = ReplyWaiters()
         self.on_resume = on_resume
         self._callbacks: set[asyncio.Task[Any]] = set()
 
@@ -203,6 +205,8 @@ class Receiver(Connection):
             self._spaces.seen(event.space, event.seq)
             if event.sender == self.agent_id:
                 self._requests.answer(event.request_id, f)
+            if self._replies.active:
+                self._replies.event(event)
             self._router.dispatch(event.space, "event", event)
         elif kind in (
             MessageType.SPACE_EVENT_DELTA,
@@ -219,6 +223,8 @@ class Receiver(Connection):
                 self._requests.answer(chunk.request_id, f)
                 if chunk.kind == "cancel":
                     self._streams.cancelled(chunk.event_id, chunk.reason or "cancelled")
+            if self._replies.active:
+                self._replies.chunk(chunk)
             self._router.dispatch(chunk.space, chunk.kind, chunk)
         elif kind == MessageType.SPACE_MEMBERS and rid is None:  # (a reply has an id)
             change = parse_members(f)
@@ -259,7 +265,9 @@ class Receiver(Connection):
     def _resumed(self, note: Resumed) -> None:
         """Tell the application how a rejoin after a reconnect went."""
         space, since = note.space, note.since
-        if not note.recovered:
+        if space in NOT_RESUMED:
+            log.info("rejoined %s from now (presence is not replayed)", space)
+        elif not note.recovered:
             log.warning(
                 "rejoined %s: events after seq %d could not be recovered (history %s)",
                 space,

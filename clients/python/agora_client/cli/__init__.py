@@ -14,30 +14,33 @@ code  meaning
 130   interrupted (Ctrl-C)
 ====  =====================================================================
 
-One module per tool (:mod:`~hub.client.cli.tail`,
-:mod:`~hub.client.cli.publish`, and :mod:`~hub.client.cli.directory` for
+One module per tool (:mod:`~agora_client.cli.tail`,
+:mod:`~agora_client.cli.publish`, and :mod:`~agora_client.cli.directory` for
 ``spaces`` and ``agents``), each with its arguments; the flags they share
-(:mod:`~hub.client.cli.options`), connecting and exit codes
-(:mod:`~hub.client.cli.run`), and printing (:mod:`~hub.client.cli.output`).
+(:mod:`~agora_client.cli.options`), connecting and exit codes
+(:mod:`~agora_client.cli.run`), and printing (:mod:`~agora_client.cli.output`).
 
+The server's ``agora-hub`` adds these commands to its own (:func:`add_commands`);
+installed alone, the client offers them as ``agora-hub-client`` (:func:`main`).
 This package keeps its imports light: ``agora-hub serve`` imports it too.
 """
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
-from hub.client.cli import directory, publish, tail
-from hub.client.cli.directory import (
+from agora_client.cli import directory, publish, tail
+from agora_client.cli.directory import (
     _list_agents,  # noqa: F401 (tests call it directly)
     cmd_agents,
     cmd_spaces,
 )
-from hub.client.cli.options import DEFAULT_URL, common_options, tls_options
-from hub.client.cli.output import Output
-from hub.client.cli.publish import cmd_publish
-from hub.client.cli.run import EXIT_CONNECTION, EXIT_OK, EXIT_REFUSED, EXIT_REJECTED, EXIT_USAGE
-from hub.client.cli.tail import TailPrinter, cmd_tail
+from agora_client.cli.options import DEFAULT_URL, common_options, tls_options
+from agora_client.cli.output import Output
+from agora_client.cli.publish import cmd_publish
+from agora_client.cli.run import EXIT_CONNECTION, EXIT_OK, EXIT_REFUSED, EXIT_REJECTED, EXIT_USAGE
+from agora_client.cli.tail import TailPrinter, cmd_tail
 
 __all__ = [
     "DEFAULT_URL",
@@ -53,6 +56,7 @@ __all__ = [
     "cmd_publish",
     "cmd_spaces",
     "cmd_tail",
+    "main",
     "tls_options",
 ]
 
@@ -63,3 +67,21 @@ def add_commands(sub: Any) -> None:
     tail.add_parser(sub, common)
     publish.add_parser(sub, common)
     directory.add_parsers(sub, common)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``agora-hub-client``: the client tools without the server."""
+    from agora_client._version import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="agora-hub-client", description="Client tools for Agora Hub."
+    )
+    parser.add_argument("--version", action="version", version=f"agora-hub-client {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    add_commands(sub)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130

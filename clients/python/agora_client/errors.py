@@ -2,12 +2,13 @@
 
 Exception tree::
 
-    HubClientError                 root of everything hub.client raises;
+    HubClientError                 root of everything agora_client raises;
     │                              carries code, message, request_id
     ├── HubConnectionError         the connection can't be used
     │   ├── ConnectionFailed       could not open (refused, DNS, TLS, HTTP status)
     │   └── ConnectionClosed       closed after opening; close_code, close_reason
     ├── RequestTimeout             no reply within the request timeout (also a TimeoutError)
+    │   └── ReplyTimeout           request(): no answer to the event within its timeout
     ├── StreamCancelled            a stream this client publishes ended early; reason
     └── HubRejected                the hub answered ``error`` (a request, or the connection)
         ├── InvalidRequest         INVALID_REQUEST
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol.errors import ErrorCode
+from agora_client.wire import ErrorCode
 
 
 class HubClientError(Exception):
@@ -114,6 +115,20 @@ class RequestTimeout(HubClientError, TimeoutError):
     """
 
     default_code = "TIMEOUT"
+
+
+class ReplyTimeout(RequestTimeout):
+    """:meth:`Client.request`: nobody answered the request in time.
+
+    The request itself was published: ``event_id`` is its id, to match a
+    late answer (``data.in_reply_to``) by hand.
+    """
+
+    default_code = "REPLY_TIMEOUT"
+
+    def __init__(self, message: str, *, event_id: str):
+        super().__init__(message)
+        self.event_id = event_id
 
 
 class StreamCancelled(HubClientError):

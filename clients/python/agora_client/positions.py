@@ -6,7 +6,19 @@ space that follows it — and every event or stream frame received moves it
 on. After a reconnect each space is joined again ``since`` that position;
 the hub replays what was published meanwhile, and the ``space.joined`` of
 the rejoin says whether it could (``recovered``): the rejoin is then
-reported as a :class:`~hub.client.models.Resumed`.
+reported as a :class:`~agora_client.models.Resumed`.
+
+``agent.status`` is the exception: it is rejoined from now, not resumed.
+Its events describe presence — who is online — and replayed after a
+reconnect they are stale news told as if it were happening now, the agent's
+own ``offline`` (its old connection's) among them. What a watcher needs
+after a gap is the current state, which the directory gives
+(``find_agents()``); so the rejoin is reported as a :class:`Resumed` with
+``recovered=False`` (events of the gap were not replayed), and from then on
+the live events follow. The hub keeps and replays the space's history as for
+any space (``since`` from a client that asks, ``space.history``): it is the
+client's resume that skips it, because only the client knows its position
+came from before a reconnect.
 
 Pure bookkeeping, fed by the client's reader and by its requests: no I/O.
 """
@@ -15,8 +27,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from hub.client.models import JoinResult, MembersChanged, Position, Resumed
-from protocol.messages import MessageType
+from agora_client.models import JoinResult, MembersChanged, Position, Resumed
+from agora_client.wire import AGENT_STATUS_SPACE, MessageType
+
+#: Spaces rejoined from now after a reconnect, not resumed (see above).
+NOT_RESUMED = frozenset({AGENT_STATUS_SPACE})
 
 
 def join_message(space: str, since: Position | None) -> dict[str, Any]:
@@ -90,7 +105,7 @@ class JoinedSpaces:
         since = self.position(space)
         if since is not None:
             self.resuming[space] = since
-        return since
+        return None if space in NOT_RESUMED else since
 
     def rejoin_refused(self, space: str) -> None:
         """The hub refused the rejoin: the space is no longer joined."""

@@ -2,7 +2,7 @@
 
 ::
 
-    from hub.client import Client
+    from agora_client import Client
 
     async with Client("ws://127.0.0.1:8765/ws", "alice") as c:
         await c.join("general")
@@ -11,15 +11,16 @@
             print(event.sender, event.text)
 
 See ``docs/client.md`` for the full guide: streams, reconnects, errors and
-the command-line tools (:mod:`hub.client.cli`). :class:`HubAPI` is the client
+the command-line tools (:mod:`agora_client.cli`). :class:`HubAPI` is the client
 of the hub's server API over HTTP (``docs/api.md``).
 """
 
 from typing import Any
 
-from hub.client.assembly import AssembledEvents, StreamAssembler
-from hub.client.client import Client
-from hub.client.errors import (
+from agora_client._version import __version__
+from agora_client.assembly import AssembledEvents, StreamAssembler
+from agora_client.client import SENDER, Client
+from agora_client.errors import (
     AgentExists,
     ConnectionClosed,
     ConnectionFailed,
@@ -29,6 +30,7 @@ from hub.client.errors import (
     InternalError,
     InvalidRequest,
     RateLimited,
+    ReplyTimeout,
     RequestTimeout,
     SpaceFull,
     SpaceNotFound,
@@ -36,8 +38,8 @@ from hub.client.errors import (
     Unauthorized,
     Unavailable,
 )
-from hub.client.keepalive import Backoff
-from hub.client.models import (
+from agora_client.keepalive import Backoff
+from agora_client.models import (
     AgentEntry,
     AgentPage,
     AssembledEvent,
@@ -53,10 +55,12 @@ from hub.client.models import (
     SpaceInfo,
     StreamChunk,
 )
-from hub.client.streams import OutgoingStream
-from hub.client.subscriptions import Subscription
+from agora_client.running import run
+from agora_client.streams import OutgoingStream
+from agora_client.subscriptions import Subscription
 
 __all__ = [
+    "SENDER",
     "AgentEntry",
     "AgentExists",
     "AgentPage",
@@ -84,6 +88,7 @@ __all__ = [
     "Published",
     "RateLimited",
     "Registration",
+    "ReplyTimeout",
     "RequestTimeout",
     "Resumed",
     "SpaceFull",
@@ -95,15 +100,18 @@ __all__ = [
     "Subscription",
     "Unauthorized",
     "Unavailable",
+    "__version__",
+    "run",
 ]
 
 _API_NAMES = frozenset({"HubAPI", "NodeInfo", "Published"})
 
 
 def __getattr__(name: str) -> Any:
-    # The HTTP API client loads aiohttp: only for those who use it.
+    # The HTTP API client needs aiohttp, an optional extra
+    # (agora-hub-client[api]): loaded only for those who use it.
     if name in _API_NAMES:
-        from hub.client import api
+        from agora_client import api
 
         return getattr(api, name)
-    raise AttributeError(f"module 'hub.client' has no attribute {name!r}")
+    raise AttributeError(f"module 'agora_client' has no attribute {name!r}")

@@ -1,7 +1,7 @@
 """Running one tool: connect, run its body, and turn every failure into an exit code.
 
 A failure prints one line to stderr, ``agora-hub: …``, and exits with the
-code of what went wrong (the table is in :mod:`hub.client.cli`).
+code of what went wrong (the table is in :mod:`agora_client.cli`).
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from hub.client.cli.options import agent_id, tls_options, token_reader
-from hub.client.cli.output import Output
+from agora_client.cli.options import agent_id, tls_options, token_reader
+from agora_client.cli.output import Output
 
 if TYPE_CHECKING:
-    from hub.client.client import Client
+    from agora_client.client import Client
 
 EXIT_OK = 0
 EXIT_CONNECTION = 1
@@ -32,8 +32,8 @@ Body = Callable[["Client", argparse.Namespace, Output], Awaitable[int]]
 
 def run(args: argparse.Namespace, body: Body, *, reconnect: bool = False) -> int:
     """Connect, run ``body``, and turn every failure into one line and an exit code."""
-    from hub.client.client import Client
-    from hub.client.errors import (
+    from agora_client.client import Client
+    from agora_client.errors import (
         AgentExists,
         ConnectionClosed,
         HubClientError,
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace, body: Body, *, reconnect: bool = False) -> int
         StreamCancelled,
         Unauthorized,
     )
-    from hub.client.keepalive import Backoff
+    from agora_client.keepalive import Backoff
 
     logging.basicConfig(format="agora-hub: %(message)s", level=logging.WARNING, stream=sys.stderr)
     agent = agent_id(args)

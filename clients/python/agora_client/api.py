@@ -2,7 +2,7 @@
 
 ::
 
-    from hub.client import HubAPI
+    from agora_client import HubAPI
 
     async with HubAPI("http://127.0.0.1:8766", api_key) as api:
         event = await api.publish("general", {"text": "deploy finished"})
@@ -13,11 +13,14 @@
 ``url`` is the hub's HTTP port (``http_port``), or the load balancer in front
 of it. An ``https://`` hub with a private CA needs ``ca_file`` (or an
 ``ssl`` context; ``SSL_CERT_FILE`` is honoured by default). Every refusal
-raises the SDK's :class:`~hub.client.errors.HubRejected` subclass for its code
+raises the SDK's :class:`~agora_client.errors.HubRejected` subclass for its code
 (``SpaceNotFound``, ``InvalidRequest``, ``RateLimited`` …, or a plain
 ``HubRejected`` for the API's own codes such as ``UNAUTHENTICATED`` and
 ``AGENT_NOT_FOUND``) with the HTTP status in ``status``; a hub that cannot be
-reached raises :class:`~hub.client.errors.ConnectionFailed`.
+reached raises :class:`~agora_client.errors.ConnectionFailed`.
+
+It needs aiohttp, the ``api`` extra (``pip install 'agora-hub-client[api]'``);
+``import agora_client`` does not load it, only the first use of ``HubAPI``.
 """
 
 from __future__ import annotations
@@ -28,13 +31,20 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import aiohttp
 import orjson
 
-from hub import __version__
-from hub.client.errors import ConnectionFailed, HubRejected, RequestTimeout, rejected
-from hub.client.models import AgentEntry, AgentPage, MembersPage, SpaceInfo
-from hub.client.requests import every_page
+try:
+    import aiohttp
+except ImportError as exc:  # an optional extra: the WebSocket client does without it
+    raise ImportError(
+        "HubAPI needs aiohttp: install the client with its api extra, "
+        "pip install 'agora-hub-client[api]'"
+    ) from exc
+
+from agora_client._version import __version__
+from agora_client.errors import ConnectionFailed, HubRejected, RequestTimeout, rejected
+from agora_client.models import AgentEntry, AgentPage, MembersPage, SpaceInfo
+from agora_client.requests import every_page
 
 
 @dataclass(frozen=True, slots=True)

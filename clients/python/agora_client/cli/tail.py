@@ -14,14 +14,14 @@ import asyncio
 import sys
 from typing import TYPE_CHECKING, Any
 
-from hub.client.cli.options import add_count, add_no_reconnect
-from hub.client.cli.output import Output, clock, compact
-from hub.client.cli.run import EXIT_OK, run
-from protocol.messages import MessageType
+from agora_client.cli.options import add_count, add_no_reconnect
+from agora_client.cli.output import Output, clock, compact
+from agora_client.cli.run import EXIT_OK, run
+from agora_client.wire import MessageType
 
 if TYPE_CHECKING:
-    from hub.client.client import Client
-    from hub.client.models import AssembledEvent, Event, MembersChanged, StreamChunk
+    from agora_client.client import Client
+    from agora_client.models import AssembledEvent, Event, MembersChanged, StreamChunk
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -50,9 +50,9 @@ def cmd_tail(args: argparse.Namespace) -> int:
 
 
 async def _tail(client: Client, args: argparse.Namespace, out: Output) -> int:
-    from hub.client.assembly import StreamAssembler
-    from hub.client.models import Event, MembersChanged, Resumed, StreamChunk
-    from hub.client.subscriptions import ALL_KINDS
+    from agora_client.assembly import StreamAssembler
+    from agora_client.models import Event, MembersChanged, Resumed, StreamChunk
+    from agora_client.subscriptions import ALL_KINDS
 
     kinds = ALL_KINDS - {"members"} if args.no_members else ALL_KINDS
     sub = client.subscribe(args.space, kinds)

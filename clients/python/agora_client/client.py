@@ -13,44 +13,48 @@ spaces joined before are joined again *from where the client was* (its last
 ``seq`` and the space's ``epoch``): the hub replays what was published
 meanwhile, then live events follow, no gap and no duplicate. When it cannot
 (its history no longer reaches back that far, or was lost) the application
-hears of it — a :class:`~hub.client.models.Resumed` item with
+hears of it — a :class:`~agora_client.models.Resumed` item with
 ``recovered=False`` and the ``on_resume`` callback — never silently.
 Requests made meanwhile wait for the connection up to their timeout;
 requests in flight when it dropped fail with
-:class:`~hub.client.errors.ConnectionClosed` (they may or may not have been
+:class:`~agora_client.errors.ConnectionClosed` (they may or may not have been
 carried out) — except a ``publish()`` with an ``idempotency_key``, which is
 sent again after the reconnect: the hub publishes it at most once.
 Subscriptions carry on across reconnects.
 
-:class:`Client` is built in layers: :class:`~hub.client.connection.Connection`
-keeps the WebSocket open and reopens it, :class:`~hub.client.receiving.Receiver`
+:class:`Client` is built in layers: :class:`~agora_client.connection.Connection`
+keeps the WebSocket open and reopens it, :class:`~agora_client.receiving.Receiver`
 routes what arrives, and this module adds the requests and what a new
 connection must be told again (``_restore``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection
 
-from hub.client.errors import (
+from agora_client.errors import (
     ConnectionClosed,
     ConnectionFailed,
     HubClientError,
     HubRejected,
     RateLimited,
+    ReplyTimeout,
+    RequestTimeout,
     Unavailable,
 )
-from hub.client.handshake import agent_info
-from hub.client.keepalive import HEARTBEAT as _HEARTBEAT  # noqa: F401 (its old home)
-from hub.client.keepalive import Backoff
-from hub.client.models import (
+from agora_client.handshake import agent_info
+from agora_client.keepalive import HEARTBEAT as _HEARTBEAT  # noqa: F401 (its old home)
+from agora_client.keepalive import Backoff
+from agora_client.models import (
     AgentEntry,
     AgentPage,
+    AssembledEvent,
     Event,
     JoinResult,
     MembersPage,
@@ -64,17 +68,26 @@ from hub.client.models import (
     parse_registration,
     parse_spaces,
 )
-from hub.client.positions import join_message
-from hub.client.receiving import Receiver
-from hub.client.requests import every_page
-from hub.client.streams import OutgoingStream
-from protocol.messages import MessageType
-from protocol.names import is_valid_agent_id
+from agora_client.positions import join_message
+from agora_client.receiving import Receiver
+from agora_client.requests import every_page
+from agora_client.streams import COALESCE_SECONDS, OutgoingStream
+from agora_client.wire import MessageType, is_valid_agent_id, recipients
 
-log = logging.getLogger("hub.client")
+log = logging.getLogger("agora_client")
 
 # How often publish() sends an idempotent publish again after lost connections.
 MAX_PUBLISH_RETRIES = 5
+
+
+class _Sender:
+    """``to=SENDER``: a reply goes to the sender of the event it answers."""
+
+    def __repr__(self) -> str:
+        return "SENDER"
+
+
+SENDER = _Sender()
 
 
 class Client(Receiver):
@@ -92,7 +105,7 @@ class Client(Receiver):
 
     ``queue_size`` bounds every subscription and the backlog of unread items:
     when full, the oldest item is dropped and counted (see
-    :mod:`hub.client.subscriptions`). ``request_timeout`` bounds each request
+    :mod:`agora_client.subscriptions`). ``request_timeout`` bounds each request
     (seconds). ``max_size`` is the largest frame accepted from the hub.
     ``on_resume`` is called with a :class:`Resumed` for every space rejoined
     after a reconnect (a coroutine function is run as a task).
@@ -192,10 +205,15 @@ class Client(Receiver):
         space: str,
         data: Mapping[str, Any] | str,
         *,
+        to: str | Iterable[str] | None = None,
         echo: bool = True,
         idempotency_key: str | None = None,
     ) -> Event:
         """Publish ``data`` (a dict, or a str meaning ``{"text": str}``) to ``space``.
+
+        ``to`` (an agent id, or a list of up to 100) addresses it: only those
+        members (and this client's echo) receive it; every one of them must
+        be a member of the space (``InvalidRequest`` otherwise).
 
         Resolves when the hub acknowledges it: with ``echo=True`` that is the
         event's own delivery back to this client (so it has ``seq`` and
@@ -217,6 +235,8 @@ class Client(Receiver):
             "data": payload,
             "echo": echo,
         }
+        if to is not None:
+            msg["to"] = recipients(to)
         if idempotency_key is not None:
             msg["idempotency_key"] = idempotency_key
         attempt = 0
@@ -319,17 +339,121 @@ class Client(Receiver):
         *,
         event_id: str | None = None,
         data: Mapping[str, Any] | None = None,
+        to: str | Iterable[str] | None = None,
         echo: bool = True,
+        coalesce: float = COALESCE_SECONDS,
     ) -> OutgoingStream:
         """A stream to publish to ``space``: ``async with c.stream(space) as s``.
 
         ``event_id`` (``[A-Za-z0-9._:-]{1,128}``, unique per agent) defaults to
         a random one; receivers see it as ``"<agent_id>/<event_id>"``.
-        ``data`` are extra fields sent with the first delta.
+        ``data`` are extra fields sent with the first delta; ``to`` addresses
+        the stream like :meth:`publish`. What is sent within ``coalesce``
+        seconds goes out as one delta (0: one delta per ``send``).
         """
         return OutgoingStream(
-            self, space, event_id or f"st-{secrets.token_hex(6)}", dict(data or {}), echo
+            self,
+            space,
+            event_id or f"st-{secrets.token_hex(6)}",
+            dict(data or {}),
+            echo,
+            to=None if to is None else recipients(to),
+            coalesce=coalesce,
         )
+
+    # ── request and reply ────────────────────────────────────────────────
+
+    async def request(
+        self,
+        space: str,
+        data: Mapping[str, Any] | str,
+        *,
+        to: str | Iterable[str] | None = None,
+        timeout: float = 30.0,
+    ) -> Event | AssembledEvent:
+        """Publish ``data`` to ``space`` and return its first reply.
+
+        The reply is the first event of the space whose ``data.in_reply_to``
+        is this request's ``event_id`` (what :meth:`reply` sends): an
+        :class:`Event`, or an :class:`AssembledEvent` when it was streamed
+        (:meth:`stream_reply`; check ``complete``). ``to`` addresses the
+        request (an agent, a bridge's agent id …). No reply within
+        ``timeout`` seconds (publishing included) raises
+        :class:`ReplyTimeout`; the client closing for good raises its error.
+        """
+        answered: str | None = None
+        self._replies.sending()
+        try:
+            async with asyncio.timeout(timeout):
+                try:
+                    answered = (await self.publish(space, data, to=to)).event_id
+                finally:
+                    fut = self._replies.sent(answered)
+                assert fut is not None
+                stopped = asyncio.ensure_future(self._stopped.wait())
+                try:
+                    await asyncio.wait({fut, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    stopped.cancel()
+                if not fut.done():
+                    raise self._final_error or ConnectionClosed("client closed")
+                return fut.result()
+        except TimeoutError as exc:
+            if answered is None:
+                if isinstance(exc, RequestTimeout):
+                    raise
+                raise RequestTimeout(
+                    f"request to {space!r} not acknowledged within {timeout:g} s"
+                ) from None
+            raise ReplyTimeout(
+                f"no reply to {answered} in {space!r} within {timeout:g} s", event_id=answered
+            ) from None
+        finally:
+            if answered is not None:
+                self._replies.forget(answered)
+
+    async def reply(
+        self,
+        event: Event | AssembledEvent,
+        data: Mapping[str, Any] | str,
+        *,
+        to: str | Iterable[str] | _Sender | None = SENDER,
+        echo: bool = True,
+    ) -> Event:
+        """Answer ``event``: publish ``data`` with ``in_reply_to`` = its
+        ``event_id`` in its space, addressed to its sender (``to=None``: to
+        every member; or other agents)."""
+        payload = {"text": data} if isinstance(data, str) else dict(data)
+        payload["in_reply_to"] = event.event_id
+        return await self.publish(event.space, payload, to=self._reply_to(event, to), echo=echo)
+
+    def stream_reply(
+        self,
+        event: Event | AssembledEvent,
+        *,
+        data: Mapping[str, Any] | None = None,
+        to: str | Iterable[str] | _Sender | None = SENDER,
+        echo: bool = True,
+        coalesce: float = COALESCE_SECONDS,
+    ) -> OutgoingStream:
+        """Answer ``event`` with a stream (``async with c.stream_reply(event) as s``):
+        its first delta carries ``in_reply_to``, addressed as :meth:`reply`."""
+        return self.stream(
+            event.space,
+            data={**(data or {}), "in_reply_to": event.event_id},
+            to=self._reply_to(event, to),
+            echo=echo,
+            coalesce=coalesce,
+        )
+
+    @staticmethod
+    def _reply_to(
+        event: Event | AssembledEvent, to: str | Iterable[str] | _Sender | None
+    ) -> str | Iterable[str] | None:
+        if not isinstance(to, _Sender):
+            return to
+        # The hub's own events ("@hub") have no sender to answer to.
+        return event.sender if event.sender and is_valid_agent_id(event.sender) else None
 
     # ── on every connection ──────────────────────────────────────────────
 

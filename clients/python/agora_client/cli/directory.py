@@ -12,12 +12,12 @@ import argparse
 import time
 from typing import TYPE_CHECKING, Any
 
-from hub.client.cli.options import add_count, add_no_reconnect
-from hub.client.cli.output import Output, clock, compact
-from hub.client.cli.run import EXIT_OK, EXIT_USAGE, fail, run
+from agora_client.cli.options import add_count, add_no_reconnect, throwaway_id
+from agora_client.cli.output import Output, clock, compact
+from agora_client.cli.run import EXIT_OK, EXIT_USAGE, fail, run
 
 if TYPE_CHECKING:
-    from hub.client.client import Client
+    from agora_client.client import Client
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -104,7 +104,9 @@ async def _agents(client: Client, args: argparse.Namespace, out: Output) -> int:
 
 
 async def _list_agents(client: Client, args: argparse.Namespace, out: Output) -> int:
-    agents = await client.find_agents(capability=args.capability, space=args.space)
+    found = await client.find_agents(capability=args.capability, space=args.space)
+    # The tool's own throwaway connection is not one of the agents asked about.
+    agents = [a for a in found if a.id != client.agent_id or not throwaway_id(args)]
     if out.json_lines:
         for a in agents:
             out.json(

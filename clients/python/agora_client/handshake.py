@@ -6,14 +6,15 @@ one ``capability`` each, ``metadata`` as JSON) while the query stays under
 already shows them; longer ones are registered right after connecting
 instead. The hub answers the upgrade with ``agent.registered``, or with an
 ``error`` and a close when it refuses the agent. :func:`handshake` turns
-every way that can fail into a :class:`~hub.client.errors.ConnectionFailed`
-or the :class:`~hub.client.errors.HubRejected` subclass of the refusal.
+every way that can fail into a :class:`~agora_client.errors.ConnectionFailed`
+or the :class:`~agora_client.errors.HubRejected` subclass of the refusal.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
@@ -22,12 +23,12 @@ import orjson
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed as WsClosed
-from websockets.exceptions import InvalidStatus, WebSocketException
+from websockets.exceptions import InvalidMessage, InvalidStatus, WebSocketException
 
-from hub import __version__
-from hub.client.errors import ConnectionFailed, InvalidRequest, rejected
-from hub.client.models import Registration, parse_registration
-from protocol.messages import MessageType
+from agora_client._version import __version__
+from agora_client.errors import AgentExists, ConnectionFailed, InvalidRequest, rejected
+from agora_client.models import Registration, parse_registration
+from agora_client.wire import MessageType
 
 # Agent details ride in the handshake query (so the hub's first ``online``
 # shows them) while the query stays this short; longer ones are registered
@@ -88,7 +89,9 @@ async def handshake(
             status=status,
         ) from None
     except (OSError, TimeoutError, WebSocketException) as exc:
-        raise ConnectionFailed(f"cannot connect to {url}: {describe(exc)}") from None
+        raise ConnectionFailed(
+            f"cannot connect to {url}: {describe(exc)}{scheme_hint(url, exc)}"
+        ) from None
     try:
         async with asyncio.timeout(open_timeout):
             first = orjson.loads(await ws.recv())
@@ -103,7 +106,14 @@ async def handshake(
         with contextlib.suppress(Exception):
             async with asyncio.timeout(2):
                 await ws.wait_closed()
-        raise rejected(first)
+        refusal = rejected(first)
+        if isinstance(refusal, AgentExists):
+            raise AgentExists(
+                f"{refusal.message}: the agent id {agent_id!r} is taken on this hub; "
+                "connect with another agent_id, or stop the client that holds it",
+                code=refusal.code,
+            )
+        raise refusal
     registration = parse_registration(first) if isinstance(first, dict) else None
     if registration is None:
         await ws.close()
@@ -151,10 +161,31 @@ def details_query(info: dict[str, Any] | None) -> list[tuple[str, str]] | None:
     return query
 
 
+def scheme_hint(url: str, exc: BaseException) -> str:
+    """When a failed connection looks like the wrong scheme for the port, which to try."""
+    parts = urlsplit(url)
+    if parts.scheme == "wss" and _tls_refused(exc):
+        plain = urlunsplit(("ws", *parts[1:]))
+        return f" (the TLS handshake failed: is this port serving plain ws://? try {plain})"
+    if parts.scheme == "ws" and isinstance(exc, InvalidMessage):
+        tls = urlunsplit(("wss", *parts[1:]))
+        return f" (the answer was not HTTP: is this port serving TLS? try {tls})"
+    return ""
+
+
+def _tls_refused(exc: BaseException) -> bool:
+    """A TLS handshake that a plain-text server broke off (not a certificate problem)."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return False
+    return isinstance(exc, ssl.SSLError | ConnectionResetError | ConnectionAbortedError | EOFError)
+
+
 def describe(exc: BaseException) -> str:
     """A short reason for a failed connection attempt."""
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused"
+    if isinstance(exc, ConnectionResetError):
+        return "connection reset"
     if isinstance(exc, TimeoutError):
         return "timed out"
     if isinstance(exc, OSError) and exc.strerror:

@@ -86,6 +86,11 @@ def agent_id(args: argparse.Namespace) -> str:
     return args.agent_id or os.environ.get("AGORA_HUB_AGENT_ID") or f"cli-{secrets.token_hex(4)}"
 
 
+def throwaway_id(args: argparse.Namespace) -> bool:
+    """Whether the tool connects under a random ``cli-…`` id of its own (none was given)."""
+    return not (args.agent_id or os.environ.get("AGORA_HUB_AGENT_ID"))
+
+
 def token_reader(path: str) -> Callable[[], Awaitable[str]]:
     """A token provider reading ``path`` (surrounding whitespace dropped)."""
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from protocol.messages import MessageType
+from agora_client.wire import MessageType
 
 ChunkKind = Literal["delta", "done", "cancel"]
 
@@ -44,12 +44,20 @@ class Event:
     #: for an unsigned one, None for ordinary data. ``signer`` is the key id.
     verified: bool | None = None
     signer: str | None = None
+    #: An addressed event's recipients (``to`` of the publish), else None.
+    to: str | list[str] | None = None
 
     @property
     def text(self) -> str | None:
         """``data["text"]`` when it is a string."""
         text = self.data.get("text")
         return text if isinstance(text, str) else None
+
+    @property
+    def in_reply_to(self) -> str | None:
+        """``data["in_reply_to"]``: the ``event_id`` of the event this one answers."""
+        answered = self.data.get("in_reply_to")
+        return answered if isinstance(answered, str) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +255,16 @@ def parse_event(f: dict[str, Any]) -> Event | None:
         request_id=_rid(f.get("request_id")),
         verified=f.get("verified") if isinstance(f.get("verified"), bool) else None,
         signer=_str(f.get("signer")),
+        to=_recipients(f.get("to")),
     )
+
+
+def _recipients(v: Any) -> str | list[str] | None:
+    if isinstance(v, str):
+        return v
+    if isinstance(v, list):
+        return [a for a in v if isinstance(a, str)]
+    return None
 
 
 def parse_members(f: dict[str, Any]) -> MembersChanged | None:
@@ -353,7 +370,7 @@ StreamStatus = Literal["complete", "cancelled", "incomplete"]
 
 @dataclass(frozen=True, slots=True)
 class AssembledEvent:
-    """A stream put back together by :class:`~hub.client.assembly.StreamAssembler`.
+    """A stream put back together by :class:`~agora_client.assembly.StreamAssembler`.
 
     ``data`` is the first delta's fields with ``text`` replaced by the
     concatenation of every delta's text. ``status`` says how it ended:
@@ -387,3 +404,9 @@ class AssembledEvent:
     @property
     def complete(self) -> bool:
         return self.status == "complete"
+
+    @property
+    def in_reply_to(self) -> str | None:
+        """``data["in_reply_to"]`` of the stream's first delta: the event it answers."""
+        answered = self.data.get("in_reply_to")
+        return answered if isinstance(answered, str) else None

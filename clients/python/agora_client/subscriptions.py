@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any, Generic, Literal, TypeVar
 
-log = logging.getLogger("hub.client")
+log = logging.getLogger("agora_client")
 
 Kind = Literal["event", "members", "delta", "done", "cancel", "resumed"]
 ALL_KINDS: frozenset[str] = frozenset({"event", "members", "delta", "done", "cancel", "resumed"})
@@ -51,7 +51,7 @@ class Subscription(Generic[T]):
 
     Use it as ``async for item in sub`` or ``item = await sub.get(timeout=…)``;
     ``close()`` (or ``async with``) ends it. Iteration stops when the client is
-    closed, and raises :class:`~hub.client.errors.ConnectionClosed` when the
+    closed, and raises :class:`~agora_client.errors.ConnectionClosed` when the
     connection is lost for good (no reconnect, or reconnect gave up).
     """
 

@@ -1,11 +1,11 @@
-"""The connection under a :class:`~hub.client.Client`: opened, read, kept alive, reopened.
+"""The connection under a :class:`~agora_client.Client`: opened, read, kept alive, reopened.
 
 Lifecycle: :meth:`Connection.connect` opens the connection
-(:mod:`hub.client.handshake`) and waits for ``agent.registered``; a reader
+(:mod:`agora_client.handshake`) and waits for ``agent.registered``; a reader
 task then hands every frame to ``_dispatch`` and a heartbeat task
-(:mod:`hub.client.keepalive`) keeps the connection alive on the interval the
+(:mod:`agora_client.keepalive`) keeps the connection alive on the interval the
 hub advertised. :meth:`Connection.aclose` is idempotent; ``async with`` does
-both. Requests are matched to their answers by id (:mod:`hub.client.requests`).
+both. Requests are matched to their answers by id (:mod:`agora_client.requests`).
 
 With ``reconnect=True`` a lost connection (anything but a refusal that needs
 a change on this side: close codes 4401, 4409, 4429, and 4403 — an operator
@@ -13,7 +13,7 @@ disconnected the agent) is reopened with jittered exponential backoff, and
 what the client had set up on it is set up again (``_restore``: the last
 ``register()``, the spaces joined, from where the client was). Requests made
 meanwhile wait for the connection up to their timeout; requests in flight
-when it dropped fail with :class:`~hub.client.errors.ConnectionClosed` (they
+when it dropped fail with :class:`~agora_client.errors.ConnectionClosed` (they
 may or may not have been carried out). Subscriptions carry on across
 reconnects.
 """
@@ -30,7 +30,7 @@ import orjson
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed as WsClosed
 
-from hub.client.errors import (
+from agora_client.errors import (
     AgentExists,
     ConnectionClosed,
     ConnectionFailed,
@@ -43,21 +43,21 @@ from hub.client.errors import (
     Unavailable,
     closed,
 )
-from hub.client.handshake import describe, handshake, ws_url
-from hub.client.keepalive import TERMINAL_CLOSE_CODES, Backoff, Traffic, keep_alive
-from hub.client.models import Registration
-from hub.client.requests import PendingRequests
-from hub.client.streams import OutgoingStream, OutgoingStreams
-from hub.client.subscriptions import Router
-from protocol.messages import MessageType
+from agora_client.handshake import describe, handshake, ws_url
+from agora_client.keepalive import TERMINAL_CLOSE_CODES, Backoff, Traffic, keep_alive
+from agora_client.models import Registration
+from agora_client.requests import PendingRequests
+from agora_client.streams import OutgoingStream, OutgoingStreams
+from agora_client.subscriptions import Router
+from agora_client.wire import MessageType
 
-log = logging.getLogger("hub.client")
+log = logging.getLogger("agora_client")
 
 
 class Connection:
     """One agent's connection to a hub, reopened when lost (``reconnect``).
 
-    The base of :class:`~hub.client.Client`, which documents the arguments.
+    The base of :class:`~agora_client.Client`, which documents the arguments.
     It owns what lives and dies with the connection: the requests in flight,
     the streams being published, and the subscriptions (ended when the
     client stops for good).

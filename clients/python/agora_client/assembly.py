@@ -1,8 +1,8 @@
 """Receiving streams: putting their deltas back together into whole events.
 
 :class:`StreamAssembler` is a pure bookkeeping object fed with
-:class:`~hub.client.models.StreamChunk` values; it returns an
-:class:`~hub.client.models.AssembledEvent` when a stream finishes, is
+:class:`~agora_client.models.StreamChunk` values; it returns an
+:class:`~agora_client.models.AssembledEvent` when a stream finishes, is
 cancelled, or is given up on (no frame for ``incomplete_timeout`` seconds).
 :class:`AssembledEvents` drives it from a subscription; it is what
 ``client.assembled_events()`` returns.
@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hub.client.models import AssembledEvent, Event, StreamChunk, StreamStatus
-from hub.client.subscriptions import RESET, Subscription
+from agora_client.models import AssembledEvent, Event, StreamChunk, StreamStatus
+from agora_client.subscriptions import RESET, Subscription
 
 # How many streams an assembler remembers having given up on, so that their
 # late frames are ignored rather than reported a second time.
