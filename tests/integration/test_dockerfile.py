@@ -253,6 +253,7 @@ def test_dockerfile_steps_build_an_image_that_serves(tmp_path):
             assert hub.wait(30) == 0, (tmp_path / "hub.log").read_text(errors="replace")
 
 
+@pytest.mark.timeout(360)  # a venv and two pip installs: minutes on a busy machine
 def test_systemd_install_script_stages_a_working_install(tmp_path):
     """install.sh with DESTDIR: venv, config and unit in place, and the staged hub serves."""
     build = parse_dockerfile(DOCKERFILE.read_text())[0]
