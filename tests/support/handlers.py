@@ -73,14 +73,25 @@ class Switches:
         self.gates: dict[str, asyncio.Event] = {}
         #: Names of the operations called, in order.
         self.calls: list[str] = []
+        self._called = asyncio.Event()
 
     def hold(self, op: str) -> asyncio.Event:
         """Hold ``op`` until the returned event is set."""
         gate = self.gates[op] = asyncio.Event()
         return gate
 
-    async def enter(self, op: str) -> None:
+    def record(self, op: str) -> None:
         self.calls.append(op)
+        self._called.set()
+
+    async def reached(self, op: str, count: int = 1) -> None:
+        """Wait until ``op`` has been called ``count`` times (bound it with a timeout)."""
+        while self.calls.count(op) < count:
+            self._called.clear()
+            await self._called.wait()
+
+    async def enter(self, op: str) -> None:
+        self.record(op)
         gate = self.gates.get(op)
         if gate is not None:
             await gate.wait()
@@ -97,7 +108,7 @@ class FlakyBackplane(MemoryBackplane):
 
     def publish_nowait(self, space: str, draft: Draft) -> asyncio.Future[int]:
         if "publish" in self.switches.fail:
-            self.switches.calls.append("publish")
+            self.switches.record("publish")
             future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
             future.set_exception(BackplaneUnavailable("publish: redis down"))
             return future
