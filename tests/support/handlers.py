@@ -66,10 +66,12 @@ from tests.support.peers import FakePeer
 
 
 class Switches:
-    """Operations to fail (``fail``) or hold until released (``gates``)."""
+    """Operations to fail (``fail``, ``fail_from``) or hold until released (``gates``)."""
 
     def __init__(self) -> None:
         self.fail: set[str] = set()
+        #: Fail an operation from its n-th call on (1: every call).
+        self.fail_from: dict[str, int] = {}
         self.gates: dict[str, asyncio.Event] = {}
         #: Names of the operations called, in order.
         self.calls: list[str] = []
@@ -95,7 +97,7 @@ class Switches:
         gate = self.gates.get(op)
         if gate is not None:
             await gate.wait()
-        if op in self.fail:
+        if op in self.fail or self.calls.count(op) >= self.fail_from.get(op, 1 << 62):
             raise BackplaneUnavailable(f"{op}: redis down")
 
 
