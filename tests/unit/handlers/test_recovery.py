@@ -290,6 +290,7 @@ async def test_a_replay_cut_short_closes_the_connection_to_resume_again(
 
 async def test_history_returns_the_newest_events_a_member_may_see(rig: HandlerRig) -> None:
     alice, bob = await resumer(rig)
+    bob.frames.clear()
     carol = await rig.connect("carol")
     await rig.join(carol, "room")
     await say(rig, alice, 1, 2)
@@ -310,3 +311,5 @@ async def test_history_returns_the_newest_events_a_member_may_see(rig: HandlerRi
     outsider = await rig.connect("dave")
     await rig.send(outsider, {"type": "space.history", "id": "h3", "space": "room"})
     assert outsider.errors() == [("UNAUTHORIZED", "h3")]
+    await rig.send(bob, {"type": "space.history", "id": "h4", "space": "room", "limit": 3})
+    assert [e["data"]["n"] for e in bob.one("space.history")["events"]] == [3, 4, 5]
