@@ -231,6 +231,22 @@ async def test_a_streamed_publish_is_retried_without_a_second_stream(make_rig: A
     assert bob.messages() == first
 
 
+async def test_a_resent_signed_envelope_is_refused_as_replayed_whatever_its_key(
+    room: Room,
+) -> None:
+    """The documented exception (docs/delivery.md): an envelope's own replay
+    protection answers a retry, before any idempotency key is looked at."""
+    rig, alice, bob, _ = room
+    envelope = agora_request()
+    await rig.publish(alice, "room", envelope, id="p1", idempotency_key="k", echo=False)
+    await rig.publish(alice, "room", envelope, id="p2", idempotency_key="k", echo=False)
+    assert alice.messages()[0]["type"] == "space.published"
+    error = alice.messages()[1]
+    assert (error["code"], error["request_id"]) == ("UNAUTHORIZED", "p2")
+    assert "replayed" in error["message"]
+    assert len(bob.messages()) == 1 and await last_seq(rig) == 1
+
+
 # ── client streams ───────────────────────────────────────────────────────────
 
 
