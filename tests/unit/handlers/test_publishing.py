@@ -424,3 +424,15 @@ async def test_an_addressed_envelope_to_a_non_member_records_nothing(room: Room)
     assert alice.errors() == [("INVALID_REQUEST", "p1")]
     await rig.publish(alice, "room", envelope, id="p2", to="bob")
     assert bob.one()["verified"] is True, "the refused attempt did not burn its id"
+
+
+async def test_a_full_seen_id_cache_refuses_envelopes_rather_than_let_them_through(
+    make_rig: Any,
+) -> None:
+    rig, alice, bob, _ = await room_of(await make_rig(kv_max_entries=1))
+    await rig.publish(alice, "room", agora_request(), id="p1")
+    await rig.publish(alice, "room", agora_request(), id="p2")  # cannot tell if replayed
+    assert alice.errors() == [("UNAVAILABLE", "p2")]
+    assert len(bob.messages()) == 1 and await last_seq(rig) == 1
+    await rig.publish(alice, "room", {"text": "plain"}, id="p3")
+    assert bob.messages()[-1]["data"]["text"] == "plain", "other publishes are not affected"
