@@ -11,7 +11,7 @@ port, keep small shared state in the cluster's key-value store, read who is
 in a space, and authenticate HTTP callers as agents.
 
 Adapters import this module, :mod:`protocol` and their own package — nothing
-else of ``hub`` (``tests/unit/test_layers.py``). So everything they need is
+else of ``hub`` (``tests/unit/repo/test_layers.py``). So everything they need is
 named here: the host and adapter protocols, the virtual member, the errors
 they catch, the records they read and the bounded body reader.
 """

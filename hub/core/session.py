@@ -4,7 +4,7 @@ A :class:`Session` is fed inbound frames (``receive``) and the clock
 (``check_liveness``, ``expire_streams``) and answers with *actions*: replies
 to send, requests for the node to carry out, or a close. It never touches a
 socket, the backplane or the real clock, so it is tested by feeding literal
-frames (``tests/unit/test_session.py``).
+frames (``tests/unit/core/test_session.py``).
 
 What the session decides on its own: decoding and validation, rate limiting,
 liveness, heartbeat replies, identity checks (``agent.register`` id,

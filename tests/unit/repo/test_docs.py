@@ -5,7 +5,7 @@ from pathlib import Path
 from hub.config.settings import FILE_ONLY, Settings
 from protocol.errors import CloseCode, ErrorCode
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+DOCS = Path(__file__).resolve().parents[3] / "docs"
 
 
 def test_every_setting_is_in_the_configuration_table():

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 # Each package and the folder it lives in (the client SDK is its own distribution).
 SOURCES = {
     "hub": ROOT,
