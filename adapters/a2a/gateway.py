@@ -1,0 +1,594 @@
+"""A2A, inbound: an A2A client talks to the agents of a space (contract §13).
+
+For every space declared with ``a2a = true`` the HTTP port serves::
+
+    GET  /a2a/{space}/.well-known/agent-card.json             the space's card
+    POST /a2a/{space}                                         JSON-RPC 2.0
+    GET  /a2a/{space}/{agent_id}/.well-known/agent-card.json  a member's card
+    POST /a2a/{space}/{agent_id}                              JSON-RPC, to that member
+
+``SendMessage`` / ``SendStreamingMessage`` publish the message into the space
+from the shared virtual agent ``a2a`` (one copy per node, so any node behind a
+load balancer serves a request); the first event answering it (``data.
+in_reply_to``) makes the task's outcome (:mod:`adapters.a2a.runs`). Replies
+reach every node's copy; only the node holding the request relays them.
+Tasks live in the key-value store (:mod:`adapters.a2a.store`): ``GetTask``,
+``CancelTask`` and a multi-turn task's next message work on any node.
+
+Bounded (:class:`InboundOptions`): request bodies (413), parts per message,
+turns per task, tasks open on this node and SSE streams on this node (503
+with ``Retry-After``), the reply kept per task, and every wait
+(``bridge_timeout`` → ``TASK_STATE_FAILED`` "Timeout").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import structlog
+from aiohttp import web
+
+from adapters.a2a.cards import member_card, space_card
+from adapters.a2a.runs import TaskRun
+from adapters.a2a.store import TaskStore
+from adapters.replies import ReplyWaiters
+from hub.adapter_host import (
+    AdapterHost,
+    AuthError,
+    BackplaneUnavailable,
+    Caller,
+    RequestFailed,
+    VirtualMember,
+    read_at_most,
+)
+from protocol import codec
+from protocol.a2a import jsonrpc, sse
+from protocol.a2a.card import WELL_KNOWN
+from protocol.a2a.jsonrpc import RpcError, RpcRequest
+from protocol.a2a.mapping import VIA, cancel_data, request_data
+from protocol.a2a.model import INTERRUPTED, SendParams, TaskState, send_params, task_query
+from protocol.a2a.tasks import TaskRecord
+from protocol.errors import ProtocolError
+from protocol.names import is_valid_agent_id
+
+log = structlog.get_logger("adapters.a2a")
+
+PUSH_METHODS = frozenset(
+    {
+        "CreateTaskPushNotificationConfig",
+        "GetTaskPushNotificationConfig",
+        "ListTaskPushNotificationConfigs",
+        "DeleteTaskPushNotificationConfig",
+    }
+)
+UNSUPPORTED_METHODS = frozenset({"ListTasks", "SubscribeToTask", "GetExtendedAgentCard"})
+
+
+@dataclass(frozen=True, slots=True)
+class SpaceCard:
+    """How a space introduces itself (``a2a_name``, ``a2a_description``)."""
+
+    name: str | None = None
+    description: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InboundOptions:
+    #: Largest request body; None: the hub's ``max_frame_bytes``.
+    max_body_bytes: int | None = None
+    #: Parts in one message.
+    max_parts: int = 64
+    #: Tasks with a turn in progress on this node (waiting for their answer).
+    max_open_tasks: int = 256
+    #: ``SendStreamingMessage`` responses open on this node.
+    max_streams: int = 128
+    #: Reply text and data kept per task (all turns); more fails the task.
+    max_reply_bytes: int = 1024 * 1024
+    #: Turns (messages) per task.
+    max_turns: int = 16
+    #: Members read for a card.
+    member_scan_limit: int = 200
+    #: How often this node looks for cancels of its open tasks made on other nodes.
+    cancel_poll: float = 1.0
+    #: An SSE comment line after this much silence, so proxies keep the stream.
+    keepalive: float = 15.0
+
+
+class Refused(Exception):
+    """A request answered at the HTTP level (401, 404, 413, 503 …)."""
+
+    def __init__(self, response: web.Response):
+        super().__init__(response.status)
+        self.response = response
+
+
+class A2aGateway:
+    """The inbound adapter: routes on the HTTP port, the ``a2a`` member."""
+
+    system_spaces: tuple[str, ...] = ()
+
+    def __init__(self, spaces: Mapping[str, SpaceCard], options: InboundOptions | None = None):
+        self.spaces = dict(spaces)
+        self.options = options or InboundOptions()
+        self.waiters = ReplyWaiters(self.options.max_reply_bytes)
+        #: Tasks with a turn in progress on this node.
+        self.runs: dict[str, TaskRun] = {}
+        self.streams = 0
+        self.member: VirtualMember | None = None
+        self.store: TaskStore | None = None
+        self.timeout = 30.0
+        self.max_body_bytes = self.options.max_body_bytes or 1024 * 1024
+        self._starting = 0
+        self._joined: set[str] = set()
+        self._host: AdapterHost | None = None
+        self._background: list[asyncio.Task[None]] = []
+
+    # ── lifecycle ────────────────────────────────────────────────────────
+
+    async def start(self, host: AdapterHost) -> None:
+        s = host.settings
+        self._host = host
+        self.timeout = s.bridge_timeout
+        self.max_body_bytes = self.options.max_body_bytes or s.max_frame_bytes
+        self.store = TaskStore(host.kv, s.history_ttl)
+        self.member = await host.attach(
+            VIA, self._on_message, shared=True, type="bridge", capabilities=("a2a",)
+        )
+        loop = asyncio.get_running_loop()
+        if not await self._join_all():
+            retry = min(1.0, s.heartbeat_interval)
+            self._background.append(loop.create_task(self._keep_joining(retry)))
+        self._background.append(loop.create_task(self._watch_cancels()))
+        base, member = "/a2a/{space}", "/a2a/{space}/{agent_id}"
+        host.mount(
+            [
+                web.get(f"{base}/{WELL_KNOWN}", self._card),
+                web.get(f"{member}/{WELL_KNOWN}", self._card),
+                web.post(base, self._post),
+                web.post(member, self._post),
+            ],
+            on_shutdown=self._on_shutdown,
+        )
+
+    async def aclose(self) -> None:
+        for task in self._background:
+            task.cancel()
+        for run in list(self.runs.values()):
+            run.abort()
+        for task in self._background:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.member is not None:
+            await self.member.aclose()
+
+    async def _on_message(self, msg: dict[str, Any]) -> None:
+        self.waiters.feed(msg)
+
+    async def _on_shutdown(self) -> None:
+        """The HTTP port is closing: open tasks fail now, so their clients get
+        an answer rather than a cut connection."""
+        for run in list(self.runs.values()):
+            run.stop("Hub shutting down: try again")
+        await asyncio.gather(*(run.wait_closed() for run in list(self.runs.values())))
+
+    # ── routes ───────────────────────────────────────────────────────────
+
+    async def _card(self, request: web.Request) -> web.Response:
+        assert self._host is not None
+        space, agent = request.match_info["space"], request.match_info.get("agent_id")
+        info = self.spaces.get(space)
+        if info is None:
+            return _not_found(f"No A2A agent at {request.path[:200]}")
+        try:
+            members = await self._host.member_records(space, self.options.member_scan_limit)
+        except BackplaneUnavailable:
+            return _unavailable()
+        url = f"{self._host.public_url(request)}/a2a/{space}"
+        bearer = self._host.auth_required
+        if agent is None:
+            card = space_card(
+                space, url, members, name=info.name, description=info.description, bearer=bearer
+            )
+        else:
+            record = next((r for r in members if r.agent_id == agent and agent != VIA), None)
+            if record is None:
+                return _not_found(f"No agent {agent[:128]!r} in the A2A space {space!r}")
+            card = member_card(space, f"{url}/{agent}", record, bearer=bearer)
+        return web.Response(body=orjson.dumps(card), content_type="application/json")
+
+    async def _post(self, request: web.Request) -> web.StreamResponse:
+        space, agent = request.match_info["space"], request.match_info.get("agent_id")
+        if space not in self.spaces or (
+            agent is not None and (agent == VIA or not is_valid_agent_id(agent))
+        ):
+            return _not_found(f"No A2A agent at {request.path[:200]}")
+        try:
+            caller = await self._caller(request)
+            version = request.headers.get("A2A-Version", "1.0").strip()
+            rpc = jsonrpc.parse_request(await self._read_json(request))
+            if version.split(".", 1)[0] != "1":
+                raise RpcError(
+                    jsonrpc.VERSION_NOT_SUPPORTED,
+                    f"A2A version {version[:16]!r} is not supported: this gateway speaks 1.0",
+                    rpc.id,
+                )
+            return await self._call(request, rpc, space, agent, caller)
+        except Refused as refused:
+            return refused.response
+        except RpcError as error:
+            return _rpc_error(error)
+
+    async def _call(
+        self, request: web.Request, rpc: RpcRequest, space: str, agent: str | None, caller: Caller
+    ) -> web.StreamResponse:
+        try:
+            return await self._dispatch(request, rpc, space, agent, caller)
+        except RpcError as error:
+            raise error if error.rpc_id is not None else error.with_id(rpc.id) from None
+        except BackplaneUnavailable:
+            return _unavailable(rpc.id)
+
+    async def _dispatch(
+        self, request: web.Request, rpc: RpcRequest, space: str, agent: str | None, caller: Caller
+    ) -> web.StreamResponse:
+        method = rpc.method
+        if method in ("SendMessage", "SendStreamingMessage"):
+            params = send_params(rpc.params, rpc.id, max_parts=self.options.max_parts)
+            return await self._send(request, rpc, params, space, agent, caller)
+        if method == "GetTask":
+            record = await self._visible(task_query(rpc.params, rpc.id).id, space, caller)
+            return _result(rpc, record.wire())
+        if method == "CancelTask":
+            record = await self._cancel(task_query(rpc.params, rpc.id).id, space, caller)
+            return _result(rpc, record.wire())
+        if method in PUSH_METHODS:
+            raise RpcError(
+                jsonrpc.PUSH_NOTIFICATION_NOT_SUPPORTED,
+                "Push notifications are not supported by this agent",
+                rpc.id,
+            )
+        if method in UNSUPPORTED_METHODS:
+            raise RpcError(
+                jsonrpc.UNSUPPORTED_OPERATION, f"{method} is not supported by this agent", rpc.id
+            )
+        raise RpcError(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method[:128]}", rpc.id)
+
+    # ── the request's envelope ───────────────────────────────────────────
+
+    async def _caller(self, request: web.Request) -> Caller:
+        assert self._host is not None
+        header = request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        bearer = token.strip() if scheme.lower() == "bearer" and token.strip() else None
+        try:
+            return await self._host.identify(bearer, prefix="a2a-caller")
+        except AuthError:
+            raise Refused(
+                web.json_response(
+                    {"error": "unauthorized: a valid bearer token is required"},
+                    status=401,
+                    headers={"WWW-Authenticate": 'Bearer realm="agora-hub"'},
+                )
+            ) from None
+
+    async def _read_json(self, request: web.Request) -> Any:
+        """The request body as JSON, bounded in size (413) and nesting (400).
+
+        The one place a body is read: only after it is whole and valid does a
+        request take a slot (an open task, a stream)."""
+        limit = self.max_body_bytes
+        body = await read_at_most(request.content, limit, request.content_length)
+        if body is None:
+            error = RpcError(jsonrpc.INVALID_REQUEST, f"Request body exceeds {limit} bytes")
+            raise Refused(_rpc_response(error, 413))
+        obj = jsonrpc.decode(body)
+        try:
+            codec.check_json_bounds(body.decode("utf-8", "replace"), obj)
+        except ProtocolError as exc:
+            raise Refused(
+                _rpc_response(RpcError(jsonrpc.INVALID_REQUEST, exc.message), 400)
+            ) from None
+        return obj
+
+    # ── SendMessage / SendStreamingMessage ───────────────────────────────
+
+    async def _send(
+        self,
+        request: web.Request,
+        rpc: RpcRequest,
+        params: SendParams,
+        space: str,
+        agent: str | None,
+        caller: Caller,
+    ) -> web.StreamResponse:
+        assert self._host is not None and self.store is not None
+        config = params.configuration
+        if config is not None and config.taskPushNotificationConfig is not None:
+            raise RpcError(
+                jsonrpc.PUSH_NOTIFICATION_NOT_SUPPORTED,
+                "Push notifications are not supported by this agent",
+                rpc.id,
+            )
+        if not self._host.may_publish(caller, space):
+            error = RpcError(
+                jsonrpc.INVALID_REQUEST, f"Not allowed to send to the space {space!r}", rpc.id
+            )
+            raise Refused(_rpc_response(error, 403))
+        streaming = rpc.method == "SendStreamingMessage"
+        o = self.options
+        if len(self.runs) + self._starting >= o.max_open_tasks:
+            raise Refused(_busy(rpc.id, "Too many open tasks on this node: try again"))
+        if streaming and self.streams >= o.max_streams:
+            raise Refused(_busy(rpc.id, "Too many streams open on this node: try again"))
+        self._starting += 1
+        try:
+            message = params.message
+            if message.taskId is not None:
+                record = await self._next_turn(message.taskId, message.contextId, space, caller)
+            else:
+                record = TaskRecord(
+                    id=str(uuid.uuid4()),
+                    context_id=message.contextId or str(uuid.uuid4()),
+                    space=space, to=agent, caller=caller.agent_id,
+                    state=TaskState.SUBMITTED, updated_ms=codec.now_ms(),
+                )  # fmt: skip
+            data = request_data(record.id, record.context_id, message, caller.agent_id)
+            run = await self._publish_turn(record, data, rpc)
+        finally:
+            self._starting -= 1
+        listener = run.listen() if streaming else None
+        self.runs[record.id] = run
+        run.start(self._run_done)
+        if streaming:
+            assert listener is not None
+            return await self._stream(request, rpc, run, listener)
+        if config is not None and config.returnImmediately:
+            return _result(rpc, {"task": record.wire()})
+        await run.wait_closed()
+        return _result(rpc, {"task": run.record.wire()})
+
+    async def _next_turn(
+        self, task_id: str, context_id: str | None, space: str, caller: Caller
+    ) -> TaskRecord:
+        """The task a follow-up message continues, ready for its next turn."""
+        assert self.store is not None
+        record = await self._visible(task_id, space, caller)
+        if context_id is not None and context_id != record.context_id:
+            raise RpcError(jsonrpc.INVALID_PARAMS, "contextId does not match the task's")
+        if record.terminal:
+            raise RpcError(
+                jsonrpc.UNSUPPORTED_OPERATION,
+                f"Task {task_id} is in terminal state: {record.state}",
+            )
+        if record.state not in INTERRUPTED:
+            raise RpcError(
+                jsonrpc.UNSUPPORTED_OPERATION,
+                f"Task {task_id} is still working: wait for its answer",
+            )
+        if record.turn >= self.options.max_turns:
+            raise RpcError(
+                jsonrpc.UNSUPPORTED_OPERATION,
+                f"Task {task_id} has had {record.turn} turns: start a new task",
+            )
+        if not await self.store.claim_turn(task_id, record.turn + 1):
+            raise RpcError(
+                jsonrpc.UNSUPPORTED_OPERATION, f"Task {task_id} is already being continued"
+            )
+        return dataclasses.replace(record, turn=record.turn + 1, message=None)
+
+    async def _publish_turn(
+        self, record: TaskRecord, data: dict[str, Any], rpc: RpcRequest
+    ) -> TaskRun:
+        """Publish the turn's request event; the run that will follow its answer."""
+        assert self.store is not None
+        with self.waiters.publishing():
+            event_id = await self._publish(record.space, data, record.to, rpc.id)
+            relay = self.waiters.relay(event_id)
+        record.event_id = event_id
+        record.move(TaskState.WORKING, codec.now_ms())
+        return TaskRun(
+            record, relay, self.store,
+            timeout=self.timeout, max_reply_bytes=self.options.max_reply_bytes,
+            stop_stream=lambda stream_id: self._stop_stream(record.space, stream_id),
+        )  # fmt: skip
+
+    def _run_done(self, run: TaskRun) -> None:
+        if self.runs.get(run.task_id) is run:
+            del self.runs[run.task_id]
+        if run.record.event_id is not None:
+            self.waiters.forget(run.record.event_id)
+
+    async def _stream(
+        self,
+        request: web.Request,
+        rpc: RpcRequest,
+        run: TaskRun,
+        updates: asyncio.Queue[dict[str, Any] | None],
+    ) -> web.StreamResponse:
+        self.streams += 1
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": sse.CONTENT_TYPE,
+                "Cache-Control": "no-store",
+                "X-Accel-Buffering": "no",
+            }
+        )
+        try:
+            await response.prepare(request)
+            while True:
+                try:
+                    async with asyncio.timeout(self.options.keepalive):
+                        update = await updates.get()
+                except TimeoutError:
+                    await response.write(sse.KEEPALIVE)
+                    continue
+                if update is None:
+                    break
+                await response.write(sse.event(jsonrpc.response(rpc.id, update)))
+            await response.write_eof()
+        except ConnectionResetError:
+            run.detach()  # the client left: the task goes on, stored for GetTask
+        finally:
+            self.streams -= 1
+        return response
+
+    # ── GetTask / CancelTask ─────────────────────────────────────────────
+
+    async def _visible(self, task_id: str, space: str, caller: Caller) -> TaskRecord:
+        """The task, as this caller may see it; -32001 otherwise."""
+        assert self.store is not None and self._host is not None
+        run = self.runs.get(task_id)
+        record = run.record if run is not None else await self.store.load(task_id)
+        if (
+            record is None
+            or record.space != space
+            or (self._host.auth_required and record.caller != caller.agent_id)
+        ):
+            raise RpcError(jsonrpc.TASK_NOT_FOUND, "Task not found")
+        return record
+
+    async def _cancel(self, task_id: str, space: str, caller: Caller) -> TaskRecord:
+        assert self.store is not None
+        record = await self._visible(task_id, space, caller)
+        if record.terminal or not await self.store.cancel(task_id):
+            raise RpcError(jsonrpc.TASK_NOT_CANCELABLE, "Task cannot be canceled")
+        run = self.runs.get(task_id)
+        if run is not None:
+            run.cancel()
+        try:
+            await self._publish(space, cancel_data(task_id), record.to, None)
+        except (RpcError, Refused) as exc:  # the agent left, say: cancelled all the same
+            log.info("a2a cancel not announced", task_id=task_id, reason=str(exc))
+        cancelled = dataclasses.replace(record, artifacts=list(record.artifacts))
+        cancelled.move(TaskState.CANCELED, codec.now_ms())
+        return cancelled
+
+    async def _watch_cancels(self) -> None:
+        """Cancels made on other nodes reach the runs of this one."""
+        assert self.store is not None
+        while True:
+            await asyncio.sleep(self.options.cancel_poll)
+            for run in list(self.runs.values()):
+                try:
+                    if await self.store.cancelled(run.task_id):
+                        run.cancel()
+                except BackplaneUnavailable:
+                    break
+
+    # ── the a2a member ───────────────────────────────────────────────────
+
+    async def _publish(
+        self, space: str, data: dict[str, Any], to: str | None, rpc_id: jsonrpc.RequestId
+    ) -> str:
+        assert self.member is not None
+        await self._ensure_joined(space, rpc_id)
+        for attempt in (1, 2):
+            try:
+                published = await self.member.publish(space, data, to=to, echo=False)
+                return str(published["event_id"])
+            except RequestFailed as exc:
+                # Membership lost (Redis flushed, space re-created): join again, once.
+                if attempt == 1 and exc.code in ("UNAUTHORIZED", "SPACE_NOT_FOUND"):
+                    self._joined.discard(space)
+                    await self._ensure_joined(space, rpc_id)
+                    continue
+                raise await self._refused(exc, space, to, rpc_id) from None
+            except TimeoutError:
+                raise Refused(_unavailable(rpc_id)) from None
+        raise AssertionError("unreachable")
+
+    async def _refused(
+        self, exc: RequestFailed, space: str, to: str | None, rpc_id: jsonrpc.RequestId
+    ) -> Exception:
+        """The hub refused the gateway's own publish: an HTTP-level answer."""
+        if exc.code == "RATE_LIMITED":
+            error = RpcError(jsonrpc.INTERNAL_ERROR, "Rate limited: try again", rpc_id)
+            return Refused(_rpc_response(error, 429, retry=True))
+        if exc.code == "UNAVAILABLE":
+            return Refused(_unavailable(rpc_id))
+        if exc.code == "INVALID_REQUEST" and to is not None:
+            assert self._host is not None
+            with contextlib.suppress(BackplaneUnavailable):
+                members = await self._host.member_records(space, self.options.member_scan_limit)
+                if all(r.agent_id != to for r in members):
+                    return Refused(_not_found(f"No agent {to!r} in the A2A space {space!r}"))
+        log.warning("a2a request refused by the hub", code=exc.code, reason=str(exc))
+        return RpcError(jsonrpc.INVALID_PARAMS, f"The hub refused the message: {exc}", rpc_id)
+
+    async def _stop_stream(self, space: str, stream_id: str) -> None:
+        """Stop receiving a reply stream on this node (a receiver cancel)."""
+        assert self.member is not None
+        msg = {"type": "space.event.cancel", "space": space, "event_id": stream_id}
+        with contextlib.suppress(RequestFailed, TimeoutError):
+            await self.member.request(msg, timeout=5.0)
+
+    async def _join_all(self) -> bool:
+        """Join every space not joined yet, if the node is ready; True when done."""
+        if self._host is None or not self._host.ready:
+            return False
+        for space in self.spaces:
+            try:
+                await self._ensure_joined(space, None)
+            except (Refused, RpcError):
+                log.warning("a2a gateway could not join yet", space=space)
+        return self._joined.issuperset(self.spaces)
+
+    async def _keep_joining(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            if await self._join_all():
+                return
+
+    async def _ensure_joined(self, space: str, rpc_id: jsonrpc.RequestId) -> None:
+        if space in self._joined:
+            return
+        if self._host is None or not self._host.ready:
+            raise Refused(_unavailable(rpc_id))
+        assert self.member is not None
+        try:
+            await self.member.join(space)
+        except RequestFailed as exc:
+            raise await self._refused(exc, space, None, rpc_id) from None
+        except TimeoutError:
+            raise Refused(_unavailable(rpc_id)) from None
+        self._joined.add(space)
+
+
+# ── responses ────────────────────────────────────────────────────────────
+
+
+def _result(rpc: RpcRequest, result: Any) -> web.Response:
+    return web.Response(body=jsonrpc.response(rpc.id, result), content_type="application/json")
+
+
+def _rpc_response(error: RpcError, status: int = 200, *, retry: bool = False) -> web.Response:
+    headers = {"Retry-After": "1"} if retry else None
+    return web.Response(
+        status=status,
+        body=jsonrpc.error_response(error),
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+def _rpc_error(error: RpcError) -> web.Response:
+    return _rpc_response(error, error.http_status)
+
+
+def _busy(rpc_id: jsonrpc.RequestId, message: str) -> web.Response:
+    return _rpc_response(RpcError(jsonrpc.INTERNAL_ERROR, message, rpc_id), 503, retry=True)
+
+
+def _unavailable(rpc_id: jsonrpc.RequestId = None) -> web.Response:
+    return _busy(rpc_id, "Hub unavailable: try again")
+
+
+def _not_found(message: str) -> web.Response:
+    return web.json_response({"error": message}, status=404)
