@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +34,7 @@ from protocol.a2a.mapping import (
     message_outcome,
     parts_text,
     remote_outcome,
+    split_parts,
     task_state,
 )
 from protocol.a2a.model import TERMINAL, user_message
@@ -131,8 +132,15 @@ class Call:
         except RemoteFailure as exc:
             return self._answer(RemoteOutcome("failure", error=exc.reason))
 
-    def _answer(self, outcome: RemoteOutcome) -> Answer:
-        return Answer(outcome, self.task_id, self.context_id, self._stream)
+    def _answer(self, outcome: RemoteOutcome, parts: Sequence[dict[str, Any]] = ()) -> Answer:
+        """The call's answer. A success whose streamed chunks never went out
+        (it was complete within the flush interval) becomes a plain answer
+        made of those chunks."""
+        stream = self._stream
+        if outcome.kind == "success" and parts and (stream is None or stream.discard()):
+            text, data = split_parts(list(parts))
+            return Answer(RemoteOutcome("success", text, data), self.task_id, self.context_id)
+        return Answer(outcome, self.task_id, self.context_id, stream)
 
     def _ids(self, obj: dict[str, Any], task_key: str = "id") -> None:
         task_id, context_id = obj.get(task_key), obj.get("contextId")
@@ -143,6 +151,7 @@ class Call:
 
     async def _streamed(self, params: dict[str, Any]) -> Answer:
         size = 0
+        parts: list[dict[str, Any]] = []
         async for result in self.remote.stream(params):
             if isinstance(result.get("message"), dict):
                 self._ids(result["message"], "taskId")
@@ -152,14 +161,16 @@ class Call:
                 self._ids(task)
                 outcome = remote_outcome(task)
                 if outcome is not None:
-                    return self._answer(outcome)
+                    return self._answer(outcome, parts)
                 continue
             update = result.get("artifactUpdate")
             if isinstance(update, dict):
                 self._ids(update, "taskId")
                 artifact = update.get("artifact")
-                parts = artifact.get("parts") if isinstance(artifact, dict) else None
-                text = parts_text(parts if isinstance(parts, list) else [])
+                chunk = artifact.get("parts") if isinstance(artifact, dict) else None
+                chunk = [p for p in chunk if isinstance(p, dict)] if isinstance(chunk, list) else []
+                text = parts_text(chunk)
+                parts += chunk
                 size += len(text.encode("utf-8", "surrogatepass"))
                 if size > self.max_reply_bytes:
                     error = f"The remote's answer exceeds {self.max_reply_bytes} bytes"
@@ -171,7 +182,7 @@ class Call:
                 self._ids(update, "taskId")
                 outcome = remote_outcome(update)
                 if outcome is not None:
-                    return self._answer(outcome)
+                    return self._answer(outcome, parts)
         return self._answer(
             RemoteOutcome("failure", error="The remote ended its stream without a final status")
         )

@@ -370,7 +370,10 @@ class A2aOutbound:
     ) -> None:
         """Publish the end of the answer and remember what a next message needs."""
         assert self.memory is not None
-        outcome, stream, context = answer.outcome, call.stream, answer.context_id
+        outcome, stream, context = answer.outcome, answer.streamed, answer.context_id
+        if call.stream is not None:
+            self._streams.pop(call.stream.prefix, None)
+            await call.stream.aclose()
         name = _name(_data(event).get("context_id"))
         if outcome.kind != "failure" and context is not None:
             with contextlib.suppress(BackplaneUnavailable):
@@ -384,8 +387,6 @@ class A2aOutbound:
             with contextlib.suppress(BackplaneUnavailable):
                 await self.memory.forget_waiting(request.task_id)
         if stream is not None:
-            self._streams.pop(stream.prefix, None)
-            await stream.aclose()
             if stream.failure is not None and outcome.kind == "success":
                 outcome = _failed(f"The answer could not be relayed ({stream.failure})")
             if outcome.kind == "failure":

@@ -9,8 +9,12 @@ answer fails half-way.
 Chunks are coalesced: a delta goes out at most every ``flush_interval``
 seconds (and whenever 16 KiB are waiting), so a remote that streams token by
 token cannot push the bridge's virtual member over the hub's per-connection
-rate limit. Every frame carries a request id under :attr:`ReplyStream.prefix`,
-so a refusal from the hub (``RATE_LIMITED``, say) finds its stream
+rate limit. The first one waits too: an answer that is complete within
+``flush_interval`` never opens a stream (:meth:`ReplyStream.discard`) and is
+published as one plain event instead.
+
+Every frame carries a request id under :attr:`ReplyStream.prefix`, so a
+refusal from the hub (``RATE_LIMITED``, say) finds its stream
 (:meth:`ReplyStream.refused`), which then counts as failed.
 """
 
@@ -42,6 +46,7 @@ class ReplyStream:
         self._buffered = 0
         self._frames = 0
         self._last = 0.0
+        self._opened_at = asyncio.get_running_loop().time()
         self._lock = asyncio.Lock()
         self._timer: asyncio.TimerHandle | None = None
         self._flusher: asyncio.Task[None] | None = None
@@ -61,7 +66,9 @@ class ReplyStream:
         self._buffered += len(text)
         loop = asyncio.get_running_loop()
         due = self._last + self.flush_interval - loop.time()
-        if due <= 0 or self._buffered >= FLUSH_BYTES or not self.opened:
+        if not self.opened:
+            due = max(due, self._opened_at + self.flush_interval - loop.time())
+        if due <= 0 or self._buffered >= FLUSH_BYTES:
             await self.flush()
         elif self._timer is None:
             self._timer = loop.call_later(due, self._flush_later)
@@ -107,6 +114,16 @@ class ReplyStream:
                      "event_id": self.event_id, "reason": reason[:256]}
                 )  # fmt: skip
             self._ended = True
+
+    def discard(self) -> bool:
+        """Drop what is buffered, if no delta went out yet; whether it was so
+        (the answer is then published as a plain event instead)."""
+        if self.opened:
+            return False
+        self._stop_timer()
+        self._buffer.clear()
+        self._ended = True
+        return True
 
     def _stop_timer(self) -> None:
         if self._timer is not None:
