@@ -35,7 +35,10 @@ import orjson
 import structlog
 from aiohttp import web
 
+from adapters.a2a import answers
+from adapters.a2a.answers import Refused
 from adapters.a2a.cards import member_card, space_card
+from adapters.a2a.member import GatewayMember
 from adapters.a2a.runs import TaskRun
 from adapters.a2a.store import TaskStore
 from adapters.replies import ReplyWaiters
@@ -44,8 +47,6 @@ from hub.adapter_host import (
     AuthError,
     BackplaneUnavailable,
     Caller,
-    RequestFailed,
-    VirtualMember,
     read_at_most,
 )
 from protocol import codec
@@ -101,14 +102,6 @@ class InboundOptions:
     keepalive: float = 15.0
 
 
-class Refused(Exception):
-    """A request answered at the HTTP level (401, 404, 413, 503 …)."""
-
-    def __init__(self, response: web.Response):
-        super().__init__(response.status)
-        self.response = response
-
-
 class A2aGateway:
     """The inbound adapter: routes on the HTTP port, the ``a2a`` member."""
 
@@ -121,12 +114,11 @@ class A2aGateway:
         #: Tasks with a turn in progress on this node.
         self.runs: dict[str, TaskRun] = {}
         self.streams = 0
-        self.member: VirtualMember | None = None
+        self.member = GatewayMember(self.spaces, member_scan_limit=self.options.member_scan_limit)
         self.store: TaskStore | None = None
         self.timeout = 30.0
         self.max_body_bytes = self.options.max_body_bytes or 1024 * 1024
         self._starting = 0
-        self._joined: set[str] = set()
         self._host: AdapterHost | None = None
         self._background: list[asyncio.Task[None]] = []
 
@@ -138,14 +130,8 @@ class A2aGateway:
         self.timeout = s.bridge_timeout
         self.max_body_bytes = self.options.max_body_bytes or s.max_frame_bytes
         self.store = TaskStore(host.kv, s.history_ttl)
-        self.member = await host.attach(
-            VIA, self._on_message, shared=True, type="bridge", capabilities=("a2a",)
-        )
-        loop = asyncio.get_running_loop()
-        if not await self._join_all():
-            retry = min(1.0, s.heartbeat_interval)
-            self._background.append(loop.create_task(self._keep_joining(retry)))
-        self._background.append(loop.create_task(self._watch_cancels()))
+        await self.member.start(host, self._on_message)
+        self._background.append(asyncio.get_running_loop().create_task(self._watch_cancels()))
         base, member = "/a2a/{space}", "/a2a/{space}/{agent_id}"
         host.mount(
             [
@@ -165,8 +151,7 @@ class A2aGateway:
         for task in self._background:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if self.member is not None:
-            await self.member.aclose()
+        await self.member.aclose()
 
     async def _on_message(self, msg: dict[str, Any]) -> None:
         self.waiters.feed(msg)
@@ -185,11 +170,11 @@ class A2aGateway:
         space, agent = request.match_info["space"], request.match_info.get("agent_id")
         info = self.spaces.get(space)
         if info is None:
-            return _not_found(f"No A2A agent at {request.path[:200]}")
+            return answers.not_found(f"No A2A agent at {request.path[:200]}")
         try:
             members = await self._host.member_records(space, self.options.member_scan_limit)
         except BackplaneUnavailable:
-            return _unavailable()
+            return answers.unavailable()
         url = f"{self._host.public_url(request)}/a2a/{space}"
         bearer = self._host.auth_required
         if agent is None:
@@ -199,7 +184,7 @@ class A2aGateway:
         else:
             record = next((r for r in members if r.agent_id == agent and agent != VIA), None)
             if record is None:
-                return _not_found(f"No agent {agent[:128]!r} in the A2A space {space!r}")
+                return answers.not_found(f"No agent {agent[:128]!r} in the A2A space {space!r}")
             card = member_card(space, f"{url}/{agent}", record, bearer=bearer)
         return web.Response(body=orjson.dumps(card), content_type="application/json")
 
@@ -208,7 +193,7 @@ class A2aGateway:
         if space not in self.spaces or (
             agent is not None and (agent == VIA or not is_valid_agent_id(agent))
         ):
-            return _not_found(f"No A2A agent at {request.path[:200]}")
+            return answers.not_found(f"No A2A agent at {request.path[:200]}")
         try:
             caller = await self._caller(request)
             version = request.headers.get("A2A-Version", "1.0").strip()
@@ -223,7 +208,7 @@ class A2aGateway:
         except Refused as refused:
             return refused.response
         except RpcError as error:
-            return _rpc_error(error)
+            return answers.rpc_error(error)
 
     async def _call(
         self, request: web.Request, rpc: RpcRequest, space: str, agent: str | None, caller: Caller
@@ -233,7 +218,7 @@ class A2aGateway:
         except RpcError as error:
             raise error if error.rpc_id is not None else error.with_id(rpc.id) from None
         except BackplaneUnavailable:
-            return _unavailable(rpc.id)
+            return answers.unavailable(rpc.id)
 
     async def _dispatch(
         self, request: web.Request, rpc: RpcRequest, space: str, agent: str | None, caller: Caller
@@ -244,10 +229,10 @@ class A2aGateway:
             return await self._send(request, rpc, params, space, agent, caller)
         if method == "GetTask":
             record = await self._visible(task_query(rpc.params, rpc.id).id, space, caller)
-            return _result(rpc, record.wire())
+            return answers.result(rpc.id, record.wire())
         if method == "CancelTask":
             record = await self._cancel(task_query(rpc.params, rpc.id).id, space, caller)
-            return _result(rpc, record.wire())
+            return answers.result(rpc.id, record.wire())
         if method in PUSH_METHODS:
             raise RpcError(
                 jsonrpc.PUSH_NOTIFICATION_NOT_SUPPORTED,
@@ -270,13 +255,7 @@ class A2aGateway:
         try:
             return await self._host.identify(bearer, prefix="a2a-caller")
         except AuthError:
-            raise Refused(
-                web.json_response(
-                    {"error": "unauthorized: a valid bearer token is required"},
-                    status=401,
-                    headers={"WWW-Authenticate": 'Bearer realm="agora-hub"'},
-                )
-            ) from None
+            raise Refused(answers.unauthorized()) from None
 
     async def _read_json(self, request: web.Request) -> Any:
         """The request body as JSON, bounded in size (413) and nesting (400).
@@ -287,14 +266,13 @@ class A2aGateway:
         body = await read_at_most(request.content, limit, request.content_length)
         if body is None:
             error = RpcError(jsonrpc.INVALID_REQUEST, f"Request body exceeds {limit} bytes")
-            raise Refused(_rpc_response(error, 413))
+            raise Refused(answers.rpc_error(error, 413))
         obj = jsonrpc.decode(body)
         try:
             codec.check_json_bounds(body.decode("utf-8", "replace"), obj)
         except ProtocolError as exc:
-            raise Refused(
-                _rpc_response(RpcError(jsonrpc.INVALID_REQUEST, exc.message), 400)
-            ) from None
+            error = RpcError(jsonrpc.INVALID_REQUEST, exc.message)
+            raise Refused(answers.rpc_error(error, 400)) from None
         return obj
 
     # ── SendMessage / SendStreamingMessage ───────────────────────────────
@@ -320,13 +298,13 @@ class A2aGateway:
             error = RpcError(
                 jsonrpc.INVALID_REQUEST, f"Not allowed to send to the space {space!r}", rpc.id
             )
-            raise Refused(_rpc_response(error, 403))
+            raise Refused(answers.rpc_error(error, 403))
         streaming = rpc.method == "SendStreamingMessage"
         o = self.options
         if len(self.runs) + self._starting >= o.max_open_tasks:
-            raise Refused(_busy(rpc.id, "Too many open tasks on this node: try again"))
+            raise Refused(answers.busy(rpc.id, "Too many open tasks on this node: try again"))
         if streaming and self.streams >= o.max_streams:
-            raise Refused(_busy(rpc.id, "Too many streams open on this node: try again"))
+            raise Refused(answers.busy(rpc.id, "Too many streams open on this node: try again"))
         self._starting += 1
         try:
             message = params.message
@@ -350,9 +328,9 @@ class A2aGateway:
             assert listener is not None
             return await self._stream(request, rpc, run, listener)
         if config is not None and config.returnImmediately:
-            return _result(rpc, {"task": record.wire()})
+            return answers.result(rpc.id, {"task": record.wire()})
         await run.wait_closed()
-        return _result(rpc, {"task": run.record.wire()})
+        return answers.result(rpc.id, {"task": run.record.wire()})
 
     async def _next_turn(
         self, task_id: str, context_id: str | None, space: str, caller: Caller
@@ -389,14 +367,14 @@ class A2aGateway:
         """Publish the turn's request event; the run that will follow its answer."""
         assert self.store is not None
         with self.waiters.publishing():
-            event_id = await self._publish(record.space, data, record.to, rpc.id)
+            event_id = await self.member.publish(record.space, data, record.to, rpc.id)
             relay = self.waiters.relay(event_id)
         record.event_id = event_id
         record.move(TaskState.WORKING, codec.now_ms())
         return TaskRun(
             record, relay, self.store,
             timeout=self.timeout, max_reply_bytes=self.options.max_reply_bytes,
-            stop_stream=lambda stream_id: self._stop_stream(record.space, stream_id),
+            stop_stream=lambda stream_id: self.member.stop_stream(record.space, stream_id),
         )  # fmt: skip
 
     def _run_done(self, run: TaskRun) -> None:
@@ -463,7 +441,7 @@ class A2aGateway:
         if run is not None:
             run.cancel()
         try:
-            await self._publish(space, cancel_data(task_id), record.to, None)
+            await self.member.publish(space, cancel_data(task_id), record.to, None)
         except (RpcError, Refused) as exc:  # the agent left, say: cancelled all the same
             log.info("a2a cancel not announced", task_id=task_id, reason=str(exc))
         cancelled = dataclasses.replace(record, artifacts=list(record.artifacts))
@@ -481,114 +459,3 @@ class A2aGateway:
                         run.cancel()
                 except BackplaneUnavailable:
                     break
-
-    # ── the a2a member ───────────────────────────────────────────────────
-
-    async def _publish(
-        self, space: str, data: dict[str, Any], to: str | None, rpc_id: jsonrpc.RequestId
-    ) -> str:
-        assert self.member is not None
-        await self._ensure_joined(space, rpc_id)
-        for attempt in (1, 2):
-            try:
-                published = await self.member.publish(space, data, to=to, echo=False)
-                return str(published["event_id"])
-            except RequestFailed as exc:
-                # Membership lost (Redis flushed, space re-created): join again, once.
-                if attempt == 1 and exc.code in ("UNAUTHORIZED", "SPACE_NOT_FOUND"):
-                    self._joined.discard(space)
-                    await self._ensure_joined(space, rpc_id)
-                    continue
-                raise await self._refused(exc, space, to, rpc_id) from None
-            except TimeoutError:
-                raise Refused(_unavailable(rpc_id)) from None
-        raise AssertionError("unreachable")
-
-    async def _refused(
-        self, exc: RequestFailed, space: str, to: str | None, rpc_id: jsonrpc.RequestId
-    ) -> Exception:
-        """The hub refused the gateway's own publish: an HTTP-level answer."""
-        if exc.code == "RATE_LIMITED":
-            error = RpcError(jsonrpc.INTERNAL_ERROR, "Rate limited: try again", rpc_id)
-            return Refused(_rpc_response(error, 429, retry=True))
-        if exc.code == "UNAVAILABLE":
-            return Refused(_unavailable(rpc_id))
-        if exc.code == "INVALID_REQUEST" and to is not None:
-            assert self._host is not None
-            with contextlib.suppress(BackplaneUnavailable):
-                members = await self._host.member_records(space, self.options.member_scan_limit)
-                if all(r.agent_id != to for r in members):
-                    return Refused(_not_found(f"No agent {to!r} in the A2A space {space!r}"))
-        log.warning("a2a request refused by the hub", code=exc.code, reason=str(exc))
-        return RpcError(jsonrpc.INVALID_PARAMS, f"The hub refused the message: {exc}", rpc_id)
-
-    async def _stop_stream(self, space: str, stream_id: str) -> None:
-        """Stop receiving a reply stream on this node (a receiver cancel)."""
-        assert self.member is not None
-        msg = {"type": "space.event.cancel", "space": space, "event_id": stream_id}
-        with contextlib.suppress(RequestFailed, TimeoutError):
-            await self.member.request(msg, timeout=5.0)
-
-    async def _join_all(self) -> bool:
-        """Join every space not joined yet, if the node is ready; True when done."""
-        if self._host is None or not self._host.ready:
-            return False
-        for space in self.spaces:
-            try:
-                await self._ensure_joined(space, None)
-            except (Refused, RpcError):
-                log.warning("a2a gateway could not join yet", space=space)
-        return self._joined.issuperset(self.spaces)
-
-    async def _keep_joining(self, interval: float) -> None:
-        while True:
-            await asyncio.sleep(interval)
-            if await self._join_all():
-                return
-
-    async def _ensure_joined(self, space: str, rpc_id: jsonrpc.RequestId) -> None:
-        if space in self._joined:
-            return
-        if self._host is None or not self._host.ready:
-            raise Refused(_unavailable(rpc_id))
-        assert self.member is not None
-        try:
-            await self.member.join(space)
-        except RequestFailed as exc:
-            raise await self._refused(exc, space, None, rpc_id) from None
-        except TimeoutError:
-            raise Refused(_unavailable(rpc_id)) from None
-        self._joined.add(space)
-
-
-# ── responses ────────────────────────────────────────────────────────────
-
-
-def _result(rpc: RpcRequest, result: Any) -> web.Response:
-    return web.Response(body=jsonrpc.response(rpc.id, result), content_type="application/json")
-
-
-def _rpc_response(error: RpcError, status: int = 200, *, retry: bool = False) -> web.Response:
-    headers = {"Retry-After": "1"} if retry else None
-    return web.Response(
-        status=status,
-        body=jsonrpc.error_response(error),
-        content_type="application/json",
-        headers=headers,
-    )
-
-
-def _rpc_error(error: RpcError) -> web.Response:
-    return _rpc_response(error, error.http_status)
-
-
-def _busy(rpc_id: jsonrpc.RequestId, message: str) -> web.Response:
-    return _rpc_response(RpcError(jsonrpc.INTERNAL_ERROR, message, rpc_id), 503, retry=True)
-
-
-def _unavailable(rpc_id: jsonrpc.RequestId = None) -> web.Response:
-    return _busy(rpc_id, "Hub unavailable: try again")
-
-
-def _not_found(message: str) -> web.Response:
-    return web.json_response({"error": message}, status=404)
