@@ -13,7 +13,7 @@ the ``a2a`` virtual agent by the first word of its text:
   then stalls until the task is cancelled);
 * anything else — ``echo:<text>``.
 
-Everything it received is kept in :attr:`Answerer.seen`, cancels included.
+Everything it received is kept in :attr:`Answerer.seen` once answered, cancels included.
 """
 
 from __future__ import annotations
@@ -67,10 +67,10 @@ class Answerer:
         async for event in self.client.events(self.space):
             if event.sender != "a2a":
                 continue
-            async with self.changed:
+            await self._answer(event.event_id, event.data)
+            async with self.changed:  # seen once answered (a slow one's stream open)
                 self.seen.append(event.data)
                 self.changed.notify_all()
-            await self._answer(event.event_id, event.data)
 
     async def _answer(self, event_id: str, data: dict[str, Any]) -> None:
         if data.get("cancel"):
@@ -81,7 +81,7 @@ class Answerer:
         text = str(data.get("text", ""))
         word = text.split(" ", 1)[0]
         reply: dict[str, Any] = {"in_reply_to": event_id}
-        if sum(1 for d in self.seen if d.get("task_id") == data.get("task_id")) > 1:
+        if any(d.get("task_id") == data.get("task_id") for d in self.seen):
             reply["text"] = f"thanks for {text}"
         elif word == "stream":
             async with self.client.stream(self.space, data={"in_reply_to": event_id}) as s:

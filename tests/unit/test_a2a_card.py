@@ -39,7 +39,10 @@ def test_a_remote_card_is_read():
         "skills": [{"id": "a"}, {"id": "a"}, {"id": "x" * 500}, {"name": "no id"}, "junk"],
     })  # fmt: skip
     assert (card.name, card.rpc_url, card.streaming, card.skills) == (
-        "Remote", "http://r/rpc", True, ("a",)
+        "Remote",
+        "http://r/rpc",
+        True,
+        ("a",),
     )
     plain = parse_card({"supportedInterfaces": [{"url": "u", "protocolBinding": "JSONRPC"}]})
     assert not plain.streaming and plain.name == "A2A agent"

@@ -61,7 +61,8 @@ def test_bad_params_are_invalid_params(params):
 
 
 def test_unknown_members_are_ignored_and_queries_checked():
-    params = send_params({"message": message(extensions=[], kind="message"), "x": 1}, 1, max_parts=1)
+    extended = {"message": message(extensions=[], kind="message"), "x": 1}
+    params = send_params(extended, 1, max_parts=1)
     assert params.message.text == "hi"
     assert task_query({"id": "t", "historyLength": 3}, 1).id == "t"
     with pytest.raises(RpcError):

@@ -25,8 +25,7 @@ def test_the_decoder_reads_events_comments_and_names():
     [b"\n", b"\r\n", b"\r"]))  # fmt: skip
 def test_events_survive_any_split_and_any_line_ending(cuts, newline):
     wire = b"".join(
-        b"data: " + f'{{"n":{n}}}'.encode() + newline + b": c" + newline + newline
-        for n in range(5)
+        b"data: " + f'{{"n":{n}}}'.encode() + newline + b": c" + newline + newline for n in range(5)
     )
     decoder = SseDecoder(1024)
     events, at = [], 0
