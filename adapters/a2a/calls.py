@@ -91,6 +91,8 @@ class Call:
         self.context_id: str | None = request.context_id
         #: Set when the sender cancelled the call (:meth:`interrupt`).
         self.interrupted = False
+        #: Set when the remote could not be reached at all.
+        self.unreachable = False
         self._member = member
         self._on_stream = on_stream
         self._stream: ReplyStream | None = None
@@ -130,6 +132,7 @@ class Call:
                 return await self._streamed({"message": message})
             return await self._blocking({"message": message})
         except RemoteFailure as exc:
+            self.unreachable = exc.unreachable
             return self._answer(RemoteOutcome("failure", error=exc.reason))
 
     def _answer(self, outcome: RemoteOutcome, parts: Sequence[dict[str, Any]] = ()) -> Answer:

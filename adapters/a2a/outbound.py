@@ -107,7 +107,7 @@ class A2aOutbound:
         self.card: RemoteCard | None = None
         #: Set while this node holds the bridge's agent id.
         self.holding = asyncio.Event()
-        #: Set whenever a card was read (tests wait on it).
+        #: Set whenever a card was read (and the hub told of it; tests wait on it).
         self.card_read = asyncio.Event()
         self.remote: RemoteAgent | None = None
         self.memory: BridgeMemory | None = None
@@ -183,9 +183,9 @@ class A2aOutbound:
                 wait = self.options.card_refresh
                 changed = card != self.card
                 self.card = card
-                self.card_read.set()
                 if changed:
                     await self._register()
+                self.card_read.set()
             self._card_wanted.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait):
@@ -363,6 +363,8 @@ class A2aOutbound:
             answer = await call.outcome()
         finally:
             del self._calls[request.event_id]
+        if call.unreachable:
+            self._card_wanted.set()  # read the card again until the remote is back
         await self._finish(event, request, call, answer)
 
     async def _finish(

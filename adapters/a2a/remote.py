@@ -146,7 +146,7 @@ class RemoteAgent:
                     for event in decoder.feed(chunk):
                         yield _result(200, event.data.encode())
         except sse.SseError as exc:
-            raise RemoteFailure(f"The remote's stream is malformed: {exc.message}") from None
+            raise RemoteFailure(f"The remote's stream was refused: {exc.message}") from None
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise RemoteFailure(_transport(exc), unreachable=_unreachable(exc)) from None
 
