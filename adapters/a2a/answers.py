@@ -6,16 +6,19 @@ space (403), an unknown agent (404), a body too big (413), a busy node or an
 unreachable cluster (503, ``Retry-After``), the gateway's own rate limit
 (429) — gets that HTTP status, with a JSON-RPC error body where a client
 reading JSON-RPC can use one. :class:`Refused` carries such an answer out of
-the code that decided it.
+the code that decided it. :func:`stream` writes a ``SendStreamingMessage``
+answer as it comes.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
-from protocol.a2a import jsonrpc
+from protocol.a2a import jsonrpc, sse
 from protocol.a2a.jsonrpc import RequestId, RpcError
 
 JSON = "application/json"
@@ -66,3 +69,39 @@ def unauthorized() -> web.Response:
         status=401,
         headers={"WWW-Authenticate": 'Bearer realm="agora-hub"'},
     )
+
+
+async def stream(
+    request: web.Request,
+    rpc_id: RequestId,
+    updates: asyncio.Queue[dict[str, Any] | None],
+    *,
+    keepalive: float,
+    gone: Callable[[], None],
+) -> web.StreamResponse:
+    """An SSE response: each update as one event (a JSON-RPC response), until
+    None; a comment line after ``keepalive`` seconds of silence. A client that
+    leaves mid-answer calls ``gone`` — no error, nothing logged."""
+    response = web.StreamResponse(
+        headers={
+            "Content-Type": sse.CONTENT_TYPE,
+            "Cache-Control": "no-store",
+            "X-Accel-Buffering": "no",
+        }
+    )
+    try:
+        await response.prepare(request)
+        while True:
+            try:
+                async with asyncio.timeout(keepalive):
+                    update = await updates.get()
+            except TimeoutError:
+                await response.write(sse.KEEPALIVE)
+                continue
+            if update is None:
+                break
+            await response.write(sse.event(jsonrpc.response(rpc_id, update)))
+        await response.write_eof()
+    except ConnectionResetError:
+        gone()
+    return response

@@ -16,7 +16,9 @@
   the sender's next event carrying that ``task_id`` continues the task.
 
 A call is an asyncio task of its own: the sender's cancel (``data.cancel``)
-cancels it (:meth:`Call.cancel`) and ``CancelTask`` goes to the remote.
+interrupts it (:meth:`Call.interrupt`) and ``CancelTask`` goes to the remote.
+:class:`CallTable` keeps a bridge's calls in progress, to find the one a
+cancel names and the stream a refusal from the hub is about.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ class Request:
     context_id: str | None
     #: The remote task this message continues (``INPUT_REQUIRED``), if any.
     task_id: str | None
+    #: The sender's name for the context (``data.context_id``), if it gave one.
+    context_name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,3 +229,38 @@ class Call:
             await asyncio.sleep(POLL_INTERVAL)
             task = await self.remote.call("GetTask", {"id": self.task_id})
         return self._answer(outcome)
+
+
+class CallTable:
+    """One bridge's calls in progress, and the reply streams they opened."""
+
+    def __init__(self) -> None:
+        self._calls: dict[str, Call] = {}  # request event id → its call
+        self._streams: dict[str, ReplyStream] = {}  # frame id prefix → open stream
+
+    def add(self, call: Call) -> None:
+        self._calls[call.request.event_id] = call
+
+    def remove(self, call: Call) -> None:
+        self._calls.pop(call.request.event_id, None)
+        if call.stream is not None:
+            self._streams.pop(call.stream.prefix, None)
+
+    def track(self, stream: ReplyStream | None) -> None:
+        """A call opened a reply stream (:class:`Call`'s ``on_stream``)."""
+        if stream is not None:
+            self._streams[stream.prefix] = stream
+
+    def refused(self, error: dict[str, Any]) -> None:
+        """The hub refused a frame: the stream it belongs to has failed."""
+        request_id = str(error.get("request_id"))
+        stream = self._streams.get(request_id.rsplit(".", 1)[0] + ".")
+        if stream is not None:
+            stream.refused(error)
+
+    def find(self, sender: object, task_id: str | None, event_id: str | None) -> Call | None:
+        """The sender's call answering ``event_id``, or working on ``task_id``."""
+        call = self._calls.get(event_id) if event_id is not None else None
+        if call is None and task_id is not None:
+            call = next((c for c in self._calls.values() if c.task_id == task_id), None)
+        return call if call is not None and call.request.sender == sender else None

@@ -8,18 +8,20 @@
   they are and in which context, so only that sender continues one, and a
   standby node that takes the bridge over continues them too.
 
-Entries expire after ``ttl`` seconds without use.
+Entries expire after ``ttl`` seconds without use. :meth:`BridgeMemory.resolve`
+and :meth:`BridgeMemory.settle` are what a call needs before and after.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from hub.adapter_host import KeyValueStore
+from hub.adapter_host import BackplaneUnavailable, KeyValueStore
 
 PREFIX = "a2a:out:"
 
@@ -82,3 +84,41 @@ class BridgeMemory:
 
     async def forget_waiting(self, task_id: str) -> None:
         await self.kv.delete(self._key("task", task_id))
+
+    async def resolve(
+        self, space: str, sender: str, task_id: str | None, name: str | None
+    ) -> tuple[str | None, str | None] | None:
+        """``(remote context, context name)`` for a sender's next message: the
+        waiting task's when it continues one (None when that task is not the
+        sender's), else its named context's (if any yet)."""
+        if task_id is not None:
+            waiting = await self.waiting(task_id)
+            if waiting is None or (waiting.space, waiting.sender) != (space, sender):
+                return None
+            return waiting.context_id, waiting.context_name
+        if name is not None:
+            return await self.context(space, sender, name), name
+        return None, None
+
+    async def settle(
+        self,
+        space: str,
+        sender: str,
+        name: str | None,
+        *,
+        kind: str,
+        context_id: str | None,
+        task_id: str | None,
+        continued: str | None,
+    ) -> None:
+        """After a call: remember its context (under the sender's name for it,
+        or the remote's id), the task if it now waits for input, and forget
+        the task it continued."""
+        if kind != "failure" and context_id is not None:
+            with contextlib.suppress(BackplaneUnavailable):
+                await self.remember_context(space, sender, name or context_id, context_id)
+        if kind == "input-required" and task_id is not None:
+            await self.remember_waiting(WaitingTask(task_id, space, sender, context_id, name))
+        elif continued is not None:
+            with contextlib.suppress(BackplaneUnavailable):
+                await self.forget_waiting(continued)

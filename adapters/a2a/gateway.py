@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from adapters.a2a.cards import member_card, space_card
 from adapters.a2a.member import GatewayMember
 from adapters.a2a.runs import TaskRun
 from adapters.a2a.store import TaskStore
+from adapters.a2a.tasks import NodeTasks
 from adapters.replies import ReplyWaiters
 from hub.adapter_host import (
     AdapterHost,
@@ -50,11 +50,11 @@ from hub.adapter_host import (
     read_at_most,
 )
 from protocol import codec
-from protocol.a2a import jsonrpc, sse
+from protocol.a2a import jsonrpc
 from protocol.a2a.card import WELL_KNOWN
 from protocol.a2a.jsonrpc import RpcError, RpcRequest
 from protocol.a2a.mapping import VIA, cancel_data, request_data
-from protocol.a2a.model import INTERRUPTED, SendParams, TaskState, send_params, task_query
+from protocol.a2a.model import SendParams, TaskState, send_params, task_query
 from protocol.a2a.tasks import TaskRecord
 from protocol.errors import ProtocolError
 from protocol.names import is_valid_agent_id
@@ -111,11 +111,10 @@ class A2aGateway:
         self.spaces = dict(spaces)
         self.options = options or InboundOptions()
         self.waiters = ReplyWaiters(self.options.max_reply_bytes)
-        #: Tasks with a turn in progress on this node.
-        self.runs: dict[str, TaskRun] = {}
+        #: SSE responses open on this node.
         self.streams = 0
         self.member = GatewayMember(self.spaces, member_scan_limit=self.options.member_scan_limit)
-        self.store: TaskStore | None = None
+        self._tasks: NodeTasks | None = None
         self.timeout = 30.0
         self.max_body_bytes = self.options.max_body_bytes or 1024 * 1024
         self._starting = 0
@@ -129,9 +128,10 @@ class A2aGateway:
         self._host = host
         self.timeout = s.bridge_timeout
         self.max_body_bytes = self.options.max_body_bytes or s.max_frame_bytes
-        self.store = TaskStore(host.kv, s.history_ttl)
+        self._tasks = NodeTasks(TaskStore(host.kv, s.history_ttl))
         await self.member.start(host, self._on_message)
-        self._background.append(asyncio.get_running_loop().create_task(self._watch_cancels()))
+        watch = self._tasks.watch_cancels(self.options.cancel_poll)
+        self._background.append(asyncio.get_running_loop().create_task(watch))
         base, member = "/a2a/{space}", "/a2a/{space}/{agent_id}"
         host.mount(
             [
@@ -143,10 +143,16 @@ class A2aGateway:
             on_shutdown=self._on_shutdown,
         )
 
+    @property
+    def tasks(self) -> NodeTasks:
+        """This node's tasks (once started)."""
+        assert self._tasks is not None, "the gateway is not started"
+        return self._tasks
+
     async def aclose(self) -> None:
         for task in self._background:
             task.cancel()
-        for run in list(self.runs.values()):
+        for run in list(self.tasks.runs.values()) if self._tasks is not None else ():
             run.abort()
         for task in self._background:
             with contextlib.suppress(asyncio.CancelledError):
@@ -159,9 +165,8 @@ class A2aGateway:
     async def _on_shutdown(self) -> None:
         """The HTTP port is closing: open tasks fail now, so their clients get
         an answer rather than a cut connection."""
-        for run in list(self.runs.values()):
-            run.stop("Hub shutting down: try again")
-        await asyncio.gather(*(run.wait_closed() for run in list(self.runs.values())))
+        runs = self.tasks.stop_all("Hub shutting down: try again")
+        await asyncio.gather(*(run.wait_closed() for run in runs))
 
     # ── routes ───────────────────────────────────────────────────────────
 
@@ -228,7 +233,8 @@ class A2aGateway:
             params = send_params(rpc.params, rpc.id, max_parts=self.options.max_parts)
             return await self._send(request, rpc, params, space, agent, caller)
         if method == "GetTask":
-            record = await self._visible(task_query(rpc.params, rpc.id).id, space, caller)
+            query = task_query(rpc.params, rpc.id)
+            record = await self.tasks.visible(query.id, space, self._owner(caller))
             return answers.result(rpc.id, record.wire())
         if method == "CancelTask":
             record = await self._cancel(task_query(rpc.params, rpc.id).id, space, caller)
@@ -286,7 +292,7 @@ class A2aGateway:
         agent: str | None,
         caller: Caller,
     ) -> web.StreamResponse:
-        assert self._host is not None and self.store is not None
+        assert self._host is not None
         config = params.configuration
         if config is not None and config.taskPushNotificationConfig is not None:
             raise RpcError(
@@ -301,7 +307,7 @@ class A2aGateway:
             raise Refused(answers.rpc_error(error, 403))
         streaming = rpc.method == "SendStreamingMessage"
         o = self.options
-        if len(self.runs) + self._starting >= o.max_open_tasks:
+        if len(self.tasks) + self._starting >= o.max_open_tasks:
             raise Refused(answers.busy(rpc.id, "Too many open tasks on this node: try again"))
         if streaming and self.streams >= o.max_streams:
             raise Refused(answers.busy(rpc.id, "Too many streams open on this node: try again"))
@@ -309,7 +315,9 @@ class A2aGateway:
         try:
             message = params.message
             if message.taskId is not None:
-                record = await self._next_turn(message.taskId, message.contextId, space, caller)
+                record = await self.tasks.next_turn(
+                    message.taskId, message.contextId, space, self._owner(caller), o.max_turns
+                )
             else:
                 record = TaskRecord(
                     id=str(uuid.uuid4()),
@@ -322,140 +330,53 @@ class A2aGateway:
         finally:
             self._starting -= 1
         listener = run.listen() if streaming else None
-        self.runs[record.id] = run
+        self.tasks.add(run)
         run.start(self._run_done)
-        if streaming:
-            assert listener is not None
-            return await self._stream(request, rpc, run, listener)
+        if listener is not None:
+            self.streams += 1
+            try:
+                # A client that leaves mid-answer: the task goes on, stored for GetTask.
+                return await answers.stream(
+                    request, rpc.id, listener, keepalive=o.keepalive, gone=run.detach
+                )
+            finally:
+                self.streams -= 1
         if config is not None and config.returnImmediately:
             return answers.result(rpc.id, {"task": record.wire()})
         await run.wait_closed()
         return answers.result(rpc.id, {"task": run.record.wire()})
 
-    async def _next_turn(
-        self, task_id: str, context_id: str | None, space: str, caller: Caller
-    ) -> TaskRecord:
-        """The task a follow-up message continues, ready for its next turn."""
-        assert self.store is not None
-        record = await self._visible(task_id, space, caller)
-        if context_id is not None and context_id != record.context_id:
-            raise RpcError(jsonrpc.INVALID_PARAMS, "contextId does not match the task's")
-        if record.terminal:
-            raise RpcError(
-                jsonrpc.UNSUPPORTED_OPERATION,
-                f"Task {task_id} is in terminal state: {record.state}",
-            )
-        if record.state not in INTERRUPTED:
-            raise RpcError(
-                jsonrpc.UNSUPPORTED_OPERATION,
-                f"Task {task_id} is still working: wait for its answer",
-            )
-        if record.turn >= self.options.max_turns:
-            raise RpcError(
-                jsonrpc.UNSUPPORTED_OPERATION,
-                f"Task {task_id} has had {record.turn} turns: start a new task",
-            )
-        if not await self.store.claim_turn(task_id, record.turn + 1):
-            raise RpcError(
-                jsonrpc.UNSUPPORTED_OPERATION, f"Task {task_id} is already being continued"
-            )
-        return dataclasses.replace(record, turn=record.turn + 1, message=None)
-
     async def _publish_turn(
         self, record: TaskRecord, data: dict[str, Any], rpc: RpcRequest
     ) -> TaskRun:
         """Publish the turn's request event; the run that will follow its answer."""
-        assert self.store is not None
         with self.waiters.publishing():
             event_id = await self.member.publish(record.space, data, record.to, rpc.id)
             relay = self.waiters.relay(event_id)
         record.event_id = event_id
         record.move(TaskState.WORKING, codec.now_ms())
         return TaskRun(
-            record, relay, self.store,
+            record, relay, self.tasks.store,
             timeout=self.timeout, max_reply_bytes=self.options.max_reply_bytes,
             stop_stream=lambda stream_id: self.member.stop_stream(record.space, stream_id),
         )  # fmt: skip
 
     def _run_done(self, run: TaskRun) -> None:
-        if self.runs.get(run.task_id) is run:
-            del self.runs[run.task_id]
+        self.tasks.discard(run)
         if run.record.event_id is not None:
             self.waiters.forget(run.record.event_id)
 
-    async def _stream(
-        self,
-        request: web.Request,
-        rpc: RpcRequest,
-        run: TaskRun,
-        updates: asyncio.Queue[dict[str, Any] | None],
-    ) -> web.StreamResponse:
-        self.streams += 1
-        response = web.StreamResponse(
-            headers={
-                "Content-Type": sse.CONTENT_TYPE,
-                "Cache-Control": "no-store",
-                "X-Accel-Buffering": "no",
-            }
-        )
-        try:
-            await response.prepare(request)
-            while True:
-                try:
-                    async with asyncio.timeout(self.options.keepalive):
-                        update = await updates.get()
-                except TimeoutError:
-                    await response.write(sse.KEEPALIVE)
-                    continue
-                if update is None:
-                    break
-                await response.write(sse.event(jsonrpc.response(rpc.id, update)))
-            await response.write_eof()
-        except ConnectionResetError:
-            run.detach()  # the client left: the task goes on, stored for GetTask
-        finally:
-            self.streams -= 1
-        return response
-
     # ── GetTask / CancelTask ─────────────────────────────────────────────
 
-    async def _visible(self, task_id: str, space: str, caller: Caller) -> TaskRecord:
-        """The task, as this caller may see it; -32001 otherwise."""
-        assert self.store is not None and self._host is not None
-        run = self.runs.get(task_id)
-        record = run.record if run is not None else await self.store.load(task_id)
-        if (
-            record is None
-            or record.space != space
-            or (self._host.auth_required and record.caller != caller.agent_id)
-        ):
-            raise RpcError(jsonrpc.TASK_NOT_FOUND, "Task not found")
-        return record
+    def _owner(self, caller: Caller) -> str | None:
+        """Whose tasks a caller sees: its own with auth on, any without."""
+        assert self._host is not None
+        return caller.agent_id if self._host.auth_required else None
 
     async def _cancel(self, task_id: str, space: str, caller: Caller) -> TaskRecord:
-        assert self.store is not None
-        record = await self._visible(task_id, space, caller)
-        if record.terminal or not await self.store.cancel(task_id):
-            raise RpcError(jsonrpc.TASK_NOT_CANCELABLE, "Task cannot be canceled")
-        run = self.runs.get(task_id)
-        if run is not None:
-            run.cancel()
+        record = await self.tasks.cancel(task_id, space, self._owner(caller))
         try:
             await self.member.publish(space, cancel_data(task_id), record.to, None)
         except (RpcError, Refused) as exc:  # the agent left, say: cancelled all the same
             log.info("a2a cancel not announced", task_id=task_id, reason=str(exc))
-        cancelled = dataclasses.replace(record, artifacts=list(record.artifacts))
-        cancelled.move(TaskState.CANCELED, codec.now_ms())
-        return cancelled
-
-    async def _watch_cancels(self) -> None:
-        """Cancels made on other nodes reach the runs of this one."""
-        assert self.store is not None
-        while True:
-            await asyncio.sleep(self.options.cancel_poll)
-            for run in list(self.runs.values()):
-                try:
-                    if await self.store.cancelled(run.task_id):
-                        run.cancel()
-                except BackplaneUnavailable:
-                    break
+        return record

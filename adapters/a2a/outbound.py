@@ -32,15 +32,15 @@ from typing import Any
 
 import structlog
 
-from adapters.a2a.calls import Answer, Call, Request
-from adapters.a2a.contexts import BridgeMemory, WaitingTask
-from adapters.a2a.relay import ReplyStream
+from adapters.a2a.calls import Answer, Call, CallTable, Request
+from adapters.a2a.cardwatch import CardWatch
+from adapters.a2a.contexts import BridgeMemory
 from adapters.a2a.remote import RemoteAgent, RemoteFailure
+from adapters.holding import Holding
 from adapters.replies import StreamAssembler, in_reply_to
 from adapters.takeover import unanswered
 from hub.adapter_host import (
     AdapterHost,
-    AgentIdTaken,
     BackplaneUnavailable,
     RequestFailed,
     VirtualMember,
@@ -48,10 +48,8 @@ from hub.adapter_host import (
 from protocol.a2a.card import RemoteCard
 from protocol.a2a.mapping import (
     RemoteOutcome,
-    failure_data,
-    input_required_data,
     outbound_parts,
-    success_data,
+    reply_data,
 )
 
 MAX_NAME = 256
@@ -103,33 +101,31 @@ class A2aOutbound:
         self.headers = dict(headers or {})
         self.timeout = timeout
         self.options = options or OutboundOptions()
-        self.member: VirtualMember | None = None
-        self.card: RemoteCard | None = None
-        #: Set while this node holds the bridge's agent id.
-        self.holding = asyncio.Event()
-        #: Set whenever a card was read (and the hub told of it; tests wait on it).
-        self.card_read = asyncio.Event()
+        self.held = Holding(
+            agent_id, space, self._on_message, type="a2a-bridge",
+            registration=self._registration, on_claimed=self._claimed, label="a2a bridge",
+        )  # fmt: skip
+        o = self.options
+        self.cards = CardWatch(
+            self._read_card, self._card_changed, retry=o.card_retry,
+            retry_max=o.card_retry_max, refresh=o.card_refresh, name=agent_id,
+        )  # fmt: skip
         self.remote: RemoteAgent | None = None
         self.memory: BridgeMemory | None = None
-        self._host: AdapterHost | None = None
         self._slots = asyncio.Semaphore(self.options.max_concurrency)
         self._requests = StreamAssembler(
             self.options.max_body_bytes, max_streams=self.options.max_queued
         )
         self._tasks: dict[asyncio.Task[None], dict[str, Any]] = {}
-        self._calls: dict[str, Call] = {}  # request event id → its call in progress
-        self._streams: dict[str, ReplyStream] = {}  # prefix → open reply stream
-        self._card_wanted = asyncio.Event()
+        self._calls = CallTable()
         self._background: list[asyncio.Task[None]] = []
-        self._retry = 1.0
 
     # ── lifecycle, the claim and the card ────────────────────────────────
 
     async def start(self, host: AdapterHost) -> None:
         s = host.settings
-        self._host = host
         self.timeout = self.timeout or s.bridge_timeout
-        self._retry = self.options.retry_interval or s.heartbeat_interval
+        retry = self.options.retry_interval or s.heartbeat_interval
         self.memory = BridgeMemory(host.kv, self.agent_id, self.options.context_ttl)
         self.remote = RemoteAgent(
             self.url, headers=self.headers, timeout=self.timeout,
@@ -137,7 +133,10 @@ class A2aOutbound:
             max_body_bytes=self.options.max_body_bytes,
         )  # fmt: skip
         loop = asyncio.get_running_loop()
-        self._background += [loop.create_task(self._read_cards()), loop.create_task(self._keep())]
+        self._background += [
+            loop.create_task(self.cards.run()),
+            loop.create_task(self.held.keep(host, retry)),
+        ]
 
     async def aclose(self) -> None:
         """Stop; events still being served get a failure answer, not silence."""
@@ -152,12 +151,28 @@ class A2aOutbound:
                 async with asyncio.timeout(5):
                     reply = RemoteOutcome("failure", error="Bridge shutting down")
                     await asyncio.gather(*(self._reply(e, reply) for e in pending))
-        member, self.member = self.member, None
-        self.holding.clear()
-        if member is not None:
-            await member.aclose()
+        await self.held.release()
         if self.remote is not None:
             await self.remote.aclose()
+
+    @property
+    def member(self) -> VirtualMember | None:
+        """The bridge's member while this node holds its agent id."""
+        return self.held.member
+
+    @property
+    def holding(self) -> asyncio.Event:
+        """Set while this node holds the bridge's agent id."""
+        return self.held.holding
+
+    @property
+    def card(self) -> RemoteCard | None:
+        return self.cards.card
+
+    @property
+    def card_read(self) -> asyncio.Event:
+        """Set whenever the card was read and the hub told of it."""
+        return self.cards.read
 
     def _registration(self) -> tuple[tuple[str, ...], dict[str, Any]]:
         card = self.card
@@ -166,36 +181,15 @@ class A2aOutbound:
         info = {"name": card.name, "description": card.description, "url": self.url}
         return card.skills, {"a2a": info}
 
-    async def _read_cards(self) -> None:
-        """Read the card; again while it cannot be read, when a call could not
-        reach the remote, and every ``card_refresh`` seconds."""
+    async def _read_card(self) -> RemoteCard:
         assert self.remote is not None
-        delay = self.options.card_retry
-        while True:
-            try:
-                card = await self.remote.read_card()
-            except RemoteFailure as exc:
-                log.warning("a2a remote card not read", agent_id=self.agent_id, reason=exc.reason)
-                wait = delay
-                delay = min(delay * 2, self.options.card_retry_max)
-            else:
-                delay = self.options.card_retry
-                wait = self.options.card_refresh
-                changed = card != self.card
-                self.card = card
-                if changed:
-                    await self._register()
-                self.card_read.set()
-            self._card_wanted.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(wait):
-                    await self._card_wanted.wait()
+        return await self.remote.read_card()
 
-    async def _register(self) -> None:
+    async def _card_changed(self, card: RemoteCard) -> None:
         """Tell the hub what the card says (capabilities, metadata.a2a)."""
         member = self.member
         if member is None:
-            return
+            return  # the claim registers it
         capabilities, metadata = self._registration()
         agent = {"id": self.agent_id, "capabilities": list(capabilities), "metadata": metadata}
         try:
@@ -203,44 +197,11 @@ class A2aOutbound:
         except (RequestFailed, TimeoutError) as exc:
             log.warning("a2a bridge not registered", agent_id=self.agent_id, reason=str(exc))
 
-    async def _claim(self) -> bool:
-        assert self._host is not None
-        capabilities, metadata = self._registration()
-        try:
-            member = await self._host.attach(
-                self.agent_id, self._on_message, type="a2a-bridge",
-                capabilities=capabilities, metadata=metadata,
-            )  # fmt: skip
-        except (AgentIdTaken, BackplaneUnavailable):
-            return False
-        try:
-            joined = await member.join(self.space)
-        except (RequestFailed, TimeoutError) as exc:
-            log.warning("a2a bridge cannot join", agent_id=self.agent_id, reason=str(exc))
-            await member.aclose()
-            return False
-        self.member = member
-        self.holding.set()
-        log.info("a2a bridge active", agent_id=self.agent_id, space=self.space)
-        if self._registration()[0] != capabilities:
-            await self._register()  # the card came while claiming
-        task = asyncio.get_running_loop().create_task(self._answer_orphans(joined.get("seq", 0)))
+    async def _claimed(self, member: VirtualMember, seq: int) -> None:
+        if self.card is not None and self._registration()[0] != member.record.capabilities:
+            await self._card_changed(self.card)  # the card came while claiming
+        task = asyncio.get_running_loop().create_task(self._answer_orphans(seq))
         self._background = [t for t in self._background if not t.done()] + [task]
-        return True
-
-    async def _keep(self) -> None:
-        """Hold the agent id, or stand by and retry the claim until it is free."""
-        while True:
-            member = self.member
-            if member is None:
-                if not await self._claim():
-                    await asyncio.sleep(self._retry)
-                continue
-            await member.cleaned_up.wait()  # closed by the hub (replaced elsewhere)
-            if self.member is member:
-                self.member = None
-                self.holding.clear()
-                log.warning("a2a bridge lost its agent id", agent_id=self.agent_id)
 
     async def _answer_orphans(self, upto_seq: int) -> None:
         """Requests a lost holder left unanswered get a failure (see :mod:`adapters.takeover`)."""
@@ -282,10 +243,7 @@ class A2aOutbound:
                 await self._accept(msg)
             return
         if kind == "error":
-            rid = str(msg.get("request_id"))
-            stream = self._streams.get(rid.rsplit(".", 1)[0] + ".")
-            if stream is not None:
-                stream.refused(msg)
+            self._calls.refused(msg)
             return
         if kind == "space.event.delta" and msg.get("event_id") not in self._requests:
             if self._addressed(msg):
@@ -338,33 +296,30 @@ class A2aOutbound:
         if not parts:
             return _failed("The event has nothing to send (text, body or data)")
         if self.card is None:
-            self._card_wanted.set()
+            self.cards.want()
             return _failed("Remote A2A agent unavailable: its agent card could not be read")
         task_id, name = _name(data.get("task_id")), _name(data.get("context_id"))
-        context = None
-        if task_id is not None:
-            waiting = await self.memory.waiting(task_id)
-            if waiting is None or (waiting.space, waiting.sender) != (self.space, sender):
-                return _failed(f"No task {task_id!r} of yours is waiting for input")
-            context, name = waiting.context_id, waiting.context_name
-        elif name is not None:
-            context = await self.memory.context(self.space, sender, name)
-        return Request(str(event.get("event_id")), sender, self.space, parts, context, task_id)
+        resolved = await self.memory.resolve(self.space, sender, task_id, name)
+        if resolved is None:
+            return _failed(f"No task {task_id!r} of yours is waiting for input")
+        context, name = resolved
+        event_id = str(event.get("event_id"))
+        return Request(event_id, sender, self.space, parts, context, task_id, name)
 
     async def _call(self, event: dict[str, Any], request: Request) -> None:
         assert self.remote is not None and self.card is not None and self.member is not None
         call = Call(
             request, self.remote, self.member,
             streaming=self.card.streaming, flush_interval=self.options.flush_interval,
-            max_reply_bytes=self.options.max_reply_bytes, on_stream=self._track,
+            max_reply_bytes=self.options.max_reply_bytes, on_stream=self._calls.track,
         )  # fmt: skip
-        self._calls[request.event_id] = call
+        self._calls.add(call)
         try:
             answer = await call.outcome()
         finally:
-            del self._calls[request.event_id]
+            self._calls.remove(call)
         if call.unreachable:
-            self._card_wanted.set()  # read the card again until the remote is back
+            self.cards.want()  # read the card again until the remote is back
         await self._finish(event, request, call, answer)
 
     async def _finish(
@@ -374,20 +329,12 @@ class A2aOutbound:
         assert self.memory is not None
         outcome, stream, context = answer.outcome, answer.streamed, answer.context_id
         if call.stream is not None:
-            self._streams.pop(call.stream.prefix, None)
             await call.stream.aclose()
-        name = _name(_data(event).get("context_id"))
-        if outcome.kind != "failure" and context is not None:
-            with contextlib.suppress(BackplaneUnavailable):
-                await self.memory.remember_context(
-                    self.space, request.sender, name or context, context
-                )
-        if outcome.kind == "input-required" and answer.task_id is not None:
-            waiting = WaitingTask(answer.task_id, self.space, request.sender, context, name)
-            await self.memory.remember_waiting(waiting)
-        elif request.task_id is not None:
-            with contextlib.suppress(BackplaneUnavailable):
-                await self.memory.forget_waiting(request.task_id)
+        name = request.context_name
+        await self.memory.settle(
+            self.space, request.sender, name, kind=outcome.kind, context_id=context,
+            task_id=answer.task_id, continued=request.task_id,
+        )  # fmt: skip
         if stream is not None:
             if stream.failure is not None and outcome.kind == "success":
                 outcome = _failed(f"The answer could not be relayed ({stream.failure})")
@@ -399,17 +346,7 @@ class A2aOutbound:
                     return
         await self._reply(event, outcome, answer.task_id, name or context)
 
-    def _track(self, stream: ReplyStream | None) -> None:
-        if stream is not None:
-            self._streams[stream.prefix] = stream
-
     # ── a sender's cancel ───────────────────────────────────────────────
-
-    def _find_call(self, sender: object, task_id: str | None, event_id: str | None) -> Call | None:
-        call = self._calls.get(event_id) if event_id is not None else None
-        if call is None and task_id is not None:
-            call = next((c for c in self._calls.values() if c.task_id == task_id), None)
-        return call if call is not None and call.request.sender == sender else None
 
     async def _cancel(self, event: dict[str, Any]) -> None:
         """``{"cancel": true, "task_id" | "event_id"}``: stop a call in progress
@@ -417,13 +354,12 @@ class A2aOutbound:
         assert self.remote is not None and self.memory is not None
         data, sender = _data(event), event.get("from")
         task_id = _name(data.get("task_id"))
-        call = self._find_call(sender, task_id, _name(data.get("event_id")))
+        call = self._calls.find(sender, task_id, _name(data.get("event_id")))
         if call is not None:
             task_id = call.task_id
             call.interrupt()
         elif task_id is not None:
-            waiting = await self.memory.waiting(task_id)
-            if waiting is None or (waiting.space, waiting.sender) != (self.space, sender):
+            if await self.memory.resolve(self.space, str(sender), task_id, None) is None:
                 task_id = None
         if call is None and task_id is None:
             await self._reply(event, _failed("Nothing of yours to cancel"))
@@ -449,13 +385,7 @@ class A2aOutbound:
         task_id: str | None = None,
         context_id: str | None = None,
     ) -> None:
-        event_id = str(event.get("event_id"))
-        if outcome.kind == "success":
-            data = success_data(event_id, outcome.text, outcome.data, task_id, context_id)
-        elif outcome.kind == "input-required" and task_id is not None:
-            data = input_required_data(event_id, task_id, context_id, outcome.text or "")
-        else:
-            data = failure_data(event_id, outcome.error or "failed", task_id, context_id)
+        data = reply_data(str(event.get("event_id")), outcome, task_id, context_id)
         await self._publish(event, data)
 
     async def _publish(self, event: dict[str, Any], data: dict[str, Any]) -> None:

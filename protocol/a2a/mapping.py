@@ -200,6 +200,17 @@ def message_outcome(message: dict[str, Any]) -> RemoteOutcome:
     return RemoteOutcome("success", text, data)
 
 
+def reply_data(
+    in_reply_to: str, outcome: RemoteOutcome, task_id: str | None, context_id: str | None
+) -> dict[str, Any]:
+    """The ``data`` of the event answering a sender with ``outcome``."""
+    if outcome.kind == "success":
+        return success_data(in_reply_to, outcome.text, outcome.data, task_id, context_id)
+    if outcome.kind == "input-required" and task_id is not None:
+        return input_required_data(in_reply_to, task_id, context_id, outcome.text or "")
+    return failure_data(in_reply_to, outcome.error or "failed", task_id, context_id)
+
+
 def success_data(
     in_reply_to: str,
     text: str | None,
