@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 
 import aiohttp
 import orjson
@@ -386,3 +387,92 @@ async def test_shutdown_answers_open_tasks(hub, clients):
     final = results[-1]["statusUpdate"]
     assert a2a.state(final) == "TASK_STATE_FAILED"
     assert "shutting down" in final["status"]["message"]["parts"][0]["text"]
+
+
+# ── seeded junk ────────────────────────────────────────────────────────────
+
+
+def junk_value(rng: random.Random, depth: int = 0) -> object:
+    kind = rng.randrange(9 if depth < 4 else 6)
+    if kind == 0:
+        return None
+    if kind == 1:
+        return rng.choice([True, False])
+    if kind == 2:
+        return rng.randint(-(2**40), 2**40)
+    if kind == 3:
+        return rng.random() * 1e6
+    if kind in (4, 5):
+        return rng.choice(["", "x", "ROLE_USER", "user", "TASK_STATE_COMPLETED", "é" * 40,
+                           "\u0000", "a" * 300])  # fmt: skip
+    if kind == 6:
+        return [junk_value(rng, depth + 1) for _ in range(rng.randrange(4))]
+    keys = ["message", "messageId", "role", "parts", "text", "data", "url", "raw", "taskId",
+            "contextId", "configuration", "returnImmediately", "id", "x"]  # fmt: skip
+    return {rng.choice(keys): junk_value(rng, depth + 1) for _ in range(rng.randrange(5))}
+
+
+def junk_bodies(seed: int, count: int) -> list[bytes]:
+    rng = random.Random(seed)
+    methods = ["SendMessage", "SendStreamingMessage", "GetTask", "CancelTask", "ListTasks",
+               "", "sendMessage", "message/send"]  # fmt: skip
+    bodies = []
+    for _ in range(count):
+        request: dict[str, object] = {"jsonrpc": rng.choice(["2.0", "2.0", "1.0", 2])}
+        if rng.random() < 0.9:
+            request["id"] = rng.choice([1, "r", None, [1], {"a": 1}, 1.5, True])
+        request["method"] = rng.choice(methods) if rng.random() < 0.95 else junk_value(rng)
+        if rng.random() < 0.9:
+            request["params"] = junk_value(rng) if rng.random() < 0.3 else {
+                "message": junk_value(rng, 1), "id": junk_value(rng, 3),
+                "configuration": junk_value(rng, 3),
+            }  # fmt: skip
+        raw = orjson.dumps(request, option=orjson.OPT_NON_STR_KEYS)
+        if rng.random() < 0.1:
+            raw = raw[: rng.randrange(len(raw))]  # cut short
+        bodies.append(raw)
+    return bodies
+
+
+async def test_seeded_junk_never_gets_a_5xx(hub):
+    server = await hub(adapters=[gateway(max_open_tasks=1000)], bridge_timeout=0.2)
+    url = f"{server.http_url}/a2a/{SPACE}"
+    async with aiohttp.ClientSession() as http:
+        for body in junk_bodies(seed=22, count=200):
+            async with http.post(url, data=body, headers=a2a.HEADERS) as resp:
+                assert resp.status in (200, 400, 413), (resp.status, body)
+                if resp.content_type == "text/event-stream":
+                    await resp.read()  # a valid streaming call: it times out, then ends
+                    continue
+                answer = await resp.json()
+                assert answer["jsonrpc"] == "2.0" and ("result" in answer or "error" in answer)
+                assert answer.get("error", {}).get("code") != -32603, (body, answer)
+    task = await a2a.call(url, "GetTask", {"id": "nope"})
+    assert task["error"]["code"] == -32001  # still serving
+
+
+async def test_silence_on_a_stream_sends_keepalives(hub, clients):
+    _, helper, base = await started(hub, clients, bridge_timeout=0.6,
+                                    options={"keepalive": 0.05})  # fmt: skip
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
+            "params": {"message": a2a.message("silent")}}  # fmt: skip
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(base, json=body, headers=a2a.HEADERS) as resp,
+    ):
+        lines = [line async for line in resp.content]
+    assert b": keepalive\n" in lines
+    assert b"Timeout" in lines[-2]  # then the final status, and the end
+    await helper.aclose()
+
+
+async def test_cards_read_a_bounded_number_of_members(hub, clients):
+    server, helper, base = await started(hub, clients, options={"member_scan_limit": 2})
+    for n in range(3):
+        other = await clients(server, f"agent{n}")
+        await other.register(capabilities=[f"urn:test:skill{n}"])
+        await other.join(SPACE)
+    _, card = await get_card(f"{base}/.well-known/agent-card.json")
+    # The first two members in join order (the gateway's own member, then helper).
+    assert [s["id"] for s in card["skills"]] == ["urn:test:echo"]
+    await helper.aclose()
