@@ -326,7 +326,12 @@ class A2aGateway:
                     state=TaskState.SUBMITTED, updated_ms=codec.now_ms(),
                 )  # fmt: skip
             data = request_data(record.id, record.context_id, message, caller.agent_id)
-            run = await self._publish_turn(record, data, rpc)
+            try:
+                run = await self._publish_turn(record, data, rpc)
+            except BaseException:
+                if message.taskId is not None:  # not continued after all: free the turn
+                    await self.tasks.release_turn(record)
+                raise
         finally:
             self._starting -= 1
         listener = run.listen() if streaming else None

@@ -57,3 +57,6 @@ class TaskStore:
     async def claim_turn(self, task_id: str, turn: int) -> bool:
         """Whether this node may serve the task's turn ``turn`` (first come)."""
         return await self.kv.set(f"{PREFIX}turn:{task_id}:{turn}", b"1", self.ttl, if_absent=True)
+
+    async def release_turn(self, task_id: str, turn: int) -> None:
+        await self.kv.delete(f"{PREFIX}turn:{task_id}:{turn}")

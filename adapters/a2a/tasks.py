@@ -11,6 +11,7 @@ node to the run serving the task here (:meth:`NodeTasks.watch_cancels`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 
 from adapters.a2a.runs import TaskRun
@@ -67,6 +68,11 @@ class NodeTasks:
         else:
             return dataclasses.replace(record, turn=record.turn + 1, message=None)
         raise RpcError(jsonrpc.UNSUPPORTED_OPERATION, why)
+
+    async def release_turn(self, record: TaskRecord) -> None:
+        """A claimed turn that did not start (its message could not be published)."""
+        with contextlib.suppress(BackplaneUnavailable):
+            await self.store.release_turn(record.id, record.turn)
 
     async def cancel(self, task_id: str, space: str, owner: str | None) -> TaskRecord:
         """Cancel the task (``-32002`` when it is over); the task as cancelled.

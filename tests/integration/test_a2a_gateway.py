@@ -476,3 +476,19 @@ async def test_cards_read_a_bounded_number_of_members(hub, clients):
     # The first two members in join order (the gateway's own member, then helper).
     assert [s["id"] for s in card["skills"]] == ["urn:test:echo"]
     await helper.aclose()
+
+
+async def test_a_follow_up_that_cannot_be_delivered_leaves_the_task_waiting(hub, clients):
+    _, helper, base = await started(hub, clients)
+    asked = await a2a.send(f"{base}/helper", "ask")
+    assert a2a.state(asked) == "TASK_STATE_INPUT_REQUIRED"
+    await helper.client.leave(SPACE)
+    follow = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+              "params": {"message": a2a.message("Oslo", taskId=asked["id"])}}  # fmt: skip
+    status, _ = await a2a.post(f"{base}/helper", follow)
+    assert status == 404  # the member left: nothing was sent
+    await helper.client.join(SPACE)
+    done = await a2a.send(f"{base}/helper", "Oslo", message=a2a.message("Oslo", taskId=asked["id"]))
+    assert a2a.state(done) == "TASK_STATE_COMPLETED"
+    assert done["artifacts"][-1]["parts"] == [{"text": "thanks for Oslo"}]
+    await helper.aclose()
