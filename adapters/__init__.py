@@ -28,11 +28,19 @@ class AdapterError(Exception):
 def from_settings(settings: HubSettings) -> list[Adapter]:
     """The adapters ``settings`` configure (declared spaces and ``[bridges]``).
     Raises :class:`~hub.adapter_host.ConfigError` for a mistake in either."""
-    from adapters import agora_http, envelope
+    from adapters import a2a, agora_http, envelope
     from adapters.config import parse_bridges
 
     bridges = parse_bridges(
         settings.bridges,
-        {"agora_http": agora_http.AgoraHttpBridge, "envelope": envelope.EnvelopeBridge},
+        {
+            "agora_http": agora_http.AgoraHttpBridge,
+            "envelope": envelope.EnvelopeBridge,
+            "a2a": a2a.A2aBridge,
+        },
     )
-    return [*envelope.adapters_for(settings, bridges), *agora_http.adapters_for(settings, bridges)]
+    return [
+        *envelope.adapters_for(settings, bridges),
+        *agora_http.adapters_for(settings, bridges),
+        *a2a.adapters_for(settings, bridges),
+    ]

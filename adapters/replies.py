@@ -8,7 +8,9 @@ open streams, because the hub itself never holds a whole stream.
 
 :class:`ReplyWaiters` is the inbound bridge's table of requests waiting for
 their answer: the first event (or stream) in the space whose ``data.in_reply_to``
-is the request's ``event_id`` resolves it.
+is the request's ``event_id`` resolves it — assembled (:meth:`ReplyWaiters.expect`),
+or piece by piece as it arrives (:meth:`ReplyWaiters.relay`, a :class:`ReplyRelay`)
+for a gateway that passes a streamed answer on while it streams.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import contextlib
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 MAX_OPEN_STREAMS = 256
 STASH_SIZE = 64
@@ -107,6 +109,73 @@ class StreamAssembler:
         return None
 
 
+PieceKind = Literal["event", "delta", "done", "cancel"]
+_PIECES: dict[Any, PieceKind] = {
+    "space.event.delta": "delta",
+    "space.event.done": "done",
+    "space.event.cancel": "cancel",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """One part of an answer as it arrives: a whole reply ``event``, or a
+    streamed reply's ``delta`` frames and its ``done`` or ``cancel``."""
+
+    kind: PieceKind
+    msg: dict[str, Any]
+
+    @property
+    def data(self) -> dict[str, Any]:
+        data = self.msg.get("data")
+        return data if isinstance(data, dict) else {}
+
+    @property
+    def final(self) -> bool:
+        return self.kind != "delta"
+
+
+class RelayStopped(Exception):
+    """:meth:`ReplyRelay.next` after :meth:`ReplyRelay.stop`: the consumer gave up."""
+
+
+class ReplyRelay:
+    """One request's answer, piece by piece, in arrival order (from
+    :meth:`ReplyWaiters.relay`). Nothing is assembled: the consumer sees every
+    delta as it comes and bounds what it keeps itself. The pieces wait here
+    only until the consumer takes them (it does not block on anything else).
+    :meth:`stop` wakes a consumer waiting in :meth:`next` to give up."""
+
+    def __init__(self, event_id: str):
+        self.event_id = event_id
+        #: The id of the stream answering, once its first delta came.
+        self.stream_id: str | None = None
+        self.ended = False
+        self._pieces: deque[Piece] = deque()
+        self._ready = asyncio.Event()
+        self._stopped = False
+
+    def put(self, piece: Piece) -> None:
+        self._pieces.append(piece)
+        self._ready.set()
+        if piece.final:
+            self.ended = True
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._ready.set()
+
+    async def next(self) -> Piece:
+        """The next piece, waiting for it (wrap in a timeout); raises
+        :class:`RelayStopped` once :meth:`stop` was called."""
+        while not self._pieces or self._stopped:
+            if self._stopped:
+                raise RelayStopped(self.event_id)
+            self._ready.clear()
+            await self._ready.wait()
+        return self._pieces.popleft()
+
+
 def in_reply_to(msg: dict[str, Any]) -> str | None:
     data = msg.get("data")
     if not isinstance(data, dict):
@@ -127,6 +196,7 @@ class ReplyWaiters:
 
     def __init__(self, max_reply_bytes: int, *, stash_size: int = STASH_SIZE):
         self._pending: dict[str, asyncio.Future[Assembled]] = {}
+        self._relays: dict[str, ReplyRelay] = {}
         self._stream_of: dict[str, str] = {}  # request event id -> stream answering it
         self._request_of: dict[str, str] = {}  # stream id -> request event id
         self._streams = StreamAssembler(max_reply_bytes)
@@ -134,7 +204,7 @@ class ReplyWaiters:
         self._publishing = 0
 
     def __len__(self) -> int:
-        return len(self._pending)
+        return len(self._pending) + len(self._relays)
 
     @property
     def assembling(self) -> int:
@@ -153,12 +223,21 @@ class ReplyWaiters:
     def expect(self, event_id: str) -> asyncio.Future[Assembled]:
         future: asyncio.Future[Assembled] = asyncio.get_running_loop().create_future()
         self._pending[event_id] = future
+        self._unstash()
+        return future
+
+    def relay(self, event_id: str) -> ReplyRelay:
+        """Wait for the answer to ``event_id`` piece by piece (:class:`ReplyRelay`)."""
+        relay = self._relays[event_id] = ReplyRelay(event_id)
+        self._unstash()
+        return relay
+
+    def _unstash(self) -> None:
         if self._stash:
             stashed, self._stash = self._stash, deque(maxlen=self._stash.maxlen)
             for msg in stashed:
                 if not self._route(msg):
                     self._stash.append(msg)
-        return future
 
     def fail_all(self, error: BaseException) -> None:
         """Every waiting request gets ``error`` raised (the hub is shutting down)."""
@@ -168,6 +247,7 @@ class ReplyWaiters:
 
     def forget(self, event_id: str) -> None:
         self._pending.pop(event_id, None)
+        self._relays.pop(event_id, None)
         stream_id = self._stream_of.pop(event_id, None)
         if stream_id is not None:
             self._request_of.pop(stream_id, None)
@@ -183,11 +263,24 @@ class ReplyWaiters:
             answered = in_reply_to(msg)
             if answered is None or answered in self._stream_of:
                 return False  # not a reply, or a stream answered first
+            relay = self._relays.get(answered)
+            if relay is not None:
+                if relay.ended:
+                    return False
+                relay.put(Piece("event", msg))
+                return True
             return self._resolve(answered, Assembled(msg))
         stream_id = msg.get("event_id")
         if not isinstance(stream_id, str):
             return False
         answered = self._request_of.get(stream_id)
+        relay = self._relays.get(answered) if answered is not None else None
+        if relay is not None and kind in _PIECES:
+            relay.put(Piece(_PIECES[kind], msg))
+            if relay.ended:
+                del self._request_of[stream_id]
+                self._stream_of.pop(relay.event_id, None)
+            return True
         if answered is not None:
             whole = self._streams.feed(msg)
             if whole is not None:
@@ -196,6 +289,13 @@ class ReplyWaiters:
         if kind != "space.event.delta":
             return False
         answered = in_reply_to(msg)
+        relay = self._relays.get(answered) if answered is not None else None
+        if relay is not None and not relay.ended and answered not in self._stream_of:
+            relay.stream_id = stream_id
+            self._stream_of[relay.event_id] = stream_id
+            self._request_of[stream_id] = relay.event_id
+            relay.put(Piece("delta", msg))
+            return True
         future = self._pending.get(answered) if answered is not None else None
         if future is None or future.done() or answered in self._stream_of:
             return False

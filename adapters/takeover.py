@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 #: Most history read back on a takeover (the default ``history_size``).
 MAX_EVENTS = 1000
+_ANSWERS = frozenset({"space.event", "space.event.delta"})
 
 
 class Reader(Protocol):
@@ -38,8 +39,8 @@ async def unanswered(
     """Events (oldest first) addressed to ``member`` in ``space`` with
     ``seq <= upto_seq`` that ``request_keys`` calls requests (the keys an
     answer may refer to them by; none: not a request) and that no event
-    published by ``member`` answers (``answer_key`` of an own event is one
-    of the request's keys)."""
+    published by ``member`` answers (``answer_key`` of an own event, or of
+    the first delta of an own stream, is one of the request's keys)."""
     me = member.agent_id
     requests: list[tuple[Sequence[str], dict[str, Any]]] = []
     answered: set[str] = set()
@@ -53,13 +54,14 @@ async def unanswered(
         seen += len(events) or max_events
         before = page.get("next_before_seq")
         for event in events:
-            if event.get("type") != "space.event":
-                continue
-            if event.get("from") == me:
+            kind = event.get("type")
+            if event.get("from") == me and kind in _ANSWERS:
+                # An answer streamed as deltas names its request in its first delta.
                 if (key := answer_key(event)) is not None:
                     answered.add(key)
-            elif _addressed_to(event, me) and (keys := request_keys(event)):
-                requests.append((keys, event))
+            elif kind == "space.event" and _addressed_to(event, me):
+                if keys := request_keys(event):
+                    requests.append((keys, event))
     found = [e for keys, e in requests if answered.isdisjoint(keys)]
     found.sort(key=lambda e: e.get("seq", 0))
     return found

@@ -99,6 +99,16 @@ def agora_peer() -> Any:
     return require_agora_peer()
 
 
+@pytest.fixture(scope="session")
+def a2a_peer() -> Any:
+    """The real ``a2a-sdk`` 1.3.0 library, client and server, run from its own
+    cached venv (:mod:`tests.support.a2a_peer`); skipped when it cannot be
+    installed, a failure under ``CI=true``."""
+    from tests.support.a2a_peer import VENV, A2aPeer
+
+    return A2aPeer(VENV.require())
+
+
 def _redis_binary() -> str:
     binary = redis_server_binary()
     if binary is None:

@@ -73,6 +73,11 @@ class DeclaredSpace(BaseModel):
     agora_http: bool = False
     #: Protocol Documents (file paths) this space supports over HTTP Agora.
     agora_protocols: list[Path] = Field(default_factory=list)
+    #: A2A inbound: the space and its members are A2A agents at /a2a/{space}[/{agent}].
+    a2a: bool = False
+    #: The name and description of the space's A2A agent card.
+    a2a_name: str | None = Field(default=None, min_length=1, max_length=256)
+    a2a_description: str | None = Field(default=None, max_length=1024)
 
     @field_validator("allow_join", "allow_publish")
     @classmethod

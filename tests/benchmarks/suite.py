@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tests.benchmarks import a2a as a2a_bench
 from tests.benchmarks import procs, report, scenarios
 from tests.benchmarks.procs import Pinning, ServerProcess, StartFailed
 from tests.benchmarks.scenarios import Target
@@ -322,6 +323,10 @@ class Bench:
                 await self.measure(
                     scenario, server, comp, self._hub(comp), body, {**params, "signed": signed}
                 )
+
+    async def a2a(self, comp: str) -> None:
+        """Request/reply through the A2A gateway beside the same over WebSocket."""
+        await a2a_bench.run(self, comp)
 
     def _redis(self, cores: list[int]) -> ServerProcess | str:
         try:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from adapters.replies import ReplyWaiters, StreamAssembler
+from adapters.replies import RelayStopped, ReplyWaiters, StreamAssembler
 
 
 def event(event_id: str, data: dict[str, Any]) -> dict[str, Any]:
@@ -154,3 +154,54 @@ async def test_fail_all_raises_in_every_waiter():
     for future in futures[1:]:
         with pytest.raises(RuntimeError):
             await asyncio.wait_for(future, 1)
+
+
+# ── ReplyRelay: answers passed on piece by piece ───────────────────────────
+
+
+async def pieces(relay, n):
+    return [await asyncio.wait_for(relay.next(), 1) for _ in range(n)]
+
+
+async def test_a_streamed_reply_is_relayed_piece_by_piece():
+    waiters = ReplyWaiters(100)
+    relay = waiters.relay("e1")
+    waiters.feed(delta("b/1", "par", in_reply_to="e1"))
+    waiters.feed(event("r2", {"in_reply_to": "e1", "body": "later"}))  # the stream came first
+    waiters.feed(delta("b/1", "ts"))
+    waiters.feed(delta("b/2", "someone else's", in_reply_to="e7"))
+    waiters.feed(done("b/1"))
+    got = await pieces(relay, 3)
+    assert [(p.kind, p.data.get("text")) for p in got] == [
+        ("delta", "par"), ("delta", "ts"), ("done", None),
+    ]  # fmt: skip
+    assert relay.stream_id == "b/1" and relay.ended and got[-1].final
+    waiters.feed(delta("b/1", "after done"))  # nothing more reaches it
+    waiters.forget("e1")
+    assert len(waiters) == 0
+
+
+async def test_a_plain_reply_or_a_cancel_ends_a_relay():
+    waiters = ReplyWaiters(100)
+    plain, cancelled = waiters.relay("e1"), waiters.relay("e2")
+    waiters.feed(event("r1", {"in_reply_to": "e1", "text": "hi"}))
+    waiters.feed(event("r1b", {"in_reply_to": "e1", "text": "second"}))
+    waiters.feed(delta("b/2", "x", in_reply_to="e2"))
+    waiters.feed(cancel("b/2", "publisher_disconnected"))
+    (only,) = await pieces(plain, 1)
+    assert (only.kind, only.data["text"]) == ("event", "hi")
+    assert [p.kind for p in await pieces(cancelled, 2)] == ["delta", "cancel"]
+    with waiters.publishing():  # a reply overtaking the publish is kept for the relay too
+        waiters.feed(event("r3", {"in_reply_to": "e3", "text": "quick"}))
+        quick = waiters.relay("e3")
+    assert (await pieces(quick, 1))[0].data["text"] == "quick"
+
+
+async def test_a_stopped_relay_wakes_its_reader():
+    waiters = ReplyWaiters(100)
+    relay = waiters.relay("e1")
+    reader = asyncio.ensure_future(relay.next())
+    await asyncio.sleep(0)
+    relay.stop()
+    with pytest.raises(RelayStopped):
+        await asyncio.wait_for(reader, 1)

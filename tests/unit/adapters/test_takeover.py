@@ -76,3 +76,13 @@ async def test_reading_back_is_bounded():
     )
     assert [e["seq"] for e in found] == list(range(301, 501))
     assert history.reads == 2
+
+
+async def test_an_answer_streamed_as_deltas_counts():
+    streamed = {"type": "space.event.delta", "seq": 3, "event_id": "bridge/s1", "from": "bridge",
+                "data": {"in_reply_to": "e1", "text": "par"}}  # fmt: skip
+    later = {"type": "space.event.delta", "seq": 4, "event_id": "bridge/s1", "from": "bridge",
+             "data": {"text": "ts"}}  # fmt: skip
+    history = History([event(1, "alice", "bridge"), event(2, "bob", "bridge"), streamed, later])
+    found = await unanswered(history, "s", 4, request_keys=keys, answer_key=answer)
+    assert [e["seq"] for e in found] == [2]

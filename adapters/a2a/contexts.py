@@ -1,0 +1,124 @@
+"""What an outbound A2A bridge remembers, in the cluster's key-value store.
+
+* One remote ``contextId`` per (space, sender, ``data.context_id``): the
+  sender names its conversations as it likes, the remote gets its own ids.
+  A sender that names none gets the remote's id back as ``context_id`` and
+  may name it next time.
+* The remote tasks waiting for a sender's input (``INPUT_REQUIRED``): whose
+  they are and in which context, so only that sender continues one, and a
+  standby node that takes the bridge over continues them too.
+
+Entries expire after ``ttl`` seconds without use. :meth:`BridgeMemory.resolve`
+and :meth:`BridgeMemory.settle` are what a call needs before and after.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from hub.adapter_host import BackplaneUnavailable, KeyValueStore
+
+PREFIX = "a2a:out:"
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingTask:
+    """A remote task asking one sender for more."""
+
+    task_id: str
+    space: str
+    sender: str
+    context_id: str | None
+    #: The sender's own name for the context (``data.context_id``), if any.
+    context_name: str | None
+
+
+class BridgeMemory:
+    def __init__(self, kv: KeyValueStore, agent_id: str, ttl: float):
+        self.kv = kv
+        self.agent_id = agent_id
+        self.ttl = ttl
+
+    def _key(self, kind: str, *parts: str) -> str:
+        # Ids may contain ':' and names anything: hash the tuple.
+        digest = hashlib.sha256(orjson.dumps([self.agent_id, *parts])).hexdigest()
+        return f"{PREFIX}{kind}:{digest}"
+
+    async def context(self, space: str, sender: str, name: str) -> str | None:
+        raw = await self.kv.get(self._key("ctx", space, sender, name))
+        return raw.decode() if raw is not None else None
+
+    async def remember_context(self, space: str, sender: str, name: str, remote: str) -> None:
+        await self.kv.set(self._key("ctx", space, sender, name), remote.encode(), self.ttl)
+
+    async def waiting(self, task_id: str) -> WaitingTask | None:
+        raw = await self.kv.get(self._key("task", task_id))
+        value: Any = None
+        if raw is not None:
+            try:
+                value = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                value = None
+        if not isinstance(value, dict):
+            return None
+        try:
+            return WaitingTask(
+                task_id, value["space"], value["sender"], value["context"], value["name"]
+            )
+        except KeyError:
+            return None
+
+    async def remember_waiting(self, task: WaitingTask) -> None:
+        value = {
+            "space": task.space,
+            "sender": task.sender,
+            "context": task.context_id,
+            "name": task.context_name,
+        }
+        await self.kv.set(self._key("task", task.task_id), orjson.dumps(value), self.ttl)
+
+    async def forget_waiting(self, task_id: str) -> None:
+        await self.kv.delete(self._key("task", task_id))
+
+    async def resolve(
+        self, space: str, sender: str, task_id: str | None, name: str | None
+    ) -> tuple[str | None, str | None] | None:
+        """``(remote context, context name)`` for a sender's next message: the
+        waiting task's when it continues one (None when that task is not the
+        sender's), else its named context's (if any yet)."""
+        if task_id is not None:
+            waiting = await self.waiting(task_id)
+            if waiting is None or (waiting.space, waiting.sender) != (space, sender):
+                return None
+            return waiting.context_id, waiting.context_name
+        if name is not None:
+            return await self.context(space, sender, name), name
+        return None, None
+
+    async def settle(
+        self,
+        space: str,
+        sender: str,
+        name: str | None,
+        *,
+        kind: str,
+        context_id: str | None,
+        task_id: str | None,
+        continued: str | None,
+    ) -> None:
+        """After a call: remember its context (under the sender's name for it,
+        or the remote's id), the task if it now waits for input, and forget
+        the task it continued."""
+        if kind != "failure" and context_id is not None:
+            with contextlib.suppress(BackplaneUnavailable):
+                await self.remember_context(space, sender, name or context_id, context_id)
+        if kind == "input-required" and task_id is not None:
+            await self.remember_waiting(WaitingTask(task_id, space, sender, context_id, name))
+        elif continued is not None:
+            with contextlib.suppress(BackplaneUnavailable):
+                await self.forget_waiting(continued)

@@ -1,0 +1,387 @@
+"""A2A, inbound: an A2A client talks to the agents of a space (contract §13).
+
+For every space declared with ``a2a = true`` the HTTP port serves::
+
+    GET  /a2a/{space}/.well-known/agent-card.json             the space's card
+    POST /a2a/{space}                                         JSON-RPC 2.0
+    GET  /a2a/{space}/{agent_id}/.well-known/agent-card.json  a member's card
+    POST /a2a/{space}/{agent_id}                              JSON-RPC, to that member
+
+``SendMessage`` / ``SendStreamingMessage`` publish the message into the space
+from the shared virtual agent ``a2a`` (one copy per node, so any node behind a
+load balancer serves a request); the first event answering it (``data.
+in_reply_to``) makes the task's outcome (:mod:`adapters.a2a.runs`). Replies
+reach every node's copy; only the node holding the request relays them.
+Tasks live in the key-value store (:mod:`adapters.a2a.store`): ``GetTask``,
+``CancelTask`` and a multi-turn task's next message work on any node.
+
+Bounded (:class:`InboundOptions`): request bodies (413), parts per message,
+turns per task, tasks open on this node and SSE streams on this node (503
+with ``Retry-After``), the reply kept per task, and every wait
+(``bridge_timeout`` → ``TASK_STATE_FAILED`` "Timeout").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import structlog
+from aiohttp import web
+
+from adapters.a2a import answers
+from adapters.a2a.answers import Refused
+from adapters.a2a.cards import member_card, space_card
+from adapters.a2a.member import GatewayMember
+from adapters.a2a.runs import TaskRun
+from adapters.a2a.store import TaskStore
+from adapters.a2a.tasks import NodeTasks
+from adapters.replies import ReplyWaiters
+from hub.adapter_host import (
+    AdapterHost,
+    AuthError,
+    BackplaneUnavailable,
+    Caller,
+    read_at_most,
+)
+from protocol import codec
+from protocol.a2a import jsonrpc
+from protocol.a2a.card import WELL_KNOWN
+from protocol.a2a.jsonrpc import RpcError, RpcRequest
+from protocol.a2a.mapping import VIA, cancel_data, request_data
+from protocol.a2a.model import SendParams, TaskState, send_params, task_query
+from protocol.a2a.tasks import TaskRecord
+from protocol.errors import ProtocolError
+from protocol.names import is_valid_agent_id
+
+log = structlog.get_logger("adapters.a2a")
+
+PUSH_METHODS = frozenset(
+    {
+        "CreateTaskPushNotificationConfig",
+        "GetTaskPushNotificationConfig",
+        "ListTaskPushNotificationConfigs",
+        "DeleteTaskPushNotificationConfig",
+    }
+)
+UNSUPPORTED_METHODS = frozenset({"ListTasks", "SubscribeToTask", "GetExtendedAgentCard"})
+
+
+@dataclass(frozen=True, slots=True)
+class SpaceCard:
+    """How a space introduces itself (``a2a_name``, ``a2a_description``)."""
+
+    name: str | None = None
+    description: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InboundOptions:
+    #: Largest request body; None: the hub's ``max_frame_bytes``.
+    max_body_bytes: int | None = None
+    #: Parts in one message.
+    max_parts: int = 64
+    #: Tasks with a turn in progress on this node (waiting for their answer).
+    max_open_tasks: int = 256
+    #: ``SendStreamingMessage`` responses open on this node.
+    max_streams: int = 128
+    #: Reply text and data kept per task (all turns); more fails the task.
+    max_reply_bytes: int = 1024 * 1024
+    #: Turns (messages) per task.
+    max_turns: int = 16
+    #: Members read for a card.
+    member_scan_limit: int = 200
+    #: How often this node looks for cancels of its open tasks made on other nodes.
+    cancel_poll: float = 1.0
+    #: An SSE comment line after this much silence, so proxies keep the stream.
+    keepalive: float = 15.0
+
+
+class A2aGateway:
+    """The inbound adapter: routes on the HTTP port, the ``a2a`` member."""
+
+    system_spaces: tuple[str, ...] = ()
+
+    def __init__(self, spaces: Mapping[str, SpaceCard], options: InboundOptions | None = None):
+        self.spaces = dict(spaces)
+        self.options = options or InboundOptions()
+        self.waiters = ReplyWaiters(self.options.max_reply_bytes)
+        #: SSE responses open on this node.
+        self.streams = 0
+        self.member = GatewayMember(self.spaces, member_scan_limit=self.options.member_scan_limit)
+        self._tasks: NodeTasks | None = None
+        self.timeout = 30.0
+        self.max_body_bytes = self.options.max_body_bytes or 1024 * 1024
+        self._starting = 0
+        self._host: AdapterHost | None = None
+        self._background: list[asyncio.Task[None]] = []
+
+    # ── lifecycle ────────────────────────────────────────────────────────
+
+    async def start(self, host: AdapterHost) -> None:
+        s = host.settings
+        self._host = host
+        self.timeout = s.bridge_timeout
+        self.max_body_bytes = self.options.max_body_bytes or s.max_frame_bytes
+        self._tasks = NodeTasks(TaskStore(host.kv, s.history_ttl))
+        await self.member.start(host, self._on_message)
+        watch = self._tasks.watch_cancels(self.options.cancel_poll)
+        self._background.append(asyncio.get_running_loop().create_task(watch))
+        base, member = "/a2a/{space}", "/a2a/{space}/{agent_id}"
+        host.mount(
+            [
+                web.get(f"{base}/{WELL_KNOWN}", self._card),
+                web.get(f"{member}/{WELL_KNOWN}", self._card),
+                web.post(base, self._post),
+                web.post(member, self._post),
+            ],
+            on_shutdown=self._on_shutdown,
+        )
+
+    @property
+    def tasks(self) -> NodeTasks:
+        """This node's tasks (once started)."""
+        assert self._tasks is not None, "the gateway is not started"
+        return self._tasks
+
+    async def aclose(self) -> None:
+        for task in self._background:
+            task.cancel()
+        for run in list(self.tasks.runs.values()) if self._tasks is not None else ():
+            run.abort()
+        for task in self._background:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.member.aclose()
+
+    async def _on_message(self, msg: dict[str, Any]) -> None:
+        self.waiters.feed(msg)
+
+    async def _on_shutdown(self) -> None:
+        """The HTTP port is closing: open tasks fail now, so their clients get
+        an answer rather than a cut connection."""
+        runs = self.tasks.stop_all("Hub shutting down: try again")
+        await asyncio.gather(*(run.wait_closed() for run in runs))
+
+    # ── routes ───────────────────────────────────────────────────────────
+
+    async def _card(self, request: web.Request) -> web.Response:
+        assert self._host is not None
+        space, agent = request.match_info["space"], request.match_info.get("agent_id")
+        info = self.spaces.get(space)
+        if info is None:
+            return answers.not_found(f"No A2A agent at {request.path[:200]}")
+        try:
+            members = await self._host.member_records(space, self.options.member_scan_limit)
+        except BackplaneUnavailable:
+            return answers.unavailable()
+        url = f"{self._host.public_url(request)}/a2a/{space}"
+        bearer = self._host.auth_required
+        if agent is None:
+            card = space_card(
+                space, url, members, name=info.name, description=info.description, bearer=bearer
+            )
+        else:
+            record = next((r for r in members if r.agent_id == agent and agent != VIA), None)
+            if record is None:
+                return answers.not_found(f"No agent {agent[:128]!r} in the A2A space {space!r}")
+            card = member_card(space, f"{url}/{agent}", record, bearer=bearer)
+        return web.Response(body=orjson.dumps(card), content_type="application/json")
+
+    async def _post(self, request: web.Request) -> web.StreamResponse:
+        space, agent = request.match_info["space"], request.match_info.get("agent_id")
+        if space not in self.spaces or (
+            agent is not None and (agent == VIA or not is_valid_agent_id(agent))
+        ):
+            return answers.not_found(f"No A2A agent at {request.path[:200]}")
+        try:
+            caller = await self._caller(request)
+            version = request.headers.get("A2A-Version", "1.0").strip()
+            rpc = jsonrpc.parse_request(await self._read_json(request))
+            if version.split(".", 1)[0] != "1":
+                raise RpcError(
+                    jsonrpc.VERSION_NOT_SUPPORTED,
+                    f"A2A version {version[:16]!r} is not supported: this gateway speaks 1.0",
+                    rpc.id,
+                )
+            return await self._call(request, rpc, space, agent, caller)
+        except Refused as refused:
+            return refused.response
+        except RpcError as error:
+            return answers.rpc_error(error)
+
+    async def _call(
+        self, request: web.Request, rpc: RpcRequest, space: str, agent: str | None, caller: Caller
+    ) -> web.StreamResponse:
+        try:
+            return await self._dispatch(request, rpc, space, agent, caller)
+        except RpcError as error:
+            raise error if error.rpc_id is not None else error.with_id(rpc.id) from None
+        except BackplaneUnavailable:
+            return answers.unavailable(rpc.id)
+
+    async def _dispatch(
+        self, request: web.Request, rpc: RpcRequest, space: str, agent: str | None, caller: Caller
+    ) -> web.StreamResponse:
+        method = rpc.method
+        if method in ("SendMessage", "SendStreamingMessage"):
+            params = send_params(rpc.params, rpc.id, max_parts=self.options.max_parts)
+            return await self._send(request, rpc, params, space, agent, caller)
+        if method == "GetTask":
+            query = task_query(rpc.params, rpc.id)
+            record = await self.tasks.visible(query.id, space, self._owner(caller))
+            return answers.result(rpc.id, record.wire())
+        if method == "CancelTask":
+            record = await self._cancel(task_query(rpc.params, rpc.id).id, space, caller)
+            return answers.result(rpc.id, record.wire())
+        if method in PUSH_METHODS:
+            raise RpcError(
+                jsonrpc.PUSH_NOTIFICATION_NOT_SUPPORTED,
+                "Push notifications are not supported by this agent",
+                rpc.id,
+            )
+        if method in UNSUPPORTED_METHODS:
+            raise RpcError(
+                jsonrpc.UNSUPPORTED_OPERATION, f"{method} is not supported by this agent", rpc.id
+            )
+        raise RpcError(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method[:128]}", rpc.id)
+
+    # ── the request's envelope ───────────────────────────────────────────
+
+    async def _caller(self, request: web.Request) -> Caller:
+        assert self._host is not None
+        header = request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        bearer = token.strip() if scheme.lower() == "bearer" and token.strip() else None
+        try:
+            return await self._host.identify(bearer, prefix="a2a-caller")
+        except AuthError:
+            raise Refused(answers.unauthorized()) from None
+
+    async def _read_json(self, request: web.Request) -> Any:
+        """The request body as JSON, bounded in size (413) and nesting (400).
+
+        The one place a body is read: only after it is whole and valid does a
+        request take a slot (an open task, a stream)."""
+        limit = self.max_body_bytes
+        body = await read_at_most(request.content, limit, request.content_length)
+        if body is None:
+            error = RpcError(jsonrpc.INVALID_REQUEST, f"Request body exceeds {limit} bytes")
+            raise Refused(answers.rpc_error(error, 413))
+        obj = jsonrpc.decode(body)
+        try:
+            codec.check_json_bounds(body.decode("utf-8", "replace"), obj)
+        except ProtocolError as exc:
+            error = RpcError(jsonrpc.INVALID_REQUEST, exc.message)
+            raise Refused(answers.rpc_error(error, 400)) from None
+        return obj
+
+    # ── SendMessage / SendStreamingMessage ───────────────────────────────
+
+    async def _send(
+        self,
+        request: web.Request,
+        rpc: RpcRequest,
+        params: SendParams,
+        space: str,
+        agent: str | None,
+        caller: Caller,
+    ) -> web.StreamResponse:
+        assert self._host is not None
+        config = params.configuration
+        if config is not None and config.taskPushNotificationConfig is not None:
+            raise RpcError(
+                jsonrpc.PUSH_NOTIFICATION_NOT_SUPPORTED,
+                "Push notifications are not supported by this agent",
+                rpc.id,
+            )
+        if not self._host.may_publish(caller, space):
+            error = RpcError(
+                jsonrpc.INVALID_REQUEST, f"Not allowed to send to the space {space!r}", rpc.id
+            )
+            raise Refused(answers.rpc_error(error, 403))
+        streaming = rpc.method == "SendStreamingMessage"
+        o = self.options
+        if len(self.tasks) + self._starting >= o.max_open_tasks:
+            raise Refused(answers.busy(rpc.id, "Too many open tasks on this node: try again"))
+        if streaming and self.streams >= o.max_streams:
+            raise Refused(answers.busy(rpc.id, "Too many streams open on this node: try again"))
+        self._starting += 1
+        try:
+            message = params.message
+            if message.taskId is not None:
+                record = await self.tasks.next_turn(
+                    message.taskId, message.contextId, space, self._owner(caller), o.max_turns
+                )
+            else:
+                record = TaskRecord(
+                    id=str(uuid.uuid4()),
+                    context_id=message.contextId or str(uuid.uuid4()),
+                    space=space, to=agent, caller=caller.agent_id,
+                    state=TaskState.SUBMITTED, updated_ms=codec.now_ms(),
+                )  # fmt: skip
+            data = request_data(record.id, record.context_id, message, caller.agent_id)
+            try:
+                run = await self._publish_turn(record, data, rpc)
+            except BaseException:
+                if message.taskId is not None:  # not continued after all: free the turn
+                    await self.tasks.release_turn(record)
+                raise
+        finally:
+            self._starting -= 1
+        listener = run.listen() if streaming else None
+        self.tasks.add(run)
+        run.start(self._run_done)
+        if listener is not None:
+            self.streams += 1
+            try:
+                # A client that leaves mid-answer: the task goes on, stored for GetTask.
+                return await answers.stream(
+                    request, rpc.id, listener, keepalive=o.keepalive, gone=run.detach
+                )
+            finally:
+                self.streams -= 1
+        if config is not None and config.returnImmediately:
+            return answers.result(rpc.id, {"task": record.wire()})
+        await run.wait_closed()
+        return answers.result(rpc.id, {"task": run.record.wire()})
+
+    async def _publish_turn(
+        self, record: TaskRecord, data: dict[str, Any], rpc: RpcRequest
+    ) -> TaskRun:
+        """Publish the turn's request event; the run that will follow its answer."""
+        with self.waiters.publishing():
+            event_id = await self.member.publish(record.space, data, record.to, rpc.id)
+            relay = self.waiters.relay(event_id)
+        record.event_id = event_id
+        record.move(TaskState.WORKING, codec.now_ms())
+        return TaskRun(
+            record, relay, self.tasks.store,
+            timeout=self.timeout, max_reply_bytes=self.options.max_reply_bytes,
+            stop_stream=lambda stream_id: self.member.stop_stream(record.space, stream_id),
+        )  # fmt: skip
+
+    def _run_done(self, run: TaskRun) -> None:
+        self.tasks.discard(run)
+        if run.record.event_id is not None:
+            self.waiters.forget(run.record.event_id)
+
+    # ── GetTask / CancelTask ─────────────────────────────────────────────
+
+    def _owner(self, caller: Caller) -> str | None:
+        """Whose tasks a caller sees: its own with auth on, any without."""
+        assert self._host is not None
+        return caller.agent_id if self._host.auth_required else None
+
+    async def _cancel(self, task_id: str, space: str, caller: Caller) -> TaskRecord:
+        record = await self.tasks.cancel(task_id, space, self._owner(caller))
+        try:
+            await self.member.publish(space, cancel_data(task_id), record.to, None)
+        except (RpcError, Refused) as exc:  # the agent left, say: cancelled all the same
+            log.info("a2a cancel not announced", task_id=task_id, reason=str(exc))
+        return record

@@ -1,0 +1,231 @@
+"""One turn of an inbound task, from the published request to the final state.
+
+A :class:`TaskRun` lives on the node that published the turn's request event
+(the node holding the client's HTTP request or SSE stream). It reads the
+agents' answer piece by piece (:class:`~adapters.replies.ReplyRelay`) and turns
+it into task updates, contract §13:
+
+* a whole reply event → at most one artifact (its ``text`` / ``body`` /
+  ``data``), then the state it asks for — ``COMPLETED``, ``FAILED`` with its
+  ``error``, ``INPUT_REQUIRED`` with its ``text`` as the question;
+* a streamed reply → one ``artifactUpdate`` per delta, all under one
+  ``artifactId`` (``append`` after the first), an empty ``lastChunk`` one at
+  ``done``, then the state its first delta asked for;
+* a reply stream cancelled by its publisher or the hub → ``FAILED``;
+* nothing for ``timeout`` seconds → ``FAILED`` ("Timeout");
+* :meth:`TaskRun.cancel` (a ``CancelTask``) → ``CANCELED``, the reply stream
+  no longer relayed; :meth:`TaskRun.stop` (shutdown) → ``FAILED``.
+
+Updates go to the run's listener (the SSE response, :meth:`TaskRun.listen`)
+as A2A stream results; the record is stored at the start and at the end of
+the turn, so ``GetTask`` on any node sees the task's state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+
+from adapters.a2a.store import TaskStore
+from adapters.replies import Piece, RelayStopped, ReplyRelay
+from hub.adapter_host import BackplaneUnavailable
+from protocol.a2a.mapping import interpret_reply, reply_state
+from protocol.a2a.model import TaskState, artifact, artifact_update, status_update, text_part
+from protocol.a2a.tasks import TaskRecord
+from protocol.codec import now_ms
+
+log = structlog.get_logger("adapters.a2a")
+
+TIMEOUT = "Timeout"
+#: A stream result, or None: the turn is over.
+Update = dict[str, Any] | None
+
+
+class TaskRun:
+    def __init__(
+        self,
+        record: TaskRecord,
+        relay: ReplyRelay,
+        store: TaskStore,
+        *,
+        timeout: float,
+        max_reply_bytes: int,
+        stop_stream: Callable[[str], Awaitable[None]],
+    ):
+        """``stop_stream(stream_id)`` stops the delivery of a reply stream to
+        this node (a receiver cancel) once the run no longer wants it."""
+        self.record = record
+        self.relay = relay
+        self.store = store
+        self.timeout = timeout
+        self.max_reply_bytes = max_reply_bytes
+        self.finished = asyncio.Event()
+        self._stop_stream = stop_stream
+        self._listener: asyncio.Queue[Update] | None = None
+        self._interrupt: tuple[TaskState, str | None] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def task_id(self) -> str:
+        return self.record.id
+
+    def listen(self) -> asyncio.Queue[Update]:
+        """A queue of this turn's stream results, beginning with the task
+        (``SUBMITTED``) and its ``WORKING`` status, ending with None. Call
+        before :meth:`start`."""
+        queue: asyncio.Queue[Update] = asyncio.Queue()
+        submitted = self.record.wire()
+        submitted["status"] = {"state": TaskState.SUBMITTED.value}
+        queue.put_nowait({"task": submitted})
+        queue.put_nowait(self._status())
+        self._listener = queue
+        return queue
+
+    def detach(self) -> None:
+        """The listener went away (the client dropped its stream): the turn
+        goes on, its outcome stored for ``GetTask``."""
+        self._listener = None
+
+    def start(self, on_done: Callable[[TaskRun], None]) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._task.add_done_callback(lambda _: on_done(self))
+
+    def cancel(self) -> None:
+        """The client cancelled the task (``CancelTask``, on any node)."""
+        self._end(TaskState.CANCELED, None)
+
+    def stop(self, reason: str) -> None:
+        """The hub is shutting down: the task fails with ``reason``."""
+        self._end(TaskState.FAILED, reason)
+
+    def _end(self, state: TaskState, message: str | None) -> None:
+        if self._interrupt is None and not self.finished.is_set():
+            self._interrupt = (state, message)
+            self.relay.stop()
+
+    async def wait_closed(self) -> None:
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(self._task)
+
+    def abort(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    # ── the turn ────────────────────────────────────────────────────────
+
+    async def _run(self) -> None:
+        try:
+            await self._save()
+            state, message = await self._follow()
+        except Exception:
+            log.exception("a2a task run failed", task_id=self.task_id)
+            state, message = TaskState.FAILED, "Gateway error"
+        finally:
+            self.relay.stop()
+        await self._finish(state, message)
+
+    async def _follow(self) -> tuple[TaskState, str | None]:
+        """Read the answer; returns the state the turn ends in."""
+        stream_state: tuple[TaskState, str | None] | None = None
+        artifact_id = f"{self.task_id}-{self.record.turn}-{uuid.uuid4().hex[:8]}"
+        texts: list[str] = []
+        size = 0
+        while True:
+            try:
+                async with asyncio.timeout(self.timeout):
+                    piece = await self.relay.next()
+            except RelayStopped:
+                await self._stop_relayed_stream()
+                assert self._interrupt is not None
+                return self._interrupt
+            except TimeoutError:
+                await self._stop_relayed_stream()
+                return TaskState.FAILED, TIMEOUT
+            if piece.kind == "event":
+                return self._whole(piece)
+            if piece.kind == "cancel":
+                reason = str(piece.msg.get("reason") or "cancelled")[:128]
+                return TaskState.FAILED, f"The agent's reply stream was cancelled ({reason})"
+            if piece.kind == "done":
+                self._emit(
+                    artifact_update(
+                        self.task_id, self.record.context_id,
+                        artifact(artifact_id, [text_part("")]), append=True, last_chunk=True,
+                    )
+                )  # fmt: skip
+                whole = "".join(texts)
+                self.record.add_artifact(artifact_id, [text_part(whole)], size)
+                assert stream_state is not None
+                state, message = stream_state
+                return state, whole if state is TaskState.INPUT_REQUIRED else message
+            text = _text(piece)
+            if stream_state is None:
+                stream_state = reply_state(piece.data)
+            size += len(text.encode("utf-8", "surrogatepass"))
+            if self.record.size + size > self.max_reply_bytes:
+                await self._stop_relayed_stream()
+                return TaskState.FAILED, f"The reply exceeds {self.max_reply_bytes} bytes"
+            texts.append(text)
+            self._emit(
+                artifact_update(
+                    self.task_id, self.record.context_id,
+                    artifact(artifact_id, [text_part(text)]), append=len(texts) > 1,
+                )
+            )  # fmt: skip
+
+    def _whole(self, piece: Piece) -> tuple[TaskState, str | None]:
+        outcome = interpret_reply(piece.data)
+        if outcome.parts:
+            if self.record.size + outcome.size > self.max_reply_bytes:
+                return TaskState.FAILED, f"The reply exceeds {self.max_reply_bytes} bytes"
+            artifact_id = f"{self.task_id}-{self.record.turn}-{uuid.uuid4().hex[:8]}"
+            parts = list(outcome.parts)
+            self.record.add_artifact(artifact_id, parts, outcome.size)
+            self._emit(
+                artifact_update(
+                    self.task_id, self.record.context_id, artifact(artifact_id, parts),
+                    last_chunk=True,
+                )
+            )  # fmt: skip
+        return outcome.state, outcome.message
+
+    async def _stop_relayed_stream(self) -> None:
+        stream_id = self.relay.stream_id
+        if stream_id is not None and not self.relay.ended:
+            await self._stop_stream(stream_id)
+
+    async def _finish(self, state: TaskState, message: str | None) -> None:
+        try:
+            if state is not TaskState.CANCELED and await self.store.cancelled(self.task_id):
+                state, message = TaskState.CANCELED, None  # a cancel wins
+        except BackplaneUnavailable:
+            pass
+        self.record.move(state, now_ms(), message)
+        await self._save()
+        self._emit(self._status())
+        self._emit(None)
+        self.finished.set()
+
+    async def _save(self) -> None:
+        try:
+            await self.store.save(self.record)
+        except BackplaneUnavailable as exc:
+            log.warning("a2a task not stored", task_id=self.task_id, reason=str(exc))
+
+    def _status(self) -> dict[str, Any]:
+        return status_update(self.task_id, self.record.context_id, self.record.status())
+
+    def _emit(self, update: Update) -> None:
+        if self._listener is not None:
+            self._listener.put_nowait(update)
+
+
+def _text(piece: Piece) -> str:
+    text = piece.data.get("text")
+    return text if isinstance(text, str) else ""

@@ -1,0 +1,100 @@
+"""An outbound bridge's agent id, held by exactly one node of a cluster.
+
+:class:`Holding` claims the id (a virtual member, :meth:`AdapterHost.attach`)
+and joins the bridge's space with it. A node that cannot claim it — another
+node holds it — stands by and tries again every ``retry`` seconds, so when the
+holder's node dies (its claim expires) or shuts down, a standby takes the
+bridge over. The new holder is handed the space's ``seq`` at its join
+(``on_claimed``): what was addressed to the bridge before it, and not
+answered, is in the space's history (:mod:`adapters.takeover`).
+
+The messages the member receives go to ``handler``; what to register
+(capabilities, metadata) is asked of ``registration`` at each claim.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+
+from hub.adapter_host import (
+    AdapterHost,
+    AgentIdTaken,
+    BackplaneUnavailable,
+    MessageHandler,
+    RequestFailed,
+    VirtualMember,
+)
+
+log = structlog.get_logger("adapters")
+
+Registration = Callable[[], tuple[tuple[str, ...], dict[str, Any]]]
+
+
+class Holding:
+    def __init__(
+        self,
+        agent_id: str,
+        space: str,
+        handler: MessageHandler,
+        *,
+        type: str,
+        registration: Registration,
+        on_claimed: Callable[[VirtualMember, int], Awaitable[None]],
+        label: str,
+    ):
+        """``label`` names the bridge kind in the log (``"a2a bridge active"``)."""
+        self.agent_id = agent_id
+        self.space = space
+        self.member: VirtualMember | None = None
+        #: Set while this node holds the id.
+        self.holding = asyncio.Event()
+        self._handler = handler
+        self._type = type
+        self._registration = registration
+        self._on_claimed = on_claimed
+        self._label = label
+
+    async def keep(self, host: AdapterHost, retry: float) -> None:
+        """Hold the agent id, or stand by and retry the claim until it is free."""
+        while True:
+            member = self.member
+            if member is None:
+                if not await self._claim(host):
+                    await asyncio.sleep(retry)
+                continue
+            await member.cleaned_up.wait()  # closed by the hub (replaced elsewhere)
+            if self.member is member:
+                self.member = None
+                self.holding.clear()
+                log.warning(f"{self._label} lost its agent id", agent_id=self.agent_id)
+
+    async def release(self) -> None:
+        member, self.member = self.member, None
+        self.holding.clear()
+        if member is not None:
+            await member.aclose()
+
+    async def _claim(self, host: AdapterHost) -> bool:
+        capabilities, metadata = self._registration()
+        try:
+            member = await host.attach(
+                self.agent_id, self._handler, type=self._type,
+                capabilities=capabilities, metadata=metadata,
+            )  # fmt: skip
+        except (AgentIdTaken, BackplaneUnavailable):
+            return False
+        try:
+            joined = await member.join(self.space)
+        except (RequestFailed, TimeoutError) as exc:
+            log.warning(f"{self._label} cannot join", agent_id=self.agent_id, reason=str(exc))
+            await member.aclose()
+            return False
+        self.member = member
+        self.holding.set()
+        log.info(f"{self._label} active", agent_id=self.agent_id, space=self.space)
+        await self._on_claimed(member, int(joined.get("seq", 0)))
+        return True

@@ -1,0 +1,239 @@
+"""A2A 1.0 objects on the wire: messages, parts, tasks, statuses, artifacts.
+
+Spelled as the 1.0 JSON binding (and the ``a2a-sdk`` 1.3.0 library) spells
+them — camelCase members, ``TASK_STATE_*`` and ``ROLE_*`` enum names, parts
+without a ``kind`` (``{text}``, ``{data}``, ``{url}``, ``{raw}``). Spelling a
+state the 0.3 way (``"completed"``) is read as ``TASK_STATE_UNSPECIFIED`` by
+1.0 clients *silently*, so every state that leaves the hub comes from
+:class:`TaskState`.
+
+Incoming params are checked with pydantic (:func:`send_params`,
+:func:`task_query`): a wrong type is :data:`~protocol.a2a.jsonrpc.INVALID_PARAMS`
+naming the field. Outgoing objects are plain dicts built here.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
+
+from protocol.a2a.jsonrpc import INVALID_PARAMS, RequestId, RpcError
+
+MAX_ID_CHARS = 256
+
+
+class TaskState(StrEnum):
+    SUBMITTED = "TASK_STATE_SUBMITTED"
+    WORKING = "TASK_STATE_WORKING"
+    INPUT_REQUIRED = "TASK_STATE_INPUT_REQUIRED"
+    AUTH_REQUIRED = "TASK_STATE_AUTH_REQUIRED"
+    COMPLETED = "TASK_STATE_COMPLETED"
+    FAILED = "TASK_STATE_FAILED"
+    CANCELED = "TASK_STATE_CANCELED"
+    REJECTED = "TASK_STATE_REJECTED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset(
+    {TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED}
+)
+#: States in which a task waits for the client's next message.
+INTERRUPTED = frozenset({TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED})
+
+
+class Role(StrEnum):
+    USER = "ROLE_USER"
+    AGENT = "ROLE_AGENT"
+
+
+# ── incoming params ─────────────────────────────────────────────────────────
+
+_CONTENT = ("text", "data", "url", "raw")
+Identifier = StrictStr
+
+
+class _Model(BaseModel):
+    # Unknown members are ignored (later minor versions add some); known ones
+    # must have the right type.
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+
+class Part(_Model):
+    text: StrictStr | None = None
+    data: Any = None
+    url: StrictStr | None = None
+    raw: StrictStr | None = None
+    mediaType: StrictStr | None = None
+    filename: StrictStr | None = None
+    metadata: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _one_content(self) -> Part:
+        present = [name for name in _CONTENT if name in self.model_fields_set]
+        if len(present) != 1:
+            raise ValueError("a part has exactly one of text, data, url, raw")
+        if self.raw is not None:
+            try:
+                base64.b64decode(self.raw, validate=True)
+            except (binascii.Error, ValueError):
+                raise ValueError("raw must be base64") from None
+        return self
+
+    def wire(self) -> dict[str, Any]:
+        return self.model_dump(exclude_unset=True)
+
+
+class Message(_Model):
+    messageId: StrictStr = Field(min_length=1, max_length=MAX_ID_CHARS)
+    role: Literal["ROLE_USER", "ROLE_AGENT"]
+    parts: list[Part] = Field(min_length=1)
+    contextId: StrictStr | None = Field(default=None, min_length=1, max_length=MAX_ID_CHARS)
+    taskId: StrictStr | None = Field(default=None, min_length=1, max_length=MAX_ID_CHARS)
+    metadata: dict[str, Any] | None = None
+
+    @property
+    def text(self) -> str:
+        """The text parts, joined by newlines (as the a2a-sdk's ``get_user_input``)."""
+        return "\n".join(p.text for p in self.parts if p.text is not None)
+
+
+class SendConfiguration(_Model):
+    returnImmediately: StrictBool = False
+    taskPushNotificationConfig: dict[str, Any] | None = None
+    acceptedOutputModes: list[StrictStr] | None = None
+    historyLength: int | None = None
+
+
+class SendParams(_Model):
+    message: Message
+    configuration: SendConfiguration | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class TaskQuery(_Model):
+    id: StrictStr = Field(min_length=1, max_length=MAX_ID_CHARS)
+    historyLength: int | None = None
+
+
+def _checked(model: type[_Model], params: dict[str, Any], request_id: RequestId) -> Any:
+    try:
+        return model.model_validate(params)
+    except ValidationError as exc:
+        raise RpcError(INVALID_PARAMS, f"Invalid params: {describe(exc)}", request_id) from None
+
+
+def send_params(params: dict[str, Any], request_id: RequestId, *, max_parts: int) -> SendParams:
+    """``SendMessage`` / ``SendStreamingMessage`` params; ``-32602`` when wrong."""
+    checked: SendParams = _checked(SendParams, params, request_id)
+    if len(checked.message.parts) > max_parts:
+        raise RpcError(
+            INVALID_PARAMS, f"Invalid params: more than {max_parts} parts in a message", request_id
+        )
+    return checked
+
+
+def task_query(params: dict[str, Any], request_id: RequestId) -> TaskQuery:
+    """``GetTask`` / ``CancelTask`` params; ``-32602`` when wrong."""
+    return _checked(TaskQuery, params, request_id)  # type: ignore[no-any-return]
+
+
+def describe(exc: ValidationError) -> str:
+    shown = []
+    for err in exc.errors(include_url=False)[:3]:
+        where = ".".join(str(p) for p in err["loc"]) or "params"
+        shown.append(f"{where}: {err['msg']}")
+    return "; ".join(shown)
+
+
+# ── outgoing objects ────────────────────────────────────────────────────────
+
+
+def timestamp(ms: int) -> str:
+    """ISO 8601 UTC with microseconds and ``Z``, as the a2a-sdk writes them."""
+    moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def text_part(text: str) -> dict[str, Any]:
+    return {"text": text}
+
+
+def agent_message(
+    text: str, *, message_id: str, task_id: str | None = None, context_id: str | None = None
+) -> dict[str, Any]:
+    message: dict[str, Any] = {"messageId": message_id, "role": Role.AGENT.value}
+    if context_id is not None:
+        message["contextId"] = context_id
+    if task_id is not None:
+        message["taskId"] = task_id
+    message["parts"] = [text_part(text)]
+    return message
+
+
+def user_message(
+    parts: list[dict[str, Any]],
+    *,
+    message_id: str,
+    context_id: str | None = None,
+    task_id: str | None = None,
+) -> dict[str, Any]:
+    message: dict[str, Any] = {"messageId": message_id, "role": Role.USER.value, "parts": parts}
+    if context_id is not None:
+        message["contextId"] = context_id
+    if task_id is not None:
+        message["taskId"] = task_id
+    return message
+
+
+def status(state: TaskState, at_ms: int, message: dict[str, Any] | None = None) -> dict[str, Any]:
+    value: dict[str, Any] = {"state": state.value}
+    if message is not None:
+        value["message"] = message
+    value["timestamp"] = timestamp(at_ms)
+    return value
+
+
+def artifact(artifact_id: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"artifactId": artifact_id, "parts": parts}
+
+
+def status_update(task_id: str, context_id: str, status_value: dict[str, Any]) -> dict[str, Any]:
+    """A streamed ``statusUpdate`` result."""
+    return {"statusUpdate": {"taskId": task_id, "contextId": context_id, "status": status_value}}
+
+
+def artifact_update(
+    task_id: str,
+    context_id: str,
+    artifact_value: dict[str, Any],
+    *,
+    append: bool = False,
+    last_chunk: bool = False,
+) -> dict[str, Any]:
+    """A streamed ``artifactUpdate`` result (``append``/``lastChunk`` only when true)."""
+    update: dict[str, Any] = {
+        "taskId": task_id,
+        "contextId": context_id,
+        "artifact": artifact_value,
+    }
+    if append:
+        update["append"] = True
+    if last_chunk:
+        update["lastChunk"] = True
+    return {"artifactUpdate": update}

@@ -1,0 +1,125 @@
+"""An A2A task as the gateway keeps it: state, status message, artifacts, turns.
+
+:class:`TaskRecord` is what the inbound gateway stores in the cluster's
+key-value store (so any node answers ``GetTask``) and what it answers with
+(:meth:`TaskRecord.wire`). Each *turn* is one message from the client and the
+agents' answer to it; a task in ``INPUT_REQUIRED`` takes another turn when the
+client's next message names it. Every state change goes through
+:meth:`TaskRecord.move`, which refuses to leave a terminal state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from protocol.a2a.model import TaskState, agent_message, artifact, status
+
+
+class TaskRecordError(ValueError):
+    """A stored record that cannot be read back (corrupt or of another version)."""
+
+
+@dataclass(slots=True)
+class TaskRecord:
+    id: str
+    context_id: str
+    space: str
+    #: The member the requests go to (``/a2a/{space}/{agent_id}``), or None: the space.
+    to: str | None
+    caller: str
+    state: TaskState
+    updated_ms: int
+    #: The status message's text (a failure's reason, an input-required question).
+    message: str | None = None
+    artifacts: list[dict[str, Any]] = field(default_factory=list)
+    turn: int = 1
+    #: The ``event_id`` of the current turn's request event.
+    event_id: str | None = None
+    #: Bytes of artifact text and data kept, summed over turns.
+    size: int = 0
+
+    @property
+    def terminal(self) -> bool:
+        return self.state.terminal
+
+    def move(self, state: TaskState, at_ms: int, message: str | None = None) -> bool:
+        """Change state (and status message); False when already terminal."""
+        if self.terminal:
+            return False
+        self.state = state
+        self.message = message
+        self.updated_ms = at_ms
+        return True
+
+    def add_artifact(self, artifact_id: str, parts: list[dict[str, Any]], size: int) -> None:
+        self.artifacts.append(artifact(artifact_id, parts))
+        self.size += size
+
+    def status(self) -> dict[str, Any]:
+        message = None
+        if self.message is not None:
+            message = agent_message(
+                self.message,
+                message_id=f"{self.id}-status-{self.turn}",
+                task_id=self.id,
+                context_id=self.context_id,
+            )
+        return status(self.state, self.updated_ms, message)
+
+    def wire(self) -> dict[str, Any]:
+        """The A2A ``Task`` object."""
+        task: dict[str, Any] = {"id": self.id, "contextId": self.context_id}
+        task["status"] = self.status()
+        if self.artifacts:
+            task["artifacts"] = self.artifacts
+        return task
+
+    # ── storage ─────────────────────────────────────────────────────────
+
+    def to_bytes(self) -> bytes:
+        return orjson.dumps(
+            {
+                "id": self.id,
+                "context_id": self.context_id,
+                "space": self.space,
+                "to": self.to,
+                "caller": self.caller,
+                "state": self.state.value,
+                "updated_ms": self.updated_ms,
+                "message": self.message,
+                "artifacts": self.artifacts,
+                "turn": self.turn,
+                "event_id": self.event_id,
+                "size": self.size,
+            }
+        )
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> TaskRecord:
+        try:
+            value = orjson.loads(raw)
+            return cls(
+                id=_str(value["id"]),
+                context_id=_str(value["context_id"]),
+                space=_str(value["space"]),
+                to=value["to"] if value["to"] is None else _str(value["to"]),
+                caller=_str(value["caller"]),
+                state=TaskState(value["state"]),
+                updated_ms=int(value["updated_ms"]),
+                message=value["message"] if value["message"] is None else _str(value["message"]),
+                artifacts=list(value["artifacts"]),
+                turn=int(value["turn"]),
+                event_id=value["event_id"],
+                size=int(value["size"]),
+            )
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise TaskRecordError(f"unreadable task record: {exc}") from None
+
+
+def _str(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {type(value).__name__}")
+    return value

@@ -1,0 +1,132 @@
+"""The A2A gateway across nodes sharing a real Redis: a task is answered to the
+node holding its stream, read and cancelled and continued on another node; an
+outbound bridge moves to a standby when its node is killed, and the standby
+answers what the dead holder left unanswered."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import aiohttp
+import pytest
+
+from adapters.a2a import A2aGateway, InboundOptions, SpaceCard
+from tests.support import a2a_http as a2a
+from tests.support.a2a_agents import Answerer
+from tests.support.a2a_remote import RemoteA2a
+from tests.support.agora_bridge import write_config
+from tests.support.wsclient import WsClient
+
+SPACE = "lab"
+BRIDGE = "translator"
+pytestmark = pytest.mark.redis
+
+
+def gateway() -> A2aGateway:
+    return A2aGateway({SPACE: SpaceCard()}, InboundOptions(cancel_poll=0.1))
+
+
+async def test_tasks_live_in_the_cluster(hub, clients, redis_server):
+    one = await hub(adapters=[gateway()], redis_url=redis_server.url)
+    two = await hub(adapters=[gateway()], redis_url=redis_server.url)
+    helper = await Answerer.start(clients, two)  # the agent is on the second node
+    url_one, url_two = f"{one.http_url}/a2a/{SPACE}", f"{two.http_url}/a2a/{SPACE}"
+    # The answer reaches the node holding the SSE stream.
+    results = await a2a.stream(url_one, {"message": a2a.message("stream it")})
+    updates = [r["artifactUpdate"] for r in results if "artifactUpdate" in r]
+    assert "".join(p["text"] for u in updates for p in u["artifact"]["parts"]) == "one two three"
+    assert a2a.state(results[-1]["statusUpdate"]) == "TASK_STATE_COMPLETED"
+    # Any node answers GetTask.
+    task_id = results[0]["task"]["id"]
+    got = (await a2a.call(url_two, "GetTask", {"id": task_id}))["result"]
+    assert a2a.state(got) == "TASK_STATE_COMPLETED"
+    assert got["artifacts"][0]["parts"] == [{"text": "one two three"}]
+    # A task asks on one node and is continued on the other.
+    asked = await a2a.send(url_one, "ask")
+    done = await a2a.send(url_two, "Oslo", message=a2a.message("Oslo", taskId=asked["id"]))
+    assert (done["id"], a2a.state(done)) == (asked["id"], "TASK_STATE_COMPLETED")
+    await helper.aclose()
+
+
+async def test_a_cancel_on_another_node_ends_the_stream(hub, clients, redis_server):
+    one = await hub(adapters=[gateway()], redis_url=redis_server.url)
+    two = await hub(adapters=[gateway()], redis_url=redis_server.url)
+    helper = await Answerer.start(clients, one)
+    url_one, url_two = f"{one.http_url}/a2a/{SPACE}", f"{two.http_url}/a2a/{SPACE}"
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
+            "params": {"message": a2a.message("slow")}}  # fmt: skip
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(url_one, json=body, headers=a2a.HEADERS) as resp,
+    ):
+        task_id = json.loads((await resp.content.readline())[6:])["result"]["task"]["id"]
+        await helper.wait_for(lambda d: d.get("task_id") == task_id)
+        cancelled = await a2a.call(url_two, "CancelTask", {"id": task_id})
+        assert a2a.state(cancelled["result"]) == "TASK_STATE_CANCELED"
+        rest = [json.loads(line[6:])["result"] async for line in resp.content
+                if line.startswith(b"data: ")]  # fmt: skip
+    assert a2a.state(rest[-1]["statusUpdate"]) == "TASK_STATE_CANCELED"
+    got = (await a2a.call(url_one, "GetTask", {"id": task_id}))["result"]
+    assert a2a.state(got) == "TASK_STATE_CANCELED"
+    await helper.aclose()
+
+
+# ── an outbound bridge held by one node of two, in real processes ──────────
+
+
+async def test_a_killed_holder_is_replaced_and_its_requests_answered(
+    hub_process, redis_server, tmp_path
+):
+    remote = await RemoteA2a().start()
+    config = write_config(
+        tmp_path / "hub.toml",
+        f'[[bridges.a2a]]\nspace = "{SPACE}"\nagent_id = "{BRIDGE}"\nurl = "{remote.url}"\n',
+    )
+    settings = {"redis_url": redis_server.url, "config": str(config)}
+    try:
+        nodes = [await asyncio.to_thread(hub_process, **settings) for _ in range(2)]
+        holder = await _holder(nodes)
+        standby = nodes[1 - nodes.index(holder)]
+        alice = await WsClient.connect(standby.url, "alice", heartbeat=True)
+        await alice.join(SPACE)
+        in_flight = await _send(alice, {"text": "hang"})
+        await asyncio.wait_for(remote.called.wait(), 15)
+        await asyncio.to_thread(holder.kill)
+        await _holder([standby])
+        lost = await _answer(alice, in_flight, kind="space.event")
+        assert lost["data"]["status"] == "failure"
+        assert lost["data"]["error"].startswith("Bridge moved to another hub node")
+        after = await _answer(alice, await _send(alice, {"text": "after"}))
+        assert after["data"]["text"] == "echo:after"
+        await alice.close()
+    finally:
+        await remote.stop()
+
+
+async def _send(client: WsClient, data: dict[str, Any]) -> str:
+    sent = await client.request(
+        {"type": "space.publish", "space": SPACE, "to": BRIDGE, "data": data}
+    )
+    return str(sent["event_id"])
+
+
+async def _answer(client: WsClient, event_id: str, kind: str | None = None) -> dict[str, Any]:
+    return await client._until(
+        lambda m: (
+            (kind is None or m.get("type") == kind)
+            and m.get("from") == BRIDGE
+            and (m.get("data") or {}).get("in_reply_to") == event_id
+        ),
+        30,
+    )
+
+
+async def _holder(nodes: list[Any], timeout: float = 30) -> Any:
+    async with asyncio.timeout(timeout):
+        while True:
+            for node in nodes:
+                if any(line.get("event") == "a2a bridge active" for line in node.log_lines()):
+                    return node
+            await asyncio.sleep(0.1)  # polling a log file: there is no event to wait on

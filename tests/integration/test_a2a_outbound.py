@@ -1,0 +1,328 @@
+"""The outbound A2A bridge on a real hub, against a remote under test control:
+the card (read, re-read while down), calls and their answers, failures of
+every kind, cancel, bounds, and only the configured URL ever called."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from adapters.a2a import A2aOutbound, OutboundOptions
+from tests.support.a2a_remote import RemoteA2a
+from tests.support.agora_bridge import write_config
+from tests.support.wsclient import WsClient
+
+SPACE = "lab"
+BRIDGE = "translator"
+
+
+@pytest.fixture
+async def remotes() -> AsyncIterator[Any]:
+    started: list[RemoteA2a] = []
+
+    async def _start(**options: Any) -> RemoteA2a:
+        remote = await RemoteA2a(**options).start()
+        started.append(remote)
+        return remote
+
+    yield _start
+    for remote in started:
+        await remote.stop()
+
+
+def bridge(url: str, *, timeout: float | None = None, **options: Any) -> A2aOutbound:
+    options.setdefault("flush_interval", 0.02)
+    options.setdefault("card_retry", 0.05)
+    return A2aOutbound(
+        SPACE, BRIDGE, url, timeout=timeout, headers={"X-Api-Key": "k1"},
+        options=OutboundOptions(**options),
+    )  # fmt: skip
+
+
+async def member(server: Any, agent_id: str = "alice") -> WsClient:
+    client = await WsClient.connect(server.url, agent_id, heartbeat=True)
+    await client.join(SPACE)
+    return client
+
+
+async def send(client: WsClient, data: dict[str, Any]) -> str:
+    sent = await client.request(
+        {"type": "space.publish", "space": SPACE, "to": BRIDGE, "data": data}
+    )
+    assert sent["type"] == "space.event", sent
+    return str(sent["event_id"])
+
+
+async def answer_to(client: WsClient, event_id: str, timeout: float = 15) -> dict[str, Any]:
+    """The bridge's answer: a whole event, or a stream put back together."""
+    first = await client._until(
+        lambda m: m.get("from") == BRIDGE and (m.get("data") or {}).get("in_reply_to") == event_id,
+        timeout,
+    )
+    if first["type"] == "space.event":
+        return first
+    text, frames = first["data"]["text"], 1
+    while True:
+        frame = await client._until(lambda m: m.get("event_id") == first["event_id"], timeout)
+        if frame["type"] != "space.event.delta":
+            break
+        text += frame["data"]["text"]
+        frames += 1
+    return {**first, "type": frame["type"], "text": text, "frames": frames, "end": frame}
+
+
+async def ask(client: WsClient, data: dict[str, Any]) -> dict[str, Any]:
+    return await answer_to(client, await send(client, data))
+
+
+async def test_the_bridge_calls_the_remote_and_answers(hub, remotes):
+    remote = await remotes()
+    outbound = bridge(remote.url)
+    server = await hub(adapters=[outbound])
+    await outbound.card_read.wait()
+    alice = await member(server)
+    listed = await alice.request({"type": "agent.list", "capability": "translate"})
+    (found,) = listed["agents"]
+    assert found["id"] == BRIDGE and found["capabilities"] == ["translate", "summarize"]
+    assert found["metadata"]["a2a"]["name"] == "Remote translator"
+    plain = await ask(alice, {"text": "hello", "context_id": "c1"})
+    assert plain["to"] in ("alice", ["alice"])
+    assert plain["data"] == {
+        "in_reply_to": plain["data"]["in_reply_to"], "status": "success", "text": "echo:hello",
+        "task_id": plain["data"]["task_id"], "context_id": "c1", "from": BRIDGE,
+    }  # fmt: skip
+    call = remote.calls[-1]
+    assert call["method"] == "SendStreamingMessage" and call["headers"]["X-Api-Key"] == "k1"
+    assert call["headers"]["A2A-Version"] == "1.0"
+    assert call["params"]["message"]["parts"] == [{"text": "hello"}]
+    assert call["params"]["message"]["role"] == "ROLE_USER"
+    data = await ask(alice, {"body": {"q": 1}, "context_id": "c1"})
+    assert data["data"]["status"] == "success"
+    sent = remote.calls[-1]["params"]["message"]
+    assert sent["parts"] == [{"data": {"q": 1}}]
+    assert sent["contextId"] == remote.calls[0]["params"]["message"].get("contextId") or (
+        sent["contextId"] == "ctx-" + plain["data"]["task_id"]
+    )
+    nothing = await ask(alice, {"note": "no text"})
+    assert nothing["data"]["error"] == "The event has nothing to send (text, body or data)"
+    await alice.close()
+
+
+async def test_streamed_chunks_become_a_coalesced_client_stream(hub, remotes):
+    remote = await remotes()
+    outbound = bridge(remote.url, flush_interval=0.05)
+    server = await hub(adapters=[outbound])
+    await outbound.card_read.wait()
+    alice = await member(server)
+    streamed = await ask(alice, {"text": "slow:300"})
+    assert streamed["type"] == "space.event.done"
+    assert streamed["text"] == "".join(f"{n}," for n in range(300))
+    assert 1 < streamed["frames"] < 300  # coalesced, so the rate limit is never hit
+    assert streamed["data"]["task_id"] and streamed["data"]["context_id"]
+    # Complete before the first flush: one plain answer, no stream.
+    quick = await ask(alice, {"text": "chunks:300"})
+    assert quick["type"] == "space.event" and quick["data"]["status"] == "success"
+    assert quick["data"]["text"] == "".join(f"{n}," for n in range(300))
+    await alice.close()
+
+
+async def test_input_required_round_trip_only_for_its_sender(hub, remotes):
+    remote = await remotes()
+    outbound = bridge(remote.url)
+    server = await hub(adapters=[outbound])
+    await outbound.card_read.wait()
+    alice, bob = await member(server), await member(server, "bob")
+    question = await ask(alice, {"text": "ask"})
+    assert question["data"]["state"] == "input-required"
+    assert question["data"]["text"] == "which city?"
+    task_id = question["data"]["task_id"]
+    stolen = await ask(bob, {"text": "Oslo", "task_id": task_id})
+    assert stolen["data"]["status"] == "failure" and "No task" in stolen["data"]["error"]
+    answer = await ask(alice, {"text": "Oslo", "task_id": task_id})
+    assert answer["data"]["status"] == "success"
+    assert remote.calls[-1]["params"]["message"]["taskId"] == task_id
+    await alice.close()
+    await bob.close()
+
+
+async def test_a_remote_that_fails_in_every_way(hub, remotes):
+    remote = await remotes()
+    elsewhere = await remotes()
+    remote.redirect_to = f"{elsewhere.url}/"
+    outbound = bridge(remote.url, timeout=1.0)
+    server = await hub(adapters=[outbound])
+    await outbound.card_read.wait()
+    alice = await member(server)
+    expected = {
+        "rpc-error": "The remote refused: the remote broke (-32603)",
+        "http500": "The remote answered HTTP 500 without JSON",
+        "garbage": "The remote answered HTTP 200 without JSON",
+        "redirect": "The remote answered HTTP 307 without JSON",
+        "hang": "Timeout",
+    }
+    for text, error in expected.items():
+        answer = await ask(alice, {"text": text})
+        if answer["type"] == "space.event.cancel":  # a stream had begun: it is cut, then failed
+            answer = await answer_to(alice, answer["data"]["in_reply_to"])
+        assert answer["data"]["status"] == "failure", (text, answer)
+        assert answer["data"]["error"] == error, text
+    assert elsewhere.calls == []  # redirects are not followed
+    await remote.stop()  # down: the call fails at once, and the card is read again
+    reads = remote.card_reads
+    down = await ask(alice, {"text": "hello"})
+    assert down["data"]["error"] == "Could not connect to the remote A2A agent"
+    await remote.start()
+    async with asyncio.timeout(10):
+        while remote.card_reads == reads:  # re-read while it was down, until it is back
+            outbound.card_read.clear()
+            await outbound.card_read.wait()
+    assert (await ask(alice, {"text": "back"}))["data"]["text"] == "echo:back"
+    await alice.close()
+
+
+async def test_a_remote_down_at_start_is_read_once_it_is_up(hub, remotes):
+    remote = await remotes()
+    port = remote.port
+    await remote.stop()
+    outbound = bridge(remote.url)
+    server = await hub(adapters=[outbound])
+    await asyncio.wait_for(outbound.holding.wait(), 10)
+    alice = await member(server)
+    early = await ask(alice, {"text": "hello"})
+    assert early["data"]["error"].startswith("Remote A2A agent unavailable")
+    listed = await alice.request({"type": "agent.list", "capability": "translate"})
+    assert listed["agents"] == []
+    remote.port = port
+    await remote.start()
+    await asyncio.wait_for(outbound.card_read.wait(), 10)
+    listed = await alice.request({"type": "agent.list", "capability": "translate"})
+    assert [a["id"] for a in listed["agents"]] == [BRIDGE]
+    assert (await ask(alice, {"text": "hello"}))["data"]["text"] == "echo:hello"
+    await alice.close()
+
+
+async def test_only_the_configured_origin_is_called(hub, remotes):
+    elsewhere = await remotes()
+    remote = await remotes(interface=f"{elsewhere.url}/")  # its card points somewhere else
+    outbound = bridge(remote.url)
+    server = await hub(adapters=[outbound])
+    await outbound.card_read.wait()
+    alice = await member(server)
+    assert (await ask(alice, {"text": "hello"}))["data"]["text"] == "echo:hello"
+    assert remote.methods() == ["SendStreamingMessage"] and elsewhere.calls == []
+    await alice.close()
+
+
+async def test_a_non_streaming_remote_gets_send_message(hub, remotes):
+    remote = await remotes(streaming=False)
+    outbound = bridge(remote.url)
+    server = await hub(adapters=[outbound])
+    await outbound.card_read.wait()
+    alice = await member(server)
+    assert (await ask(alice, {"text": "hi"}))["data"]["text"] == "echo:hi"
+    later = await ask(alice, {"text": "working"})  # answered WORKING: looked at again
+    assert later["data"]["text"] == "done later"
+    assert remote.methods() == ["SendMessage", "SendMessage", "GetTask"]
+    await alice.close()
+
+
+async def test_a_sender_cancels_a_call(hub, remotes):
+    remote = await remotes()
+    outbound = bridge(remote.url, timeout=20)
+    server = await hub(adapters=[outbound])
+    await outbound.card_read.wait()
+    alice = await member(server)
+    request = await send(alice, {"text": "hang"})
+    first = await alice._until(
+        lambda m: m.get("from") == BRIDGE and (m.get("data") or {}).get("in_reply_to") == request,
+        15,
+    )
+    assert first["type"] == "space.event.delta" and first["data"]["text"] == "working… "
+    cancel = await send(alice, {"cancel": True, "event_id": request})
+    done = await answer_to(alice, cancel)
+    assert done["data"]["status"] == "success" and done["data"]["state"] == "canceled"
+    assert done["data"]["task_id"] == first["data"]["task_id"]
+    assert "CancelTask" in remote.methods()
+    cut = await alice._until(lambda m: m.get("event_id") == first["event_id"]
+                             and m["type"] == "space.event.cancel", 15)  # fmt: skip
+    assert "Cancelled" in cut["reason"]
+    failed = await alice._until(
+        lambda m: (
+            m.get("type") == "space.event" and (m.get("data") or {}).get("in_reply_to") == request
+        ),
+        15,
+    )
+    assert failed["data"]["error"] == "Cancelled"
+    nothing = await ask(alice, {"cancel": True, "task_id": "not-mine"})
+    assert nothing["data"]["error"] == "Nothing of yours to cancel"
+    await alice.close()
+
+
+async def test_bounds_on_queue_and_bodies(hub, remotes):
+    remote = await remotes()
+    outbound = bridge(
+        remote.url, timeout=20, max_concurrency=1, max_queued=0, max_body_bytes=50_000
+    )
+    server = await hub(adapters=[outbound])
+    await outbound.card_read.wait()
+    alice = await member(server)
+    big = await ask(alice, {"text": "big"})  # one stream event of 100 KB
+    assert big["data"]["status"] == "failure" and "exceeds 50000 bytes" in big["data"]["error"]
+    hanging = await send(alice, {"text": "hang"})
+    await alice._until(lambda m: (m.get("data") or {}).get("in_reply_to") == hanging, 15)
+    busy = await ask(alice, {"text": "hello"})
+    assert busy["data"]["error"] == "Bridge busy: try again"
+    await alice.close()
+
+
+async def test_a_streamed_answer_over_the_bound_is_cut(hub, remotes):
+    remote = await remotes()
+    outbound = bridge(remote.url, max_reply_bytes=100, flush_interval=0.001)
+    server = await hub(adapters=[outbound])
+    await outbound.card_read.wait()
+    alice = await member(server)
+    cut = await ask(alice, {"text": "slow:200"})
+    assert cut["type"] == "space.event.cancel" and "exceeds 100 bytes" in cut["end"]["reason"]
+    await alice.close()
+
+
+async def test_the_config_file_makes_the_bridge(hub, remotes, tmp_path):
+    remote = await remotes()
+    config = write_config(
+        tmp_path / "hub.toml",
+        f'[[bridges.a2a]]\nspace = "{SPACE}"\nagent_id = "{BRIDGE}"\nurl = "{remote.url}"\n'
+        'timeout = 5\nheaders = {Authorization = "Bearer remote-token"}\n',
+    )
+    server = await hub(config=str(config))
+    alice = await member(server)
+    async with asyncio.timeout(10):
+        while True:
+            answer = await ask(alice, {"text": "hello"})
+            if answer["data"].get("status") == "success":
+                break  # the card is read in the background
+    assert remote.calls[-1]["headers"]["Authorization"] == "Bearer remote-token"
+    await alice.close()
+
+
+@pytest.mark.parametrize(
+    ("table", "problem"),
+    [
+        ('space = "lab"\nagent_id = "x"\nurl = "ftp://h"', "url must be an http"),
+        ('space = "agent.x"\nagent_id = "x"\nurl = "http://h"', "not a user space"),
+        ('space = "lab"\nagent_id = "a2a"\nurl = "http://h"', "not a usable agent id"),
+        ('space = "lab"\nagent_id = "x"\nurl = "http://h"\ntimout = 3', "did you mean timeout"),
+        ('space = "lab"\nagent_id = "x"\nurl = "http://h"\nheaders = {"a\\nb" = "c"}',
+         "not a valid HTTP header"),
+    ],
+)  # fmt: skip
+def test_config_mistakes_stop_the_hub(tmp_path, table, problem):
+    from adapters import from_settings
+    from hub.adapter_host import ConfigError
+    from hub.config.settings import load_settings
+
+    config = write_config(tmp_path / "hub.toml", f"[[bridges.a2a]]\n{table}\n")
+    with pytest.raises(ConfigError, match=problem):
+        from_settings(load_settings({}, str(config)))
