@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 ARGS   ?=
 
-.PHONY: run test bench fuzz soak lint venv clean
+.PHONY: run test bench fuzz fuzz-http soak lint venv clean
 
 venv: $(STAMP)
 
@@ -28,6 +28,11 @@ bench: $(STAMP)
 # Hundreds of thousands of hostile frames against a hub process (ARGS="--frames N --seed S").
 fuzz: $(STAMP)
 	$(BIN)/python -m tests.fuzz $(ARGS)
+
+# Tens of thousands of hostile HTTP requests against a hub's HTTP port
+# (ARGS="--requests N --seed S"): any 5xx, echoed secret, hang, crash or traceback fails.
+fuzz-http: $(STAMP)
+	$(BIN)/python -m tests.fuzz_http $(ARGS)
 
 # A cluster under churn, a node killed, Redis restarted: did anything get lost?
 # Five minutes by default (ARGS="--duration 1800" for longer). Not part of `make test`.

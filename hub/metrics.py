@@ -82,6 +82,10 @@ class HttpStats:
 
     requests: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     durations: dict[str, Histogram] = field(default_factory=dict)
+    #: Requests whose head has been read and that are not answered yet.
+    in_progress: int = 0
+    #: Connections closed (408) because a request's head did not come in time.
+    header_timeouts: int = 0
 
     def observe(self, route: str, method: str, status: int, seconds: float) -> None:
         method = method if method in _METHODS else "other"
@@ -185,6 +189,16 @@ class HubCollector:
         d = c.delivery_latency
         latency.add_metric([], d.buckets(), d.total)
         yield latency
+        yield _gauge(
+            "agora_hub_http_requests_in_progress",
+            "Requests to the HTTP port being read or answered now.",
+            c.http.in_progress,
+        )
+        yield _counter(
+            "agora_hub_http_header_timeouts",
+            "HTTP connections closed (408) because a request's head did not come in time.",
+            c.http.header_timeouts,
+        )
         requests = CounterMetricFamily(
             "agora_hub_http_requests",
             "Requests to the HTTP port, by route, method and status.",

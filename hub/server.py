@@ -32,7 +32,7 @@ from websockets.http11 import Request, Response
 from hub import __version__
 from hub.connection import HubConnection
 from hub.handshake import ConnectionsPerIp, HandshakeRefused, OriginPolicy, credentials
-from hub.http import HttpServer
+from hub.http import HttpDeadlines, HttpServer
 from hub.metrics import CONTENT_TYPE_LATEST, render
 from hub.node import Node
 from hub.proxies import ClientAddress, TrustedProxies
@@ -115,6 +115,8 @@ class HubServer:
             ssl_context=ctx,
             reuse_port=self._reuse_port,
             shutdown_timeout=s.close_timeout,
+            deadlines=HttpDeadlines.from_settings(s),
+            stats=self.node.counters.http,
         )
         try:
             await self._http.start()
