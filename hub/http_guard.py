@@ -101,8 +101,9 @@ class GuardedRequestHandler(RequestHandler):
     be overdue, so a body costs one timer, moved as bytes come). A request
     too slow gets a fixed 408 — when nothing of an answer was written yet —
     and its connection is closed; a handler waiting for that body sees the
-    client gone (:func:`client_gone`). Once a request is answered, what is
-    left of its body is aiohttp's to drain or drop (``lingering_time``).
+    client gone (:func:`hub.http.client_gone`). Once a request is answered,
+    aiohttp drains what is left of its body for at most ``body_timeout``
+    (its ``lingering_time``), then closes the connection.
     """
 
     def __init__(
@@ -115,7 +116,13 @@ class GuardedRequestHandler(RequestHandler):
         **kwargs: Any,
     ):
         super().__init__(
-            manager, loop=loop, keepalive_timeout=deadlines.keepalive_timeout, **kwargs
+            manager,
+            loop=loop,
+            keepalive_timeout=deadlines.keepalive_timeout,
+            # What is left of a body after its answer is drained for as long as a
+            # body may lag, then the connection is closed.
+            lingering_time=deadlines.body_timeout,
+            **kwargs,
         )
         self.deadlines = deadlines
         #: Set once this connection was closed for being too slow.

@@ -33,7 +33,7 @@ agora_http = true
 id = "plain"
 """
 #: Sub-second deadlines; every wait below is generous.
-DEADLINES = {"http_header_timeout": 0.5, "http_body_timeout": 0.5}
+DEADLINES = {"http_header_timeout": 0.5, "http_body_timeout": 0.5, "http_keepalive_timeout": 1}
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +110,43 @@ async def test_connections_that_never_finish_their_headers_are_closed(port_hub):
     await still_serving(port_hub)
 
 
+async def test_kept_alive_connections_get_the_same_deadlines(port_hub):
+    port = http_port(port_hub)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    for _ in range(3):  # kept alive between requests
+        writer.write(rawhttp.build("GET", "/healthz"))
+        assert (await rawhttp.read_reply(reader)).status == 200
+    writer.write(b"GET /healthz HTTP/1.1\r\n")  # a head begun, never finished
+    assert (await rawhttp.closed(reader)).startswith(b"HTTP/1.1 408 ")
+    writer.close()
+    # Idle after an answer: closed after http_keepalive_timeout, without a word.
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(rawhttp.build("GET", "/healthz"))
+    assert (await rawhttp.read_reply(reader)).status == 200
+    assert await rawhttp.closed(reader) == b""
+    writer.close()
+    await still_serving(port_hub)
+
+
+async def test_a_body_slower_than_the_grace_but_at_the_minimum_rate_is_taken(port_hub):
+    """A 64 KiB body sent over about a second (64 KiB/s): past http_body_timeout
+    (0.5 s), well within the 8 s its size earns at http_body_min_rate."""
+    port = http_port(port_hub)
+    body = orjson.dumps({"space": "plain", "data": {"text": "x" * 65_000}})
+    headers = {"X-API-Key": KEY, "Content-Type": "application/json"}
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(rawhttp.build("POST", "/api/publish", b"", headers, length=len(body)))
+    for i in range(0, len(body), 6500):
+        await asyncio.sleep(0.1)
+        writer.write(body[i : i + 6500])
+    async with asyncio.timeout(rawhttp.TIMEOUT):
+        reply = await rawhttp.read_reply(reader)
+    writer.close()
+    assert reply.status == 200, reply
+    assert orjson.loads(reply.body)["space"] == "plain"
+    await still_serving(port_hub)
+
+
 STALLED_BODIES = {
     "/agora/w": {},
     "/envelope/plain": {},
@@ -132,7 +169,7 @@ async def test_bodies_that_stall_or_trickle_are_answered_408_and_closed(port_hub
     async def upload(path: str, headers: dict[str, str]) -> bytes:
         method = "GET" if path == "/healthz" else "POST"
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(rawhttp.build(method, path, '{"body": "', headers, length=100_000))
+        writer.write(rawhttp.build(method, path, '{"body": "', headers, length=50_000))
 
         async def more() -> None:
             with contextlib.suppress(ConnectionError):
@@ -149,7 +186,7 @@ async def test_bodies_that_stall_or_trickle_are_answered_408_and_closed(port_hub
 
     answers = await asyncio.gather(*(upload(p, h) for p, h in STALLED_BODIES.items()))
     for path, answer in zip(STALLED_BODIES, answers, strict=True):
-        if path == "/healthz":  # answered at once; the unread body is then dropped
+        if path == "/healthz":  # answered at once; the unread body drained, then closed
             assert answer.startswith(b"HTTP/1.1 200 "), answer[:80]
         else:
             assert answer.startswith(b"HTTP/1.1 408 "), (path, answer[:80])
@@ -271,6 +308,16 @@ async def test_deep_json_to_admin_disconnect_is_400(port_hub, depth):
     assert reply.status == 400, reply
     error = orjson.loads(reply.body)["error"]
     assert error["code"] == "INVALID_REQUEST" and "nested deeper than" in error["message"]
+    await still_serving(port_hub)
+
+
+async def test_a_disconnect_body_over_64_kib_is_413(port_hub):
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    body = orjson.dumps({"reason": "r" * 70_000})
+    reply = await rawhttp.exchange(
+        http_port(port_hub), rawhttp.build("POST", "/admin/agents/x/disconnect", body, headers)
+    )
+    assert reply.status == 413 and orjson.loads(reply.body)["error"]["code"] == "PAYLOAD_TOO_LARGE"
     await still_serving(port_hub)
 
 
