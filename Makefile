@@ -10,7 +10,7 @@ RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 ARGS   ?=
 
-.PHONY: run test bench fuzz soak lint venv clean
+.PHONY: run test bench fuzz fuzz-http soak lint venv clean
 
 venv: $(DEV_STAMP)
 
@@ -38,6 +38,11 @@ bench: $(DEV_STAMP)
 # Hundreds of thousands of hostile frames against a hub process (ARGS="--frames N --seed S").
 fuzz: $(DEV_STAMP)
 	$(BIN)/python -m tests.fuzz $(ARGS)
+
+# Tens of thousands of hostile HTTP requests against a hub's HTTP port
+# (ARGS="--requests N --seed S"): any 5xx, echoed secret, hang, crash or traceback fails.
+fuzz-http: $(DEV_STAMP)
+	$(BIN)/python -m tests.fuzz_http $(ARGS)
 
 # A cluster under churn, a node killed, Redis restarted: did anything get lost?
 # Five minutes by default (ARGS="--duration 1800" for longer). Not part of `make test`.

@@ -13,7 +13,8 @@ in a space, and authenticate HTTP callers as agents.
 Adapters import this module, :mod:`protocol` and their own package — nothing
 else of ``hub`` (``tests/unit/repo/test_layers.py``). So everything they need is
 named here: the host and adapter protocols, the virtual member, the errors
-they catch, the records they read and the bounded body reader.
+they catch, the records they read, and the bounded body reads and waiting slots
+of the HTTP port (read the whole body, check it, then take a slot).
 """
 
 from __future__ import annotations
@@ -31,7 +32,15 @@ from hub.config.settings import Settings as HubSettings
 from hub.core.authz import Grant
 from hub.errors import AgentIdTaken, AuthError, BackplaneUnavailable, ConfigError
 from hub.handlers.envelope_check import EnvelopeCheck
-from hub.net.bodies import read_at_most
+from hub.net.bodies import (
+    BodyRefused,
+    SlotsFull,
+    WaitingSlots,
+    check_json,
+    parse_json,
+    read_at_most,
+    read_body,
+)
 from hub.net.http import client_gone
 from hub.node.virtual import MessageHandler, RequestFailed, VirtualMember
 
@@ -42,6 +51,7 @@ __all__ = [
     "AgentRecord",
     "AuthError",
     "BackplaneUnavailable",
+    "BodyRefused",
     "Caller",
     "ConfigError",
     "EnvelopeCheck",
@@ -51,9 +61,14 @@ __all__ = [
     "KeyValueStore",
     "MessageHandler",
     "RequestFailed",
+    "SlotsFull",
     "VirtualMember",
+    "WaitingSlots",
+    "check_json",
     "client_gone",
+    "parse_json",
     "read_at_most",
+    "read_body",
 ]
 
 

@@ -117,17 +117,20 @@ def handshake_info(agent_id: str, query: Mapping[str, list[str]]) -> AgentInfo |
         raise ProtocolError(ErrorCode.INVALID_REQUEST, f"invalid {_describe(exc)}") from None
 
 
-def check_json_bounds(text: str, obj: Any, request_id: str | int | None = None) -> None:
+def check_json_bounds(
+    text: str, obj: Any, request_id: str | int | None = None, *, max_depth: int = MAX_DEPTH
+) -> None:
     """Refuse JSON the hub could not carry unchanged: nesting deeper than
-    :data:`MAX_DEPTH`, integers outside int64/uint64.
+    ``max_depth`` (a document that will sit inside a message passes less than
+    :data:`MAX_DEPTH`), integers outside int64/uint64.
 
     Both checks start with a C-speed scan of the text, so an ordinary message
     pays two ``str.count`` calls and one regex search.
     """
-    if text.count("{") + text.count("[") > MAX_DEPTH and _depth(obj, MAX_DEPTH) > MAX_DEPTH:
+    if text.count("{") + text.count("[") > max_depth and _depth(obj, max_depth) > max_depth:
         raise ProtocolError(
             ErrorCode.INVALID_REQUEST,
-            f"JSON nested deeper than {MAX_DEPTH} levels",
+            f"JSON nested deeper than {max_depth} levels",
             request_id,
         )
     if _LONG_DIGITS.search(text) is not None:

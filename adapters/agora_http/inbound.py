@@ -13,9 +13,12 @@ serve it); the first event in the space whose ``data.in_reply_to`` is that
 event's ``event_id`` is the answer, a streamed one assembled first. Replies
 reach every node's copy; only the node holding the HTTP request answers it.
 
-Bounded: request bodies (413), requests waiting for an answer per node (503
-with ``Retry-After``), the assembled answer, and the wait itself
-(``bridge_timeout`` → ``{"status": "failure", "error": "Timeout"}``).
+Bounded: request bodies (413), their nesting (400, as deep as a frame may
+carry once published), requests waiting for an answer per node (503 with
+``Retry-After``; a request takes a waiting slot only once it has been read
+whole and found valid, so idle uploads hold none), the assembled answer, and
+the wait itself (``bridge_timeout`` → ``{"status": "failure", "error":
+"Timeout"}``).
 """
 
 from __future__ import annotations
@@ -37,9 +40,13 @@ from adapters.replies import Assembled, ReplyWaiters
 from hub.adapter_host import (
     AdapterHost,
     BackplaneUnavailable,
+    BodyRefused,
     RequestFailed,
+    SlotsFull,
     VirtualMember,
-    read_at_most,
+    WaitingSlots,
+    parse_json,
+    read_body,
 )
 from protocol.agora_http import (
     DEFAULT_LIMITS,
@@ -47,11 +54,12 @@ from protocol.agora_http import (
     UNSUPPORTED_PROTOCOL,
     AgoraHttpError,
     AgoraLimits,
+    AgoraRequest,
     check_conversation_id,
     check_follow_up,
-    decode_request,
     failure,
     interpret_reply,
+    parse_request,
     success,
 )
 
@@ -92,7 +100,7 @@ class AgoraHttpInbound:
         self.conversations: InboundConversations | None = None
         self.protocols: SpaceProtocols | None = None
         self.timeout = 30.0
-        self.waiting = 0
+        self.slots = WaitingSlots(self.options.max_waiting)
         self._joined: set[str] = set()
         self._host: AdapterHost | None = None
         self._joiner: asyncio.Task[None] | None = None
@@ -155,17 +163,16 @@ class AgoraHttpInbound:
         space = request.match_info["space"]
         if space not in self.spaces:
             return _unknown_space(space)
-        if self.waiting >= self.options.max_waiting:
-            return _respond(503, failure("Too many requests waiting: try again"), retry=True)
-        self.waiting += 1
         try:
-            return _respond(*await self._exchange(request, space, request.match_info.get("id")))
+            agora = await self._read(request)
+            with self.slots.hold():
+                return _respond(*await self._exchange(agora, space, request.match_info.get("id")))
+        except SlotsFull:
+            return _respond(503, failure("Too many requests waiting: try again"), retry=True)
         except AgoraHttpError as exc:
             return _respond(*exc.response(), retry=exc.http_status in (429, 503))
         except BackplaneUnavailable:
             return _respond(503, failure("Hub unavailable: try again"), retry=True)
-        finally:
-            self.waiting -= 1
 
     async def _delete(self, request: web.Request) -> web.Response:
         space = request.match_info["space"]
@@ -195,12 +202,20 @@ class AgoraHttpInbound:
 
     # ── one request ──────────────────────────────────────────────────────
 
+    async def _read(self, request: web.Request) -> AgoraRequest:
+        """The whole request, read and checked: 413, or 400 for malformed JSON, for
+        nesting deeper than the event it becomes may carry, or for bad fields."""
+        limits = self.options.limits
+        try:
+            obj = parse_json(await read_body(request, limits.max_request_bytes), nesting=1)
+        except BodyRefused as exc:
+            raise AgoraHttpError.transport(exc.status, exc.message) from None
+        return parse_request(obj, limits)
+
     async def _exchange(
-        self, request: web.Request, space: str, conversation_id: str | None
+        self, agora: AgoraRequest, space: str, conversation_id: str | None
     ) -> tuple[int, dict[str, Any]]:
         assert self.conversations is not None and self.protocols is not None
-        limits = self.options.limits
-        agora = decode_request(await _read_body(request, limits.max_request_bytes), limits)
         opened = conversation = None
         if conversation_id is None:
             if not await self.protocols.supports(space, agora):
@@ -304,14 +319,6 @@ class AgoraHttpInbound:
 # ── helpers ──────────────────────────────────────────────────────────────
 
 
-async def _read_body(request: web.Request, limit: int) -> bytes:
-    """The request body, refused (413) as soon as it is known to exceed ``limit``."""
-    body = await read_at_most(request.content, limit, request.content_length)
-    if body is None:
-        raise AgoraHttpError.transport(413, f"request body exceeds {limit} bytes")
-    return body
-
-
 def _interpret(whole: Assembled) -> Any:
     """The answering event's data → a :class:`~protocol.agora_http.Reply`."""
     if whole.failure is not None:
@@ -341,6 +348,9 @@ def _refused(exc: RequestFailed) -> AgoraHttpError:
         return AgoraHttpError.transport(429, "Rate limited: try again")
     if exc.code == "UNAVAILABLE":
         return AgoraHttpError.transport(503, "Hub unavailable: try again")
+    if exc.code == "INVALID_REQUEST":  # what the client sent cannot be an event
+        message = str(exc.error.get("message", ""))[:200]
+        return AgoraHttpError.transport(400, f"The request cannot be published: {message}")
     log.warning("agora-http request refused by the hub", code=exc.code, reason=str(exc))
     return AgoraHttpError.transport(503, f"Space refused the request ({exc.code})")
 

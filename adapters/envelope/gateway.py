@@ -6,11 +6,13 @@ Routes on the hub's HTTP port, served by every node:
 * ``POST /agentprotocol/{space}`` — an agentprotocol/0.1 message;
 * ``POST /agentprotocol`` — the same, into the space ``agentprotocol_space``.
 
-The body is parsed strictly (no duplicate keys, no NaN, bounded size) and
-verified; then it is published into the space by the shared virtual member
+The body is read whole, parsed strictly (no duplicate keys, no NaN, bounded
+size, and nesting that still fits in an event once published) and verified;
+then it is published into the space by the shared virtual member
 ``envelope-gateway``, through the same path as any agent's publish (so it is
 verified again there, its id recorded against replays cluster-wide, and
-delivered ``verified: true``). A REQUEST waits for the first verified
+delivered ``verified: true``). Only such a complete, valid REQUEST takes one
+of the ``envelope_max_waits`` slots: it waits for the first verified
 envelope in the space that answers it and returns it verbatim (200), or a
 hub-signed ERROR 408 when none comes in time; a HELLO is answered by the hub
 (WELCOME / ``hello``); anything else is answered 202 once delivered.
@@ -30,17 +32,20 @@ from aiohttp import web
 
 from adapters.envelope.common import (
     CODE_FOR_HUB_ERROR,
-    read_bounded,
     signed_error,
+    too_large,
 )
 from adapters.envelope.waits import Waits
 from hub.adapter_host import (
     AdapterHost,
     BackplaneUnavailable,
+    BodyRefused,
     HubSettings,
     RequestFailed,
     VirtualMember,
+    check_json,
     client_gone,
+    read_body,
 )
 from protocol.envelope import (
     AgoraErrorCode,
@@ -137,8 +142,9 @@ class EnvelopeGateway:
         try:
             if self._closed:
                 raise Refused(AgoraErrorCode.UNAVAILABLE, "the hub is shutting down")
-            body = await read_bounded(request.content, self.body_limit, request.content_length)
+            body = await _read(request, self.body_limit)
             data = parse_json(body, max_bytes=self.body_limit)
+            _fits_in_an_event(body, data)
             return await self._handle(fmt, space, data)
         except Refused as refusal:
             envelope = signed_error(
@@ -283,6 +289,24 @@ class EnvelopeGateway:
         data, space = msg.get("data"), msg.get("space")
         if isinstance(data, dict) and isinstance(space, str):
             self.waits.offer(space, data, time.time())
+
+
+async def _read(request: web.Request, limit: int) -> bytes:
+    try:
+        return await read_body(request, limit)
+    except BodyRefused as exc:
+        if exc.status == 413:
+            raise too_large(limit) from None
+        raise Refused(AgoraErrorCode.BAD_REQUEST, exc.message) from None
+
+
+def _fits_in_an_event(body: bytes, data: dict[str, Any]) -> None:
+    """Published as an event's ``data``, the envelope sits one level down: refuse
+    (400) what the hub would refuse then, before anything is verified or waited for."""
+    try:
+        check_json(body.decode(), data, nesting=1)
+    except BodyRefused as exc:
+        raise Refused(AgoraErrorCode.BAD_REQUEST, exc.message) from None
 
 
 def _hub_refusal(code: str, message: str) -> tuple[EnvelopeError | AgoraErrorCode, str]:

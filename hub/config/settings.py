@@ -207,6 +207,27 @@ class Settings(BaseSettings):
     handshake_timeout: float = Field(
         10.0, gt=0, description="Seconds a client has to finish the opening handshake."
     )
+    http_header_timeout: float = Field(
+        10.0,
+        gt=0,
+        description="HTTP port: seconds to send a request's line and headers "
+        "(from connecting, or from its first byte); then 408 and close.",
+    )
+    http_body_timeout: float = Field(
+        10.0,
+        gt=0,
+        description="HTTP port: seconds a request body may lag behind http_body_min_rate "
+        "before 408 and close.",
+    )
+    http_body_min_rate: int = Field(
+        8192,
+        ge=1,
+        description="HTTP port: bytes per second a request body must keep up "
+        "(after http_body_timeout).",
+    )
+    http_keepalive_timeout: float = Field(
+        75.0, gt=0, description="HTTP port: close a kept-alive connection idle this long."
+    )
     compression: Literal["none", "deflate"] = Field(
         "none", description="permessage-deflate; costs about 3x CPU per delivery."
     )

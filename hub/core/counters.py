@@ -53,6 +53,10 @@ class HttpStats:
 
     requests: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     durations: dict[str, Histogram] = field(default_factory=dict)
+    #: Requests whose head has been read and that are not answered yet.
+    in_progress: int = 0
+    #: Connections closed (408) because a request's head did not come in time.
+    header_timeouts: int = 0
 
     def observe(self, route: str, method: str, status: int, seconds: float) -> None:
         method = method if method in _METHODS else "other"

@@ -5,6 +5,9 @@ aiohttp serves the node's :attr:`~hub.node.node.Node.http_app` on ``host`` and
 health and metrics (:mod:`hub.ops.health`), the server API and status page,
 and the routes adapters mount while the node starts, before the application
 is frozen. Every request is counted and timed by route (:func:`request_metrics`).
+
+The port enforces its deadlines and fixed error pages for every route itself
+(:mod:`hub.net.http_guard`); routes read their bodies with :mod:`hub.net.bodies`.
 """
 
 from __future__ import annotations
@@ -20,6 +23,13 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from hub.core.counters import HttpStats
+from hub.net.http_guard import (
+    REQUEST_TIMEOUT,
+    GuardedAppRunner,
+    GuardedRequestHandler,
+    HttpDeadlines,
+    describe_parse_error,
+)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 #: The route label of a request no route matched (so scanners cannot grow the labels).
@@ -36,6 +46,7 @@ def request_metrics(stats: HttpStats) -> Callable[[web.Request, Handler], Awaita
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         started = time.perf_counter()
         status = 500
+        stats.in_progress += 1
         try:
             response = await handler(request)
             status = response.status
@@ -46,14 +57,27 @@ def request_metrics(stats: HttpStats) -> Callable[[web.Request, Handler], Awaita
         except asyncio.CancelledError:
             status = CLIENT_GONE
             raise
+        except web.RequestPayloadError:
+            # A body aiohttp could not decode (chunked framing, Content-Encoding)
+            # reached a route that did not read it through hub.net.bodies: still the
+            # client's fault. Close: what follows it on the connection is unknown.
+            status = 400
+            response = web.Response(status=400, text="400 Bad Request: malformed request body\n")
+            response.force_close()
+            return response
         except ConnectionResetError:
             if not client_gone(request):
                 raise
-            # The client went away mid-request (while sending its body, say):
-            # nobody to answer and nothing to log (aiohttp would log an ERROR).
-            status = CLIENT_GONE
-            return web.Response(status=CLIENT_GONE)
+            # The client went away mid-request (while sending its body, say), or
+            # its body was too slow and the port closed the connection: nobody to
+            # answer and nothing to log (aiohttp would log an ERROR).
+            timed_out = isinstance(request.protocol, GuardedRequestHandler) and (
+                request.protocol.timed_out
+            )
+            status = REQUEST_TIMEOUT if timed_out else CLIENT_GONE
+            return web.Response(status=status)
         finally:
+            stats.in_progress -= 1
             stats.observe(_route(request), request.method, status, time.perf_counter() - started)
 
     return middleware
@@ -78,12 +102,13 @@ def _quiet_unparsable_requests(record: logging.LogRecord) -> bool:
     traceback, though the fault is the client's and it is answered 400: keep
     it as one debug line, like the WebSocket port's handshake failures."""
     exc = record.exc_info[1] if record.exc_info else None
-    if not isinstance(exc, HttpProcessingError):
+    if not isinstance(exc, HttpProcessingError | web.RequestPayloadError):
         return True
     if not logging.getLogger().isEnabledFor(logging.DEBUG):
         return False
     record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-    record.msg, record.args = "unparsable HTTP request refused: %s", (exc.message,)
+    # Not exc.message: it quotes the offending header line, secrets and all.
+    record.msg, record.args = "unparsable HTTP request refused: %s", (describe_parse_error(exc),)
     record.exc_info = record.exc_text = None
     return True
 
@@ -100,15 +125,18 @@ class HttpServer:
         ssl_context: ssl.SSLContext | None = None,
         reuse_port: bool = False,
         shutdown_timeout: float = 5.0,
+        deadlines: HttpDeadlines | None = None,
+        stats: HttpStats | None = None,
     ):
         self._app = app
         self._host = host
         self._port = port
         self._ssl = ssl_context
         self._reuse_port = reuse_port
-        self._runner = web.AppRunner(
-            app, access_log=None, handle_signals=False, shutdown_timeout=shutdown_timeout
-        )
+        self._runner = GuardedAppRunner(
+            app, deadlines or HttpDeadlines(), stats, handle_signals=False,
+            shutdown_timeout=shutdown_timeout,
+        )  # fmt: skip
         logging.getLogger("aiohttp.server").addFilter(_quiet_unparsable_requests)
         self._site: web.TCPSite | None = None
 

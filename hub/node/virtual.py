@@ -171,9 +171,10 @@ class VirtualMember:
         rid = next(self._ids)
         msg = {**msg, "id": rid}
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        frame = _encode(msg)
         self._waiting[rid] = future
         try:
-            await self._receive(self, orjson.dumps(msg).decode(), _now())
+            await self._receive(self, frame, _now())
             async with asyncio.timeout(timeout):
                 reply = await future
         finally:
@@ -184,7 +185,7 @@ class VirtualMember:
 
     async def send(self, msg: dict[str, Any]) -> None:
         """Send ``msg`` without waiting for a reply (errors reach the handler)."""
-        await self._receive(self, orjson.dumps(msg).decode(), _now())
+        await self._receive(self, _encode(msg), _now())
 
     async def join(self, space: str) -> dict[str, Any]:
         return await self.request({"type": "space.join", "space": space})
@@ -251,6 +252,17 @@ class VirtualMember:
             if not future.done():
                 future.cancel()
         await detach(self)
+
+
+def _encode(msg: dict[str, Any]) -> str:
+    """``msg`` as a frame, or :class:`RequestFailed` (``INVALID_REQUEST``) for what
+    JSON cannot carry — nested past orjson's bound (254 levels), non-string keys
+    — as the hub would refuse such a frame from an agent; never a ``TypeError``."""
+    try:
+        return orjson.dumps(msg).decode()
+    except TypeError as exc:
+        error = {"type": "error", "code": str(ErrorCode.INVALID_REQUEST), "message": str(exc)}
+        raise RequestFailed(error) from None
 
 
 def _now() -> float:

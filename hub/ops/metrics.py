@@ -112,6 +112,16 @@ class HubCollector:
         d = c.delivery_latency
         latency.add_metric([], d.buckets(), d.total)
         yield latency
+        yield _gauge(
+            "agora_hub_http_requests_in_progress",
+            "Requests to the HTTP port being read or answered now.",
+            c.http.in_progress,
+        )
+        yield _counter(
+            "agora_hub_http_header_timeouts",
+            "HTTP connections closed (408) because a request's head did not come in time.",
+            c.http.header_timeouts,
+        )
         requests = CounterMetricFamily(
             "agora_hub_http_requests",
             "Requests to the HTTP port, by route, method and status.",

@@ -38,7 +38,7 @@ from hub.net.handshake import (
     OriginPolicy,
     credentials,
 )
-from hub.net.http import HttpServer
+from hub.net.http import HttpDeadlines, HttpServer
 from hub.net.outbox import Flusher
 from hub.net.proxies import ClientAddress, TrustedProxies
 from hub.net.tls import ServerTls
@@ -139,6 +139,8 @@ class HubServer:
             ssl_context=ctx,
             reuse_port=self._reuse_port,
             shutdown_timeout=s.close_timeout,
+            deadlines=HttpDeadlines.from_settings(s),
+            stats=self.node.counters.http,
         )
         try:
             await self._http.start()

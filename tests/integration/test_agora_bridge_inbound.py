@@ -377,6 +377,12 @@ async def test_the_bridge_obeys_the_rate_limit(weather, responders):
 # ── bad input ──────────────────────────────────────────────────────────────
 
 
+DEEP = (
+    "JSON nested deeper than 63 levels: published, it sits 1 level down in an event, "
+    "and an event nests at most 64"
+)
+
+
 @pytest.mark.parametrize(
     ("raw", "expected_status", "expected_error"),
     [
@@ -390,7 +396,8 @@ async def test_the_bridge_obeys_the_rate_limit(weather, responders):
         (b'{"body": "x", "protocolHash": "nope"}', 200, "Unsupported protocol"),
         (b'{"body": "x", "protocolHash": 5}', 400, "protocolHash must be a string or null"),
         (b'{"body": "x", "multiround": "yes"}', 400, "multiround must be true or false"),
-        (b"[" * 100_000, 400, "malformed JSON"),
+        (b"[" * 100_000, 400, DEEP),
+        (b'{"body": ' + b'{"a": ' * 63 + b"1" + b"}" * 64, 400, DEEP),
     ],
 )
 async def test_bad_requests(weather, responders, raw, expected_status, expected_error):

@@ -25,17 +25,16 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import orjson
 import structlog
 from aiohttp import web
 
 from hub.errors import BackplaneUnavailable
+from hub.net.bodies import BodyRefused, parse_json, read_body
 from hub.net.http import client_gone
 from hub.ops.api.auth import Secret, api_key_of
 from hub.ops.api.errors import ApiError, json_response
 from hub.ops.api.operations import Operations
-from protocol import codec
-from protocol.errors import ErrorCode, ProtocolError
+from protocol.errors import ErrorCode
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PUBLISH_FIELDS = frozenset({"space", "data", "to", "service"})
@@ -134,22 +133,17 @@ async def _json_object(
     request: web.Request, limit: int, fields: frozenset[str], *, empty_ok: bool = False
 ) -> dict[str, Any]:
     """The body: one JSON object with only ``fields``, at most ``limit`` bytes."""
-    if request.content_length is not None and request.content_length > limit:
-        raise ApiError("PAYLOAD_TOO_LARGE", f"body over {limit} bytes")
-    raw = await request.read()  # bounded: client_max_size of the HTTP port's app
-    if not raw.strip() and empty_ok:
-        return {}
     try:
-        text = raw.decode()
-        body = orjson.loads(text)
-    except (UnicodeDecodeError, orjson.JSONDecodeError) as exc:
-        raise ApiError(ErrorCode.INVALID_REQUEST, f"the body is not valid JSON: {exc}") from None
+        raw = await read_body(request, limit)
+        if not raw.strip() and empty_ok:
+            return {}
+        body = parse_json(raw)  # nesting and integers as a frame's
+    except BodyRefused as exc:
+        if exc.status == 413:
+            raise ApiError("PAYLOAD_TOO_LARGE", f"body over {limit} bytes") from None
+        raise ApiError(ErrorCode.INVALID_REQUEST, str(exc)) from None
     if not isinstance(body, dict):
         raise ApiError(ErrorCode.INVALID_REQUEST, "the body must be a JSON object")
-    try:
-        codec.check_json_bounds(text, body)
-    except ProtocolError as exc:
-        raise ApiError(exc.code, exc.message) from None
     unknown = sorted(set(body) - fields)
     if unknown:
         shown = ", ".join(repr(u[:40]) for u in unknown[:5])

@@ -23,6 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from hub.errors import BackplaneUnavailable
+from hub.net.bodies import BodyRefused, parse_json, read_body
 from hub.ops.api.auth import AdminSessions, Secret
 from hub.ops.api.errors import ApiError, json_response
 from hub.ops.api.operations import Operations
@@ -33,6 +34,8 @@ from protocol.errors import ErrorCode
 #: the first agents by id; the page says when there are more).
 MAX_SPACES = 500
 MAX_AGENTS = 500
+#: Largest body of a disconnect request (``{"reason": …}``).
+MAX_BODY = 65536
 STATIC = {"admin.js": "text/javascript", "admin.css": "text/css"}
 HTML_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
@@ -82,7 +85,16 @@ class StatusPage:
 
     async def login(self, request: web.Request) -> web.Response:
         assert self.sessions is not None
-        form = await request.post()
+        try:
+            form = await request.post()
+        except (web.HTTPException, ConnectionResetError):
+            raise  # too large (413); the client gone
+        except Exception:
+            # aiohttp's form parsers raise ValueError, LookupError (an unknown
+            # charset), RuntimeError (an unknown transfer encoding)… for what a
+            # client sent: its fault, whatever the class.
+            message = '<p class="error" role="alert">That form could not be read.</p>'
+            return _html(self._login.replace(_LOGIN_MESSAGE, message), status=400)
         token = form.get("token")
         if isinstance(token, str) and self.sessions.token.matches(token):
             response = web.HTTPSeeOther("/admin")
@@ -150,9 +162,11 @@ class StatusPage:
             self._check(request)
             _same_origin_json(request)
             try:
-                body = await request.json() if await request.read() else {}
-            except ValueError:
-                raise ApiError(ErrorCode.INVALID_REQUEST, "the body is not valid JSON") from None
+                raw = await read_body(request, MAX_BODY)
+                body = parse_json(raw) if raw.strip() else {}
+            except BodyRefused as exc:
+                code = "PAYLOAD_TOO_LARGE" if exc.status == 413 else ErrorCode.INVALID_REQUEST
+                raise ApiError(code, str(exc)) from None
             reason = body.get("reason") if isinstance(body, dict) else None
             result = await self.ops.disconnect(request.match_info["agent_id"], reason)
             return json_response(result)
