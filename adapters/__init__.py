@@ -28,11 +28,15 @@ class AdapterError(Exception):
 def from_settings(settings: HubSettings) -> list[Adapter]:
     """The adapters ``settings`` configure (declared spaces and ``[bridges]``).
     Raises :class:`~hub.adapter_host.ConfigError` for a mistake in either."""
-    from adapters import agora_http, envelope
+    from adapters import agora_http, envelope, mcp
     from adapters.config import parse_bridges
 
     bridges = parse_bridges(
         settings.bridges,
         {"agora_http": agora_http.AgoraHttpBridge, "envelope": envelope.EnvelopeBridge},
     )
-    return [*envelope.adapters_for(settings, bridges), *agora_http.adapters_for(settings, bridges)]
+    return [
+        *envelope.adapters_for(settings, bridges),
+        *agora_http.adapters_for(settings, bridges),
+        *mcp.adapters_for(settings),
+    ]

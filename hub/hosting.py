@@ -17,6 +17,7 @@ import secrets
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from hub.adapter_host import Caller
@@ -32,6 +33,7 @@ from hub.kvstore import KeyValueStore
 from hub.membership import Membership
 from hub.presence import AgentRecord, Presence
 from hub.proxies import TrustedProxies
+from hub.recovery import visible
 from hub.registry import Registry
 from hub.session import Session, SessionLimits
 from hub.settings import Settings
@@ -182,6 +184,19 @@ class NodeHost:
         ids, _count = await self._presence.space_members(space, limit)
         records = await asyncio.gather(*(self._presence.get_agent(i) for i in ids))
         return [r for r in records if r is not None]
+
+    async def history(self, space: str, limit: int, viewer: str) -> list[dict[str, Any]]:
+        found = await self._membership.backplane.history(space, limit=limit)
+        budget = self.settings.max_frame_bytes  # as space.history: about one largest frame
+        frames: list[bytes] = []
+        size = 0
+        for env in reversed(found.events):
+            if frames and size + len(env.frame) > budget:
+                break
+            if visible(env, viewer):
+                frames.append(env.frame)
+                size += len(env.frame)
+        return [orjson.loads(frame) for frame in reversed(frames)]
 
     async def publish_system(self, space: str, data: dict[str, Any]) -> None:
         await self._membership.system_event(space, data)

@@ -74,6 +74,8 @@ class DeclaredSpace(BaseModel):
     agora_http: bool = False
     #: Protocol Documents (file paths) this space supports over HTTP Agora.
     agora_protocols: list[Path] = Field(default_factory=list)
+    #: MCP: members' metadata.mcp_tools are offered as tools on /mcp.
+    mcp: bool = False
 
     @field_validator("allow_join", "allow_publish")
     @classmethod
@@ -241,6 +243,9 @@ class Settings(BaseSettings):
     )
     envelope_http: bool = Field(
         True, description="Serve POST /envelope/{space} and /agentprotocol[/{space}]."
+    )
+    mcp_server: bool = Field(
+        True, description="Serve MCP on POST /mcp (hub tools, agents' tools, mcp.calls)."
     )
     envelope_max_waits: int = Field(
         1000, ge=1, description="HTTP envelope requests waiting for an answer at once, per node."
