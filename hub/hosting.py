@@ -186,12 +186,14 @@ class NodeHost:
         return [r for r in records if r is not None]
 
     async def history(self, space: str, limit: int, viewer: str) -> list[dict[str, Any]]:
-        found = await self._membership.backplane.history(space, limit=limit)
+        # Read past the events ``viewer`` may not see (addressed to others).
+        window = min(2 * limit + 50, 1000)
+        found = await self._membership.backplane.history(space, limit=window)
         budget = self.settings.max_frame_bytes  # as space.history: about one largest frame
         frames: list[bytes] = []
         size = 0
         for env in reversed(found.events):
-            if frames and size + len(env.frame) > budget:
+            if len(frames) == limit or (frames and size + len(env.frame) > budget):
                 break
             if visible(env, viewer):
                 frames.append(env.frame)
