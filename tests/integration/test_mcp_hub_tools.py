@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -228,3 +229,17 @@ async def test_without_mcp_server_there_is_no_route_and_no_system_space(hub, htt
     missing = await agent.request({"type": "space.join", "space": "mcp.calls"})
     assert missing["code"] == "SPACE_NOT_FOUND"
     await agent.close()
+
+
+async def test_waiting_calls_are_answered_when_the_hub_shuts_down(hub, http):
+    server = await hub(bridge_timeout=60)
+    bob = await WsClient.connect(server.url, "bob")
+    await bob.join("lab")
+    mcp = McpHttp(http, server.http_url)
+    waiting = asyncio.ensure_future(mcp.call("space_ask", {"space": "lab", "text": "anyone?"}))
+    await bob.wait_for("space.event", space="lab", **{"from": "mcp"})
+    started = time.monotonic()
+    await server.aclose()
+    result = await waiting
+    assert result["isError"] and "shutting down" in text_of(result)
+    assert time.monotonic() - started < 10
