@@ -140,6 +140,8 @@ class ToolRunner:
                 if not await self.host.space_exists(space):
                     raise ToolFailure(f"Space {space!r} does not exist.")
                 events = await self.host.history(space, limit, caller.agent_id)
+                # The publisher's own request id is no reader's business.
+                events = [{k: v for k, v in e.items() if k != "request_id"} for e in events]
                 return json_result({"space": space, "events": events})
             case SpaceAsk(space=space, text=text, to=to, timeout=timeout):
                 await self._check_write(caller, space)

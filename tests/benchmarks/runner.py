@@ -3,7 +3,7 @@
     .venv/bin/python -m tests.benchmarks [--quick] [--only fanout,latency,...]
         [--compression both|none|deflate] [--json PATH] [--profile]
 
-Scenarios: fanout, latency, idle, stream, signed, cluster, workers, massjoin
+Scenarios: fanout, latency, idle, stream, signed, cluster, workers, massjoin, mcp
 (cluster, workers and the two-node half of massjoin need a redis-server and the
 hub's Redis backplane; they are skipped, with the reason, when a Redis-mode hub
 does not come up).
@@ -28,7 +28,7 @@ from typing import Any
 from tests.benchmarks import procs, profiling, report
 from tests.benchmarks.suite import QUIET_PCT, Bench, log, raise_fd_limit
 
-ALL = ("fanout", "latency", "idle", "stream", "signed", "cluster", "workers", "massjoin")
+ALL = ("fanout", "latency", "idle", "stream", "signed", "cluster", "workers", "massjoin", "mcp")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
