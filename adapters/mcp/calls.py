@@ -128,8 +128,10 @@ class ToolRunner:
                 if space is not None:
                     msg["space"] = space
                 reply = await self.agent.request(msg)
-                more = reply.get("next_cursor") is not None
-                return json_result({"agents": reply.get("agents", []), "more": more})
+                agents = reply.get("agents", [])
+                kept = _within(agents, self.host.settings.max_frame_bytes)
+                more = reply.get("next_cursor") is not None or len(kept) < len(agents)
+                return json_result({"agents": kept, "more": more})
             case SpacePublish(space=space, data=data, to=to):
                 await self._check_write(caller, space)
                 published = await self.agent.publish(space, self._stamped(data, caller), to)
@@ -189,3 +191,14 @@ class ToolRunner:
         if whole.failure is not None:
             raise ToolFailure(f"The reply was lost: {whole.failure}.")
         return reply_result(whole.data)
+
+
+def _within(items: list[Any], budget: int) -> list[Any]:
+    """The first ``items`` whose JSON fits in about ``budget`` bytes (at least one)."""
+    kept, size = [], 0
+    for item in items:
+        size += len(orjson.dumps(item))
+        if kept and size > budget:
+            break
+        kept.append(item)
+    return kept

@@ -4,7 +4,8 @@ A member of such a space whose registration carries ``metadata.mcp_tools``
 offers them while it is a member, wherever in the cluster it is connected:
 the catalog reads the spaces' members with their registered metadata
 (``AdapterHost.member_records``, cluster-wide) and keeps the result for at
-most ``ttl`` seconds. A membership change in one of the spaces (the ``mcp``
+most ``ttl`` seconds (at most ``max_tools`` of them, by name, within
+``max_bytes`` of listing). A membership change in one of the spaces (the ``mcp``
 agent is a member of each and hears of every join and leave) makes the next
 read fresh at once; a name that is not found is looked up once more, fresh,
 before the call is refused.
@@ -17,6 +18,7 @@ and calls ``on_change`` (the notification streams tell their clients
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -38,6 +40,7 @@ class ToolCatalog:
         ttl: float,
         scan_limit: int,
         max_tools: int,
+        max_bytes: int = 4 * 1024 * 1024,
         exclude: tuple[str, ...] = (),
         on_change: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -46,6 +49,7 @@ class ToolCatalog:
         self.ttl = ttl
         self.scan_limit = scan_limit
         self.max_tools = max_tools
+        self.max_bytes = max_bytes
         self.version = 0
         self._read_members = read_members
         self._exclude = exclude
@@ -53,7 +57,7 @@ class ToolCatalog:
         self._clock = clock
         self._tools: dict[str, AgentTool] = {}
         self._read_at: float | None = None
-        self._reading: asyncio.Future[dict[str, AgentTool]] | None = None
+        self._reading: asyncio.Task[dict[str, AgentTool]] | None = None
 
     def invalidate(self) -> None:
         """The next read goes to the members (a membership changed)."""
@@ -74,18 +78,26 @@ class ToolCatalog:
 
     async def find(self, name: str) -> AgentTool | None:
         tool = (await self.tools()).get(name)
-        if tool is None and self.spaces and self._read_at is not None:
-            # Registered a moment ago? One fresh look before saying no.
+        if tool is None and self.spaces and self._age() >= self.ttl / 10:
+            # Registered a moment ago? One fresh look before saying no (not more
+            # often than a tenth of the TTL: unknown names must not cost a read each).
             self.invalidate()
             tool = (await self.tools()).get(name)
         return tool
 
+    def _age(self) -> float:
+        return math.inf if self._read_at is None else self._clock() - self._read_at
+
     async def refresh(self) -> dict[str, AgentTool]:
-        """Read the members now (one read at a time: concurrent callers share it)."""
-        if self._reading is not None:
-            return await asyncio.shield(self._reading)
-        self._reading = asyncio.get_running_loop().create_future()
-        reading = self._reading
+        """Read the members now; concurrent callers share one read, which runs
+        on by itself when a caller gives up waiting."""
+        if self._reading is None:
+            self._reading = asyncio.get_running_loop().create_task(self._refresh())
+            # Retrieved here too: every caller may have stopped waiting for it.
+            self._reading.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return await asyncio.shield(self._reading)
+
+    async def _refresh(self) -> dict[str, AgentTool]:
         try:
             started = self._clock()
             found = await self._read()
@@ -96,12 +108,7 @@ class ToolCatalog:
                 self.version += 1
                 if self._on_change is not None:
                     self._on_change()
-            reading.set_result(found)
             return found
-        except BaseException as exc:
-            reading.set_exception(exc)
-            reading.exception()  # retrieved here: concurrent callers may be none
-            raise
         finally:
             self._reading = None
 
@@ -113,8 +120,14 @@ class ToolCatalog:
                     continue
                 for tool in offered_tools(record.agent_id, space, record.metadata):
                     found.setdefault(tool.full_name, tool)  # first space (by name) wins
-        names = sorted(found)[: self.max_tools]
-        return {name: found[name] for name in names}
+        kept: dict[str, AgentTool] = {}
+        size = 0
+        for name in sorted(found)[: self.max_tools]:
+            size += len(orjson.dumps(found[name].listing()))
+            if size > self.max_bytes:
+                break
+            kept[name] = found[name]
+        return kept
 
 
 def _listing(tools: dict[str, AgentTool]) -> list[tuple[str, str, str, bytes]]:

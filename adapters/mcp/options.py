@@ -30,12 +30,14 @@ class McpOptions:
     tools_ttl: float = 1.0
     #: Members read per ``mcp = true`` space for their tools.
     member_scan_limit: int = 1000
-    #: Agent tools listed at most (the first, by name).
+    #: Agent tools listed at most (the first, by name), and their listing's size.
     max_agent_tools: int = 1000
+    max_agent_tools_bytes: int = 4 * 1024 * 1024
     #: Spaces the ``mcp`` agent stays joined to on this node for publishing
     #: and asking; past it the least recently used is left (locally).
     max_joined_spaces: int = 1000
     #: ``mcp.calls`` events waiting to be published; past it they are dropped.
     max_call_events: int = 1024
-    #: Spaces listed by ``spaces_list`` at most, agents by ``agents_list``.
+    #: Spaces listed by ``spaces_list`` at most, agents by ``agents_list``
+    #: (and no more agents than fit in about ``max_frame_bytes``).
     max_listed: int = 1000

@@ -86,7 +86,8 @@ class McpServer:
         self._host = host
         self.catalog = ToolCatalog(
             self.spaces, host.member_records, ttl=o.tools_ttl, scan_limit=o.member_scan_limit,
-            max_tools=o.max_agent_tools, exclude=(MCP_AGENT,), on_change=self.streams.changed,
+            max_tools=o.max_agent_tools, max_bytes=o.max_agent_tools_bytes, exclude=(MCP_AGENT,),
+            on_change=self.streams.changed,
         )  # fmt: skip
         self.sessions = Sessions(host.kv, o.session_ttl, o.max_sessions)
         self.calls = CallLog(host.settings.node_id, o.max_call_events)

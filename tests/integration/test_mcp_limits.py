@@ -264,3 +264,20 @@ async def test_an_oversized_event_is_a_tool_error(hub, http):
     result = await mcp.call("space_publish", {"space": "lab", "text": "z" * 20_000})
     assert result["isError"] and "too large" in text_of(result)
     await bob.close()
+
+
+async def test_agents_list_answers_within_about_max_frame_bytes(hub, http):
+    server = await hub(max_frame_bytes=16_384)
+    agents = []
+    for n in range(3):
+        agent = await WsClient.connect(server.url, f"big{n}")
+        metadata = {"notes": "m" * 7000}
+        await agent.request(
+            {"type": "agent.register", "agent": {"id": f"big{n}", "metadata": metadata}}
+        )
+        agents.append(agent)
+    mcp = McpHttp(http, server.http_url)
+    listed = (await mcp.call("agents_list"))["structuredContent"]
+    assert len(listed["agents"]) == 2 and listed["more"] is True
+    for agent in agents:
+        await agent.close()

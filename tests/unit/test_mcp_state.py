@@ -112,6 +112,10 @@ async def test_an_unknown_name_is_looked_up_once_more_fresh():
     catalog, _ = _catalog(members, clock)
     assert await catalog.find("late.tool") is None
     members.by_space["tools"] = [_record("late", [{"name": "tool"}])]
+    reads = members.reads
+    assert await catalog.find("late.tool") is None  # just read: not again at once
+    assert members.reads == reads
+    clock.now += 0.1  # a tenth of the TTL later, an unknown name gets one fresh look
     found = await catalog.find("late.tool")
     assert found is not None and found.agent_id == "late"
 
@@ -134,6 +138,16 @@ async def test_the_catalog_lists_at_most_max_tools():
     members.by_space["tools"] = [_record(f"a{i}", [{"name": "t"}]) for i in range(5)]
     catalog, _ = _catalog(members, clock, max_tools=3)
     assert list(await catalog.tools()) == ["a0.t", "a1.t", "a2.t"]
+
+
+async def test_the_catalog_lists_at_most_max_bytes_of_tools():
+    members, clock = Members(), Clock()
+    schema = {"type": "object", "description": "x" * 1000}
+    members.by_space["tools"] = [
+        _record(f"a{i}", [{"name": "t", "inputSchema": schema}]) for i in range(5)
+    ]
+    catalog, _ = _catalog(members, clock, max_bytes=2500)
+    assert list(await catalog.tools()) == ["a0.t", "a1.t"]
 
 
 async def test_the_catalog_reads_at_most_scan_limit_members_per_space():
