@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 import orjson
+import structlog
 
 from adapters.mcp.agent import McpAgent, ToolFailure
 from adapters.mcp.calllog import CallLog, new_call_id
@@ -52,6 +53,8 @@ from protocol.mcp.tools import (
 
 #: What an MCP request's data says about where it came from.
 VIA = "mcp"
+
+log = structlog.get_logger("adapters.mcp")
 
 
 class ToolRunner:
@@ -104,6 +107,10 @@ class ToolRunner:
             result = error_result(str(exc))
         except BackplaneUnavailable:
             result = error_result("The hub is unavailable: try again.")
+        except Exception:
+            # A bug of ours: the caller gets a tool error, the operator the traceback.
+            log.exception("MCP tool call failed", tool=name[:200])
+            result = error_result("Internal error in the hub.")
         error = result["content"][0]["text"] if result.get("isError") else None
         self.calls.result(call_id, name, caller.agent_id, error, time.monotonic() - started)
         return result

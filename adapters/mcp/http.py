@@ -91,9 +91,11 @@ def unauthorized() -> web.Response:
     )
 
 
-def busy(what: str) -> web.Response:
+def busy(what: str, request_id: Any = None) -> web.Response:
     headers = {"Retry-After": "1"}
-    return refused(503, f"{what}: try again", code=jsonrpc.SERVER_BUSY, headers=headers)
+    return refused(
+        503, f"{what}: try again", code=jsonrpc.SERVER_BUSY, request_id=request_id, headers=headers
+    )
 
 
 def session_not_found(request_id: Any = None) -> web.Response:

@@ -228,7 +228,8 @@ class McpServer:
         except BackplaneUnavailable:
             return http.busy("The hub is unavailable")
         if session is None:
-            return http.busy(f"This hub node has {self.options.max_sessions} MCP sessions open")
+            opened = f"This hub node has {self.options.max_sessions} MCP sessions open"
+            return http.busy(opened, message.id)
         result = results.initialize_result(revision, VERSION)
         return http.answer(
             request,
@@ -280,7 +281,8 @@ class McpServer:
         if not isinstance(arguments, dict):
             raise jsonrpc.invalid_params(message.id, "arguments must be an object")
         if self.calling >= self.options.max_calls:
-            return http.busy(f"This hub node has {self.options.max_calls} tool calls running")
+            running = f"This hub node has {self.options.max_calls} tool calls running"
+            return http.busy(running, message.id)
         self.calling += 1
         try:
             result = await self.runner.call(caller, message.id, name, arguments)
