@@ -83,6 +83,8 @@ class NodeHost:
         self._http_app = http_app
         self._proxies = TrustedProxies(settings.trusted_proxies)
         self._ready = ready
+        #: Virtual members attached now: in the registry, but not connections.
+        self.attached = 0
 
     @property
     def ready(self) -> bool:
@@ -112,6 +114,7 @@ class NodeHost:
             queue_bytes=self.settings.outbox_max_bytes, request_prefix=f"{self._ids.tag}-",
         )  # fmt: skip
         self._registry.add(conn_id, member)
+        self.attached += 1
         if shared:
             self._reserved_ids.add(agent_id)
         else:
@@ -119,9 +122,11 @@ class NodeHost:
                 claimed = await self._agent_ids.claim(record)
             except BaseException:
                 self._registry.evict(conn_id, member)
+                self.attached -= 1
                 raise
             if not claimed:
                 self._registry.evict(conn_id, member)
+                self.attached -= 1
                 raise AgentIdTaken(agent_id)
         self._registry.bind_agent(member)
         if not shared:
@@ -135,6 +140,7 @@ class NodeHost:
         try:
             await self._membership.detach(member, record)
         finally:
+            self.attached -= 1
             member.cleaned_up.set()
 
     # ── the HTTP port ───────────────────────────────────────────────────
