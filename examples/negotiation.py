@@ -132,10 +132,10 @@ async def negotiate(url: str) -> tuple[dict[str, Any], list[str]]:
 async def main(url: str | None) -> int:
     server = None
     if url is None:
-        from hub.logging import configure_logging
-        from hub.node import Node
-        from hub.server import HubServer
-        from hub.settings import load_settings
+        from hub.ops.logging import configure_logging
+        from hub.node.node import Node
+        from hub.process.server import HubServer
+        from hub.config.settings import load_settings
 
         settings = load_settings(
             {

@@ -24,16 +24,16 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from hub.authz import Grant
-from hub.bodies import read_at_most
-from hub.envelopes import EnvelopeCheck
+from hub.cluster.kvstore import KeyValueStore
+from hub.cluster.presence import AgentRecord
+from hub.config.hub_identity import HubIdentity
+from hub.config.settings import Settings as HubSettings
+from hub.core.authz import Grant
 from hub.errors import AgentIdTaken, AuthError, BackplaneUnavailable, ConfigError
-from hub.http import client_gone
-from hub.identity import HubIdentity
-from hub.kvstore import KeyValueStore
-from hub.presence import AgentRecord
-from hub.settings import Settings as HubSettings
-from hub.virtual import MessageHandler, RequestFailed, VirtualMember
+from hub.handlers.envelope_check import EnvelopeCheck
+from hub.net.bodies import read_at_most
+from hub.net.http import client_gone
+from hub.node.virtual import MessageHandler, RequestFailed, VirtualMember
 
 __all__ = [
     "Adapter",
@@ -121,7 +121,7 @@ class AdapterHost(Protocol):
         capabilities: tuple[str, ...] = (),
         metadata: dict[str, Any] | None = None,
     ) -> VirtualMember:
-        """A virtual member for the adapter (see :class:`~hub.virtual.VirtualMember`).
+        """A virtual member for the adapter (see :class:`~hub.node.virtual.VirtualMember`).
 
         ``shared``: every node hosts one under the same id (inbound bridges);
         the id is reserved (connections with it are refused), not claimed.

@@ -6,7 +6,7 @@
   ``[[bridges.envelope]]``: a remote agent that is a member of a space here.
 
 Envelopes published into spaces are verified by the hub itself
-(:mod:`hub.envelopes`); these adapters carry them over HTTP. See
+(:mod:`hub.handlers.envelope_check`); these adapters carry them over HTTP. See
 ``docs/envelopes.md``.
 """
 

@@ -254,7 +254,7 @@ class EnvelopeGateway:
         """The hub answers a HELLO itself: its identity and the space's members."""
         assert self.host is not None
         # Not published, but replay-checked like everything else.
-        if await self.host.envelopes.replay.seen(hello.replay_key, hello.replay_ttl):
+        if await self.host.envelopes.seen_ids.seen(hello.replay_key, hello.replay_ttl):
             raise Refused(hello.replayed())
         members = await self._members(space)
         envelope = welcome_envelope(

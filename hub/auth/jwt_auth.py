@@ -11,7 +11,7 @@ HS256 token "signed" with the RSA public key as the secret) are refused.
 ``leeway`` seconds of clock skew) and must be JSON numbers; ``aud`` and
 ``iss`` are checked when configured, and a token carrying an ``aud`` is
 refused when no audience is configured (RFC 7519 §4.1.3). The claims
-``join`` / ``publish`` become the connection's :class:`~hub.authz.Grant`.
+``join`` / ``publish`` become the connection's :class:`~hub.core.authz.Grant`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 
-from hub.authz import Grant, parse_patterns
+from hub.core.authz import Grant, parse_patterns
 from hub.errors import AuthError, ConfigError
 from protocol.names import is_valid_agent_id
 

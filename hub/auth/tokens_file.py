@@ -1,7 +1,7 @@
 """``auth_mode=tokens``: fixed tokens per agent id, from a JSON file.
 
 Each value is the token itself or an object with the token and optional
-restrictions (see :mod:`hub.authz`)::
+restrictions (see :mod:`hub.core.authz`)::
 
     {
       "alice": "s3cret",
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import orjson
 
-from hub.authz import Grant, parse_patterns
+from hub.core.authz import Grant, parse_patterns
 from hub.errors import AuthError, ConfigError
 from protocol.names import is_valid_agent_id
 

@@ -48,7 +48,7 @@ from pathlib import Path
 
 import pytest
 
-from hub.settings import Settings
+from hub.config.settings import Settings
 from tests.support.servers import ROOT, free_port
 
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"

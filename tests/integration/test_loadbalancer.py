@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from hub.settings import Settings
+from hub.config.settings import Settings
 from tests.support.proxies import HAProxy, Nginx, NodePorts, find_binary
 from tests.support.servers import free_port
 

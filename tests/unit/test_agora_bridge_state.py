@@ -17,10 +17,10 @@ from adapters.agora_http.conversations import (
     OutboundConversations,
 )
 from adapters.agora_http.protocols import SpaceProtocols, documents_by_hash, registered_documents
+from hub.cluster.kvstore import MemoryKeyValueStore
+from hub.cluster.presence import AgentRecord, MemoryPresence
+from hub.config.settings import load_settings
 from hub.errors import ConfigError
-from hub.kvstore import MemoryKeyValueStore
-from hub.presence import AgentRecord, MemoryPresence
-from hub.settings import load_settings
 from protocol.agora_http import AgoraHttpError, hash_document, parse_request
 from tests.support.agora_bridge import ADDITION_DOC, WEATHER_DOC
 

@@ -4,9 +4,9 @@ import orjson
 import pytest
 
 from hub.auth import JwksKeys, JwtAuth, NoAuth, StaticKey, TokenFileAuth, build_authenticator
-from hub.authz import Grant
+from hub.config.settings import load_settings
+from hub.core.authz import Grant
 from hub.errors import AuthError, ConfigError
-from hub.settings import load_settings
 
 
 async def test_no_auth_accepts_anyone_unrestricted():

@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, r
 from cryptography.x509.oid import NameOID
 
 from hub.auth import JwtAuth, StaticKey
-from hub.authz import Grant
+from hub.core.authz import Grant
 from hub.errors import AuthError, ConfigError
 
 SECRET = "k" * 32

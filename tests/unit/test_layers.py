@@ -1,5 +1,8 @@
 """The layers keep their direction, and hub/ has no import cycles.
 
+``hub/`` is a few packages, each allowed to import only those below it
+(:data:`MAY_IMPORT`, the table of docs/architecture.md).
+
 Imports are read from the source (every ``import`` statement, including the
 ones under ``if TYPE_CHECKING:`` and inside functions), so a cycle cannot hide
 behind a lazy import.
@@ -119,6 +122,56 @@ def test_no_import_cycles_in_hub():
     assert not cycles, f"import cycles: {cycles}"
 
 
+BELOW = ("hub.errors", "hub.core")
+#: What each part of ``hub`` may import of ``hub`` (besides itself).
+MAY_IMPORT: dict[str, tuple[str, ...]] = {
+    "hub.core": BELOW,
+    "hub.config": BELOW,
+    "hub.net": (*BELOW, "hub.config"),
+    "hub.cluster": (*BELOW, "hub.config"),
+    "hub.auth": (*BELOW, "hub.config", "hub.net"),
+    "hub.handlers": (*BELOW, "hub.config", "hub.cluster", "hub.auth"),
+    "hub.ops": (*BELOW, "hub.config", "hub.net", "hub.cluster", "hub.handlers"),
+    "hub.node": (*BELOW, "hub.config", "hub.net", "hub.cluster", "hub.auth", "hub.handlers",
+                 "hub.ops", "hub.adapter_host"),
+    "hub.adapter_host": (*BELOW, "hub.config", "hub.net", "hub.cluster", "hub.handlers",
+                         "hub.node"),
+    "hub.process": ("hub",),
+}  # fmt: skip
+
+
+def _part(module: str) -> str | None:
+    for part in MAY_IMPORT:
+        if module == part or module.startswith(part + "."):
+            return part
+    return None
+
+
+def test_every_module_of_the_hub_is_in_a_part():
+    loose = [
+        m
+        for m in GRAPH
+        if m.startswith("hub.")
+        and _part(m) is None
+        and m not in ("hub.errors", "hub.__main__")
+        and not m.startswith("hub.client")
+    ]
+    assert not loose, f"modules outside the parts of docs/architecture.md: {loose}"
+
+
+def test_each_part_imports_only_the_parts_below_it():
+    bad = []
+    for module, targets in GRAPH.items():
+        part = _part(module)
+        if part is None:
+            continue
+        allowed = (part, *MAY_IMPORT[part])
+        for target in targets:
+            if target.startswith("hub") and target != "hub" and not target.startswith(allowed):
+                bad.append(f"{module} imports {target}")
+    assert not bad, bad
+
+
 def test_protocol_imports_nothing_of_the_hub_or_adapters():
     bad = [
         f"{m} imports {t}"
@@ -148,7 +201,7 @@ def test_the_hub_imports_adapters_only_to_build_them():
     bad = [
         f"{m} imports {t}"
         for m, ts in GRAPH.items()
-        if m.startswith("hub") and m != "hub.runner"
+        if m.startswith("hub") and m != "hub.process.runner"
         for t in ts
         if t.startswith("adapters")
     ]
@@ -157,10 +210,17 @@ def test_the_hub_imports_adapters_only_to_build_them():
 
 @pytest.mark.parametrize(
     "module",
-    ["hub.session", "hub.registry", "hub.streams", "hub.frames", "hub.outbox", "hub.ratelimit"],
+    [
+        "hub.core.session",
+        "hub.core.registry",
+        "hub.core.stream_audiences",
+        "hub.core.frames",
+        "hub.net.outbox",
+        "hub.core.ratelimit",
+    ],
 )
 def test_pure_state_imports_no_io(module):
-    hits = _reaches(module, ("websockets", "redis", "aiohttp", "hub.backplane"))
+    hits = _reaches(module, ("websockets", "redis", "aiohttp", "hub.cluster.backplane"))
     assert not hits, hits
 
 

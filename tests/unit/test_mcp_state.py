@@ -9,7 +9,7 @@ from adapters.mcp.calllog import CallLog
 from adapters.mcp.catalog import ToolCatalog
 from adapters.mcp.sessions import Sessions
 from hub.adapter_host import AgentRecord, BackplaneUnavailable
-from hub.kvstore import MemoryKeyValueStore
+from hub.cluster.kvstore import MemoryKeyValueStore
 
 
 class Clock:

@@ -5,10 +5,10 @@ parsing; what SIGHUP re-reads."""
 import pytest
 
 from adapters import from_settings
-from hub.cli import build_parser, settings_from_args
+from hub.config.settings import check_files, load_settings, reread_settings, unknown_env_vars
 from hub.errors import ConfigError
-from hub.reload import restart_needed
-from hub.settings import check_files, load_settings, reread_settings, unknown_env_vars
+from hub.process.cli import build_parser, settings_from_args
+from hub.process.reload import restart_needed
 
 
 @pytest.fixture(autouse=True)
