@@ -28,7 +28,7 @@ class AdapterError(Exception):
 def from_settings(settings: HubSettings) -> list[Adapter]:
     """The adapters ``settings`` configure (declared spaces and ``[bridges]``).
     Raises :class:`~hub.adapter_host.ConfigError` for a mistake in either."""
-    from adapters import a2a, agora_http, envelope
+    from adapters import a2a, agora_http, envelope, mcp
     from adapters.config import parse_bridges
 
     bridges = parse_bridges(
@@ -43,4 +43,5 @@ def from_settings(settings: HubSettings) -> list[Adapter]:
         *envelope.adapters_for(settings, bridges),
         *agora_http.adapters_for(settings, bridges),
         *a2a.adapters_for(settings, bridges),
+        *mcp.adapters_for(settings),
     ]

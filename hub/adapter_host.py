@@ -187,6 +187,13 @@ class AdapterHost(Protocol):
         Raises :class:`BackplaneUnavailable`."""
         ...
 
+    async def history(self, space: str, limit: int, viewer: str) -> list[dict[str, Any]]:
+        """The latest ``limit`` events of ``space`` that ``viewer`` would have
+        received (addressed ones only when it is a recipient), oldest first, at
+        most about ``max_frame_bytes`` of them — read without being a member.
+        Raises :class:`BackplaneUnavailable`."""
+        ...
+
     async def publish_system(self, space: str, data: dict[str, Any]) -> None:
         """Publish a hub-generated event into ``space``, a system space this
         adapter provides (:attr:`Adapter.system_spaces`). Raises

@@ -78,6 +78,8 @@ class DeclaredSpace(BaseModel):
     #: The name and description of the space's A2A agent card.
     a2a_name: str | None = Field(default=None, min_length=1, max_length=256)
     a2a_description: str | None = Field(default=None, max_length=1024)
+    #: MCP: members' metadata.mcp_tools are offered as tools on /mcp.
+    mcp: bool = False
 
     @field_validator("allow_join", "allow_publish")
     @classmethod
@@ -266,6 +268,9 @@ class Settings(BaseSettings):
     )
     envelope_http: bool = Field(
         True, description="Serve POST /envelope/{space} and /agentprotocol[/{space}]."
+    )
+    mcp_server: bool = Field(
+        True, description="Serve MCP on POST /mcp (hub tools, agents' tools, mcp.calls)."
     )
     envelope_max_waits: int = Field(
         1000, ge=1, description="HTTP envelope requests waiting for an answer at once, per node."

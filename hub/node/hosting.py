@@ -17,6 +17,7 @@ import secrets
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from hub.adapter_host import Caller
@@ -34,6 +35,7 @@ from hub.handlers.agent_ids import AgentIds
 from hub.handlers.dispatch import Dispatcher
 from hub.handlers.envelope_check import EnvelopeCheck
 from hub.handlers.membership import Membership
+from hub.handlers.recovery import visible
 from hub.net.proxies import TrustedProxies
 from hub.node.virtual import MessageHandler, VirtualMember
 from protocol import codec
@@ -81,6 +83,8 @@ class NodeHost:
         self._http_app = http_app
         self._proxies = TrustedProxies(settings.trusted_proxies)
         self._ready = ready
+        #: Virtual members attached now: in the registry, but not connections.
+        self.attached = 0
 
     @property
     def ready(self) -> bool:
@@ -110,6 +114,7 @@ class NodeHost:
             queue_bytes=self.settings.outbox_max_bytes, request_prefix=f"{self._ids.tag}-",
         )  # fmt: skip
         self._registry.add(conn_id, member)
+        self.attached += 1
         if shared:
             self._reserved_ids.add(agent_id)
         else:
@@ -117,9 +122,11 @@ class NodeHost:
                 claimed = await self._agent_ids.claim(record)
             except BaseException:
                 self._registry.evict(conn_id, member)
+                self.attached -= 1
                 raise
             if not claimed:
                 self._registry.evict(conn_id, member)
+                self.attached -= 1
                 raise AgentIdTaken(agent_id)
         self._registry.bind_agent(member)
         if not shared:
@@ -133,6 +140,7 @@ class NodeHost:
         try:
             await self._membership.detach(member, record)
         finally:
+            self.attached -= 1
             member.cleaned_up.set()
 
     # ── the HTTP port ───────────────────────────────────────────────────
@@ -182,6 +190,21 @@ class NodeHost:
         ids, _count = await self._presence.space_members(space, limit)
         records = await asyncio.gather(*(self._presence.get_agent(i) for i in ids))
         return [r for r in records if r is not None]
+
+    async def history(self, space: str, limit: int, viewer: str) -> list[dict[str, Any]]:
+        # Read past the events ``viewer`` may not see (addressed to others).
+        window = min(2 * limit + 50, 1000)
+        found = await self._membership.backplane.history(space, limit=window)
+        budget = self.settings.max_frame_bytes  # as space.history: about one largest frame
+        frames: list[bytes] = []
+        size = 0
+        for env in reversed(found.events):
+            if len(frames) == limit or (frames and size + len(env.frame) > budget):
+                break
+            if visible(env, viewer):
+                frames.append(env.frame)
+                size += len(env.frame)
+        return [orjson.loads(frame) for frame in reversed(frames)]
 
     async def publish_system(self, space: str, data: dict[str, Any]) -> None:
         await self._membership.system_event(space, data)

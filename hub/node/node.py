@@ -180,7 +180,7 @@ class Node:
             HubCollector(
                 self.counters,
                 Gauges(
-                    connections=lambda: len(self.registry),
+                    connections=self._connections,
                     spaces=lambda: len(self.registry.spaces),
                     streams=lambda: len(self.registry.streams),
                     backplane_ready=lambda: self.ready,
@@ -203,7 +203,7 @@ class Node:
             s, self.node_id, self.dispatcher.run, self.presence, self.membership.space_exists,
             self.counters,
             NodeReadings(
-                connections=lambda: len(self.registry),
+                connections=self._connections,
                 spaces=lambda: len(self.registry.spaces),
                 backplane_ready=lambda: self.ready,
                 backplane_lag=self._lag,
@@ -260,6 +260,10 @@ class Node:
         return self.backplane.lag
 
     # ── lifecycle ────────────────────────────────────────────────────────
+
+    def _connections(self) -> int:
+        """Open agent connections: the registry without the adapters' virtual members."""
+        return len(self.registry) - self.host.attached
 
     async def start(self) -> None:
         if self._started:

@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from tests.benchmarks import mcp_bench
+
 # Targets from issue 6 (ratios are to the baseline measured in the same run).
 CPU_RATIO_TARGET = 0.85
 CPU_RATIO_STRETCH = 1.5
@@ -111,6 +113,7 @@ def build_rows(records: list[dict], compressions: list[str]) -> list[Row]:
         from tests.benchmarks import a2a  # (it builds on this module)
 
         rows.extend(a2a.rows(records, comp))
+        mcp_bench.add_rows(rows, records, comp)
     return rows
 
 

@@ -4,9 +4,9 @@
         [--compression both|none|deflate] [--json PATH] [--profile]
 
 Scenarios: fanout, latency, idle, stream, signed, cluster, workers, massjoin,
-a2a (cluster, workers and the two-node half of massjoin need a redis-server and
-the hub's Redis backplane; they are skipped, with the reason, when a Redis-mode
-hub does not come up).
+a2a, mcp (cluster, workers and the two-node half of massjoin need a redis-server
+and the hub's Redis backplane; they are skipped, with the reason, when a
+Redis-mode hub does not come up).
 """
 
 from __future__ import annotations
@@ -28,7 +28,10 @@ from typing import Any
 from tests.benchmarks import procs, profiling, report
 from tests.benchmarks.suite import QUIET_PCT, Bench, log, raise_fd_limit
 
-ALL = ("fanout", "latency", "idle", "stream", "signed", "cluster", "workers", "massjoin", "a2a")
+ALL = (
+    "fanout", "latency", "idle", "stream", "signed", "cluster", "workers", "massjoin", "a2a",
+    "mcp",
+)  # fmt: skip
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

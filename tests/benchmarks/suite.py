@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tests.benchmarks import a2a as a2a_bench
-from tests.benchmarks import procs, report, scenarios
+from tests.benchmarks import mcp_bench, procs, report, scenarios
 from tests.benchmarks.procs import Pinning, ServerProcess, StartFailed
 from tests.benchmarks.scenarios import Target
 
@@ -548,6 +548,10 @@ class Bench:
         finally:
             self.pinning.pin_self(self.pinning.client_cores)
             await asyncio.to_thread(redis.stop)
+
+    async def mcp(self, comp: str) -> None:
+        """space_ask through /mcp beside a WebSocket request/reply (mcp_bench.py)."""
+        await mcp_bench.run(self, comp)
 
 
 def _headline(f: dict[str, Any]) -> str:

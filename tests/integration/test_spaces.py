@@ -42,11 +42,12 @@ async def test_space_list_is_cluster_view_and_spaces_vanish(hub):
     assert listing["spaces"] == [
         {"id": "agent.status", "type": "system", "member_count": 0},
         {"id": "general", "type": "public", "member_count": 1},
+        {"id": "mcp.calls", "type": "system", "member_count": 0},  # MCP is on by default
         {"id": "task.build-1", "type": "public", "member_count": 1},
     ]
     await a.request({"type": "space.leave", "space": "task.build-1"})
     listing = await a.request({"type": "space.list"})
-    assert [s["id"] for s in listing["spaces"]] == ["agent.status", "general"]
+    assert [s["id"] for s in listing["spaces"]] == ["agent.status", "general", "mcp.calls"]
     await a.close()
 
 

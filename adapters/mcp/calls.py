@@ -1,0 +1,211 @@
+"""Running a ``tools/call``: the hub's five tools and the tools agents offer.
+
+The caller is an agent (:class:`~hub.adapter_host.Caller`): its claims and
+the spaces' rules decide what it may read (``may_join``: ``spaces_list``
+shows only such spaces, ``space_history`` and ``agents_list {space}`` need
+it) and where it may write (``may_publish``: ``space_publish``,
+``space_ask`` and the agent tools of a space). Writes are published by the
+shared agent ``mcp`` with ``data.caller`` naming the caller — a caller
+cannot set it, nor ``data.from``.
+
+Whatever fails once the call is under way — a refusal, a failure reply, no
+reply within the wait — is a result with ``isError: true``; a tool the
+caller cannot see is a JSON-RPC ``-32602``. Each call and its outcome are
+told in ``mcp.calls``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+import structlog
+
+from adapters.mcp.agent import McpAgent, ToolFailure
+from adapters.mcp.calllog import CallLog, new_call_id
+from adapters.mcp.catalog import ToolCatalog
+from adapters.mcp.options import McpOptions
+from hub.adapter_host import AdapterHost, BackplaneUnavailable, Caller
+from protocol.mcp import jsonrpc
+from protocol.mcp.results import (
+    error_result,
+    failure_text,
+    is_failure,
+    json_result,
+    reply_event,
+    reply_result,
+)
+from protocol.mcp.tools import (
+    HUB_TOOL_NAMES,
+    AgentsList,
+    AgentTool,
+    HubCall,
+    SpaceAsk,
+    SpaceHistory,
+    SpacePublish,
+    SpacesList,
+    ToolArgumentError,
+    hub_tools,
+    is_user_space,
+    parse_arguments,
+)
+
+#: What an MCP request's data says about where it came from.
+VIA = "mcp"
+
+log = structlog.get_logger("adapters.mcp")
+
+
+class ToolRunner:
+    def __init__(
+        self,
+        host: AdapterHost,
+        agent: McpAgent,
+        catalog: ToolCatalog,
+        calls: CallLog,
+        options: McpOptions,
+    ):
+        self.host = host
+        self.agent = agent
+        self.catalog = catalog
+        self.calls = calls
+        self.options = options
+        self._hub_tools = hub_tools(options.max_wait)
+
+    async def listing(self, caller: Caller) -> list[dict[str, Any]]:
+        """The tools ``caller`` may call: the hub's, then the agents' of the
+        spaces it may publish to. Raises ``BackplaneUnavailable``."""
+        agent_tools = await self.catalog.tools()
+        return [
+            *self._hub_tools,
+            *(t.listing() for t in agent_tools.values() if self._may_call(caller, t)),
+        ]
+
+    async def call(
+        self, caller: Caller, request_id: Any, name: str, arguments: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The result of tool ``name``; ``JsonRpcError`` for an unknown tool."""
+        agent_tool = None
+        if name not in HUB_TOOL_NAMES:
+            try:
+                agent_tool = await self.catalog.find(name)
+            except BackplaneUnavailable:
+                return error_result("The hub is unavailable: try again.")
+            if agent_tool is None or not self._may_call(caller, agent_tool):
+                raise jsonrpc.invalid_params(request_id, f"Unknown tool: {name[:200]}")
+        call_id = new_call_id()
+        self.calls.call(call_id, name, caller.agent_id, arguments)
+        started = time.monotonic()
+        try:
+            if agent_tool is not None:
+                result = await self._agent_tool(caller, agent_tool, arguments)
+            else:
+                call = parse_arguments(name, arguments, max_wait=self.options.max_wait)
+                result = await self._hub_tool(caller, call)
+        except (ToolFailure, ToolArgumentError) as exc:
+            result = error_result(str(exc))
+        except BackplaneUnavailable:
+            result = error_result("The hub is unavailable: try again.")
+        except Exception:
+            # A bug of ours: the caller gets a tool error, the operator the traceback.
+            log.exception("MCP tool call failed", tool=name[:200])
+            result = error_result("Internal error in the hub.")
+        error = result["content"][0]["text"] if result.get("isError") else None
+        self.calls.result(call_id, name, caller.agent_id, error, time.monotonic() - started)
+        return result
+
+    def _may_call(self, caller: Caller, tool: AgentTool) -> bool:
+        return self.host.may_publish(caller, tool.space)
+
+    # ── the hub's tools ──────────────────────────────────────────────────
+
+    async def _hub_tool(self, caller: Caller, call: HubCall) -> dict[str, Any]:
+        match call:
+            case SpacesList():
+                reply = await self.agent.request({"type": "space.list"})
+                spaces = [s for s in reply.get("spaces", []) if self._may_read(caller, s["id"])]
+                return json_result({"spaces": spaces[: self.options.max_listed]})
+            case AgentsList(capability=capability, space=space):
+                if space is not None and not self._may_read(caller, space):
+                    raise ToolFailure(f"You may not read space {space!r}.")
+                msg: dict[str, Any] = {"type": "agent.list", "limit": self.options.max_listed}
+                if capability is not None:
+                    msg["capability"] = capability
+                if space is not None:
+                    msg["space"] = space
+                reply = await self.agent.request(msg)
+                agents = reply.get("agents", [])
+                kept = _within(agents, self.host.settings.max_frame_bytes)
+                more = reply.get("next_cursor") is not None or len(kept) < len(agents)
+                return json_result({"agents": kept, "more": more})
+            case SpacePublish(space=space, data=data, to=to):
+                await self._check_write(caller, space)
+                published = await self.agent.publish(space, self._stamped(data, caller), to)
+                return json_result({"event_id": published["event_id"], "seq": published["seq"]})
+            case SpaceHistory(space=space, limit=limit):
+                if not self._may_read(caller, space):
+                    raise ToolFailure(f"You may not read space {space!r}.")
+                if not await self.host.space_exists(space):
+                    raise ToolFailure(f"Space {space!r} does not exist.")
+                events = await self.host.history(space, limit, caller.agent_id)
+                # The publisher's own request id is no reader's business.
+                events = [{k: v for k, v in e.items() if k != "request_id"} for e in events]
+                return json_result({"space": space, "events": events})
+            case SpaceAsk(space=space, text=text, to=to, timeout=timeout):
+                await self._check_write(caller, space)
+                data = self._stamped({"text": text}, caller)
+                wait = timeout or self.host.settings.bridge_timeout
+                published, whole = await self.agent.ask(space, data, to, wait)
+                if whole.failure is not None:
+                    raise ToolFailure(f"The reply was lost: {whole.failure}.")
+                if is_failure(whole.data):
+                    return error_result(failure_text(whole.data))
+                answer = {
+                    "event_id": published["event_id"],
+                    "seq": published["seq"],
+                    "reply": reply_event(whole.event),
+                }
+                return json_result(answer)
+        raise AssertionError(f"unhandled hub call {call!r}")
+
+    def _may_read(self, caller: Caller, space: str) -> bool:
+        return self.host.may_join(caller, space)
+
+    async def _check_write(self, caller: Caller, space: str) -> None:
+        if not is_user_space(space):
+            raise ToolFailure(f"{space!r} is a system space: nobody may publish there.")
+        if not self.host.may_publish(caller, space):
+            raise ToolFailure(f"You may not publish to space {space!r}.")
+        if not await self.host.space_exists(space):
+            raise ToolFailure(f"Space {space!r} does not exist.")
+
+    def _stamped(self, data: dict[str, Any], caller: Caller) -> dict[str, Any]:
+        stamped = {**data, "via": VIA, "caller": caller.agent_id}
+        limit = self.host.settings.max_frame_bytes - 1024  # room for the frame around it
+        if len(orjson.dumps(stamped)) > limit:
+            raise ToolFailure(f"The event is too large: at most about {limit} bytes of JSON.")
+        return stamped
+
+    # ── agents' tools ────────────────────────────────────────────────────
+
+    async def _agent_tool(
+        self, caller: Caller, tool: AgentTool, arguments: dict[str, Any]
+    ) -> dict[str, Any]:
+        data = self._stamped({"tool": tool.name, "arguments": arguments}, caller)
+        wait = self.host.settings.bridge_timeout
+        _published, whole = await self.agent.ask(tool.space, data, [tool.agent_id], wait)
+        if whole.failure is not None:
+            raise ToolFailure(f"The reply was lost: {whole.failure}.")
+        return reply_result(whole.data)
+
+
+def _within(items: list[Any], budget: int) -> list[Any]:
+    """The first ``items`` whose JSON fits in about ``budget`` bytes (at least one)."""
+    kept, size = [], 0
+    for item in items:
+        size += len(orjson.dumps(item))
+        if kept and size > budget:
+            break
+        kept.append(item)
+    return kept

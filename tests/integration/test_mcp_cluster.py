@@ -1,0 +1,120 @@
+"""MCP across a cluster (two nodes, a real redis-server): tools of an agent on
+node two called through node one's /mcp; sessions valid on every node."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.support.mcphttp import McpHttp, next_sse
+from tests.support.wsclient import WsClient
+
+pytestmark = pytest.mark.redis
+
+TOOLS = [{"id": "tools", "mcp": True}]
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+async def two_nodes(hub: Any, redis_url: str) -> tuple[Any, Any]:
+    settings = {"redis_url": redis_url, "spaces": TOOLS}
+    return await hub(node_id="node-one", **settings), await hub(node_id="node-two", **settings)
+
+
+async def weather_agent(server: Any) -> tuple[WsClient, asyncio.Task[None]]:
+    agent = await WsClient.connect(server.url, "weather", heartbeat=True)
+    tools = [{"name": "forecast", "inputSchema": {"type": "object"}}]
+    await agent.request(
+        {"type": "agent.register", "agent": {"id": "weather", "metadata": {"mcp_tools": tools}}}
+    )
+
+    async def answer() -> None:
+        while True:
+            event = await agent.wait_for("space.event", timeout=60, **{"from": "mcp"})
+            data = event["data"]
+            reply = (
+                {"result": {"city": data["arguments"]["city"], "forecast": "windy"}}
+                if "tool" in data
+                else {"text": f"weather says hi to {data['caller']}"}
+            )
+            await agent.send({
+                "type": "space.publish", "space": event["space"], "to": "mcp",
+                "data": {"in_reply_to": event["event_id"], **reply},
+            })  # fmt: skip
+
+    return agent, asyncio.get_running_loop().create_task(answer())
+
+
+async def until_listed(mcp: McpHttp, name: str) -> None:
+    async with asyncio.timeout(10):
+        while True:
+            if name in await mcp.tools():
+                return
+            await asyncio.sleep(0.05)  # polling what a client would see
+
+
+async def test_an_agent_tool_on_node_two_called_through_node_one(hub, http, redis_server):
+    one, two = await two_nodes(hub, redis_server.url)
+    mcp = McpHttp(http, one.http_url, agent_id="alice")
+    await mcp.initialize()
+    async with http.get(mcp.url, headers=mcp.headers()) as stream:
+        agent, task = await weather_agent(two)
+        await agent.join("tools")
+        notice = await next_sse(stream.content)  # node one hears of a join on node two
+        assert notice["method"] == "notifications/tools/list_changed"
+    await until_listed(mcp, "weather.forecast")
+    result = await mcp.call("weather.forecast", {"city": "Bergen"})
+    assert result["structuredContent"] == {"city": "Bergen", "forecast": "windy"}
+    asked = await mcp.call("space_ask", {"space": "tools", "text": "hi", "to": "weather"})
+    assert asked["structuredContent"]["reply"]["data"]["text"] == "weather says hi to alice"
+    task.cancel()
+    await agent.close()
+
+
+async def test_a_session_opened_on_one_node_is_served_and_ended_on_the_other(
+    hub, http, redis_server
+):
+    one, two = await two_nodes(hub, redis_server.url)
+    on_one = McpHttp(http, one.http_url)
+    await on_one.initialize()
+    on_two = McpHttp(http, two.http_url)
+    on_two.session_id, on_two.revision = on_one.session_id, on_one.revision
+    assert "spaces_list" in await on_two.tools()
+    bob = await WsClient.connect(two.url, "bob")
+    await bob.join("lab")
+    await on_one.call("space_publish", {"space": "lab", "text": "a"})
+    await on_two.call("space_publish", {"space": "lab", "text": "b"})
+    first = await bob.wait_for("space.event", space="lab")
+    second = await bob.wait_for("space.event", space="lab")
+    assert first["data"]["caller"] == second["data"]["caller"]  # one session, one caller
+    assert await on_two.delete() == 200
+    assert (await on_one.rpc("tools/list")).status == 404
+    await bob.close()
+
+
+async def test_a_stream_on_one_node_ends_when_its_session_ends_on_another(hub, http, redis_server):
+    from adapters.mcp import McpOptions, McpServer
+
+    settings = {"redis_url": redis_server.url}
+    one = await hub(adapters=[McpServer(options=McpOptions(keepalive=0.2))], **settings)
+    two = await hub(**settings)
+    on_one = McpHttp(http, one.http_url)
+    await on_one.initialize()
+    async with http.get(on_one.url, headers=on_one.headers()) as stream:
+        assert stream.status == 200
+        on_two = McpHttp(http, two.http_url)
+        on_two.session_id = on_one.session_id
+        assert await on_two.delete() == 200
+        started = time.monotonic()
+        async with asyncio.timeout(10):
+            rest = await stream.content.read()  # ends at the next keep-alive check
+        assert b"data:" not in rest and time.monotonic() - started < 10
