@@ -231,6 +231,10 @@ export class HubClient implements Session {
   get reconnects(): number {
     return this.connection.reconnects;
   }
+  /** Bytes sent but not yet written to the network (bounded by `maxBufferedBytes`). */
+  get bufferedAmount(): number {
+    return this.connection.bufferedAmount;
+  }
   /** Why the client stopped, when it stopped on its own (a refusal, a lost connection). */
   get closedError(): HubClientError | null {
     return this.connection.closedError;

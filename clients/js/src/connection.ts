@@ -145,6 +145,11 @@ export class Connection implements LinkOwner {
     return this.state === "open";
   }
 
+  /** Bytes handed to the socket and not yet written to the network. */
+  get bufferedAmount(): number {
+    return this.link?.bufferedAmount ?? 0;
+  }
+
   /** Increases with every new link: what belongs to an old one is stale. */
   get generation(): number {
     return this.generationCounter;
