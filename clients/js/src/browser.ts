@@ -13,7 +13,8 @@
  * ```
  */
 
-import { HubClient, type ClientOptions } from "./client.js";
+import { HubClient } from "./client.js";
+import type { ClientOptions } from "./options.js";
 import { ConnectionFailed } from "./errors.js";
 import { meaningfulCloseCode, SUBPROTOCOL_PREFIX, withQuery, type SocketFactory } from "./socket.js";
 

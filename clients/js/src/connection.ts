@@ -25,48 +25,16 @@ import {
   ConnectionClosed,
   ConnectionFailed,
   HubClientError,
-  HubRejected,
-  RateLimited,
   RequestTimeout,
-  TERMINAL_CLOSE_CODES,
-  Unavailable,
   closedError,
 } from "./errors.js";
-import { Link, type LinkOwner } from "./link.js";
+import { detailsQuery, Link, type LinkOwner } from "./link.js";
 import { describe, type Logger } from "./logging.js";
 import type { Frame, Registration } from "./models.js";
+import { OutboundBuffer } from "./outbound.js";
 import { PendingRequests } from "./requests.js";
+import { Backoff, isRetryable, isTerminal } from "./reconnect.js";
 import { hubUrl, withQuery, type SocketClosed, type SocketFactory, type TokenPlacement } from "./socket.js";
-
-/** Reconnect delays (ms): `initialDelay * factor ** attempt` capped at `maxDelay`,
- * each times a random factor in [0.5, 1] so that many clients dropped at once do
- * not come back at once. */
-export interface BackoffOptions {
-  initialDelay?: number;
-  maxDelay?: number;
-  factor?: number;
-  /** Give up after this many failed attempts (default: never). */
-  maxAttempts?: number;
-}
-
-export class Backoff {
-  readonly initialDelay: number;
-  readonly maxDelay: number;
-  readonly factor: number;
-  readonly maxAttempts: number;
-
-  constructor(options: BackoffOptions = {}) {
-    this.initialDelay = options.initialDelay ?? 500;
-    this.maxDelay = options.maxDelay ?? 30_000;
-    this.factor = options.factor ?? 2;
-    this.maxAttempts = options.maxAttempts ?? Infinity;
-  }
-
-  delay(attempt: number): number {
-    const base = Math.min(this.maxDelay, this.initialDelay * this.factor ** Math.min(attempt, 64));
-    return base * (0.5 + Math.random() / 2);
-  }
-}
 
 export type ConnectionState = "idle" | "connecting" | "open" | "reconnecting" | "closed";
 
@@ -100,11 +68,7 @@ export interface ConnectionSettings {
   log: Logger;
 }
 
-/** Agent details ride in the handshake query while it stays this short. */
-const MAX_DETAILS_QUERY = 4096;
-
 const now = (): number => performance.now();
-const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 export class Connection implements LinkOwner {
   state: ConnectionState = "idle";
@@ -128,9 +92,7 @@ export class Connection implements LinkOwner {
   private lastError: Frame | null = null;
   private waiters = new Set<() => void>();
   private wakeReconnect: (() => void) | null = null;
-  /** Sends waiting for room in the socket's buffer, in call order. */
-  private outbound: Promise<void> = Promise.resolve();
-  private waitingForRoom = 0;
+  private readonly outbound: OutboundBuffer;
 
   constructor(
     private readonly settings: ConnectionSettings,
@@ -138,6 +100,7 @@ export class Connection implements LinkOwner {
   ) {
     if (settings.urls.length === 0) throw new TypeError("at least one hub URL is needed");
     this.urls = settings.urls.map(hubUrl);
+    this.outbound = new OutboundBuffer(settings.maxBufferedBytes);
     this.token = settings.token;
   }
 
@@ -293,41 +256,8 @@ export class Connection implements LinkOwner {
     return this.link!;
   }
 
-  /** Send on `link` in call order: at once while the socket's buffer has room and
-   * nobody waits for it, else behind the sends already waiting for room. */
   private transmit(link: Link, msg: Frame, deadline: number): Promise<void> {
-    const text = JSON.stringify(msg);
-    if (this.waitingForRoom === 0 && this.hasRoom(link, text)) {
-      if (link !== this.link) return Promise.reject(this.lostError());
-      link.send(text);
-      return Promise.resolve();
-    }
-    this.waitingForRoom += 1;
-    const sent = this.outbound.then(() => this.sendWhenRoom(link, text, deadline, msg.type));
-    this.outbound = sent.then(
-      () => void (this.waitingForRoom -= 1),
-      () => void (this.waitingForRoom -= 1),
-    );
-    return sent;
-  }
-
-  private hasRoom(link: Link, text: string): boolean {
-    const buffered = link.bufferedAmount;
-    return buffered === 0 || buffered + text.length <= this.settings.maxBufferedBytes;
-  }
-
-  private async sendWhenRoom(link: Link, text: string, deadline: number, type: unknown): Promise<void> {
-    while (link === this.link && !this.hasRoom(link, text)) {
-      if (now() >= deadline) {
-        throw new BufferFull(
-          `outbound buffer over ${this.settings.maxBufferedBytes} bytes for the whole ` +
-            `request timeout: ${String(type)} not sent`,
-        );
-      }
-      await sleep(Math.min(20, Math.max(1, deadline - now())));
-    }
-    if (link !== this.link) throw this.lostError();
-    link.send(text);
+    return this.outbound.send(link, JSON.stringify(msg), String(msg.type), deadline, () => this.link);
   }
 
   // ── opening ────────────────────────────────────────────────────────────
@@ -475,37 +405,10 @@ export class Connection implements LinkOwner {
   }
 
   private lostError(): ConnectionClosed {
-    return new ConnectionClosed("connection lost", {});
+    return new ConnectionClosed("connection lost");
   }
 }
 
 function asClientError(error: unknown): HubClientError {
   return error instanceof HubClientError ? error : new ConnectionFailed(describe(error));
-}
-
-function isTerminal(error: HubClientError): boolean {
-  return error instanceof ConnectionClosed && error.closeCode !== null && TERMINAL_CLOSE_CODES.has(error.closeCode);
-}
-
-/** A failed reconnect attempt worth another try. */
-function isRetryable(error: HubClientError): boolean {
-  if (error instanceof ConnectionClosed) return !isTerminal(error);
-  if (error instanceof HubRejected) return error instanceof Unavailable || error instanceof RateLimited;
-  return error instanceof ConnectionFailed || error instanceof RequestTimeout;
-}
-
-/** `type`, `capability` (one each) and `metadata` (JSON) for the handshake query;
- * null when there are none or they would make it longer than 4 KiB. */
-function detailsQuery(details: Frame | null): Array<[string, string]> | null {
-  if (details === null) return null;
-  const query: Array<[string, string]> = [];
-  if (typeof details.type === "string") query.push(["type", details.type]);
-  for (const capability of Array.isArray(details.capabilities) ? details.capabilities : []) {
-    query.push(["capability", String(capability)]);
-  }
-  const metadata = details.metadata;
-  if (metadata !== null && typeof metadata === "object" && Object.keys(metadata).length > 0) {
-    query.push(["metadata", JSON.stringify(metadata)]);
-  }
-  return new URLSearchParams(query).toString().length > MAX_DETAILS_QUERY ? null : query;
 }

@@ -3,14 +3,9 @@
  */
 
 export { HubClient } from "./client.js";
-export type {
-  ClientOptions,
-  ConnectionState,
-  EventsOptions,
-  PublishOptions,
-  RequestOptions,
-} from "./client.js";
-export { Backoff, type BackoffOptions } from "./connection.js";
+export type { ClientOptions, EventsOptions, PublishOptions, RequestOptions } from "./options.js";
+export type { ConnectionState } from "./connection.js";
+export { Backoff, type BackoffOptions } from "./reconnect.js";
 export {
   AgentExists,
   BufferFull,

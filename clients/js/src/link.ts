@@ -21,6 +21,8 @@ import { isObject, parseRegistration, type Frame, type Registration } from "./mo
 import type { HubSocket, SocketClosed, SocketFactory, SocketHandlers, SocketRequest } from "./socket.js";
 
 const HEARTBEAT = JSON.stringify({ type: "agent.heartbeat" });
+/** Agent details ride in the handshake query while it stays this short. */
+const MAX_DETAILS_QUERY = 4096;
 
 export interface LinkOwner {
   /** A frame of an open link, in arrival order. */
@@ -216,4 +218,20 @@ function openFailure(url: string, info: SocketClosed): string {
     return `hub at ${where} closed the connection (${info.code}${info.reason ? ` ${info.reason}` : ""})`;
   }
   return `cannot connect to ${where}${info.detail ? `: ${info.detail}` : ""}`;
+}
+
+/** `type`, `capability` (one each) and `metadata` (JSON) for the handshake query;
+ * null when there are none or they would make it longer than 4 KiB. */
+export function detailsQuery(details: Frame | null): Array<[string, string]> | null {
+  if (details === null) return null;
+  const query: Array<[string, string]> = [];
+  if (typeof details.type === "string") query.push(["type", details.type]);
+  for (const capability of Array.isArray(details.capabilities) ? details.capabilities : []) {
+    query.push(["capability", String(capability)]);
+  }
+  const metadata = details.metadata;
+  if (metadata !== null && typeof metadata === "object" && Object.keys(metadata).length > 0) {
+    query.push(["metadata", JSON.stringify(metadata)]);
+  }
+  return new URLSearchParams(query).toString().length > MAX_DETAILS_QUERY ? null : query;
 }

@@ -348,6 +348,25 @@ export function parseRegistration(f: Frame): Registration | null {
   return { agentId, connectionId, heartbeatInterval: interval, heartbeatTimeout: timeout };
 }
 
+/** The published event, from the reply that acknowledges it without carrying it:
+ * `space.published` (`echo: false`, or a repeated `idempotencyKey`: `duplicate`) or
+ * `space.event.done` (a text big enough for the hub to stream it). */
+export function acknowledged(space: string, sender: string, payload: Data, reply: Frame): Event {
+  const streamed = reply.type === "space.event.done";
+  const duplicate = reply.type === "space.published" && reply.duplicate === true;
+  return makeEvent({
+    space,
+    eventId: String(reply.event_id),
+    seq: Number.isInteger(reply.seq) ? (reply.seq as number) : 0,
+    from: sender,
+    timestamp: Number.isInteger(reply.timestamp) ? (reply.timestamp as number) : null,
+    data: { from: sender, ...payload },
+    requestId: rid(streamed ? reply.request_id : reply.id),
+    streamed,
+    duplicate,
+  });
+}
+
 export function parseHistory(space: string, f: Frame): HistoryPage {
   const events: Array<Event | StreamChunk> = [];
   for (const e of Array.isArray(f.events) ? f.events : []) {

@@ -11,7 +11,8 @@
 
 import WebSocket, { type ClientOptions as WsOptions } from "ws";
 
-import { HubClient, type ClientOptions } from "./client.js";
+import { HubClient } from "./client.js";
+import type { ClientOptions } from "./options.js";
 import { meaningfulCloseCode, SUBPROTOCOL_PREFIX, withQuery, type SocketFactory } from "./socket.js";
 
 export * from "./exports.js";
