@@ -25,7 +25,8 @@ const client = new Client(url, process.env.AGENT_ID ?? "answerer", {
   },
 });
 
-/** Stands in for a model: the answer, word by word. */
+/** Stands in for a model: the answer, word by word.
+ * @param {string} question */
 async function* generate(question) {
   for (const word of `You asked: ${question}`.split(" ")) {
     await new Promise((resolve) => setTimeout(resolve, 20));
@@ -33,6 +34,7 @@ async function* generate(question) {
   }
 }
 
+/** @param {import("agora-hub-client").Event} question */
 async function answer(question) {
   try {
     if (question.text?.startsWith("stream")) {

@@ -124,6 +124,21 @@ describe("spaces and publishing", () => {
     assert.deepEqual(texts, ["m0", "m1", "m2"]);
   });
 
+  test("a full iterator drops its oldest items and counts them (queueSize)", async () => {
+    const space = unique("overflow");
+    const alice = await connect(unique("alice"));
+    const bob = await connect(unique("bob"), { queueSize: 3, logger: null });
+    await alice.join(space);
+    await bob.join(space);
+    const events = bob.events(space);
+    for (let i = 0; i < 5; i++) await alice.publish(space, `m${i}`);
+    await bob.ping(); // all five have arrived
+    assert.equal(events.dropped, 2);
+    const texts = [await events.take(1000), await events.take(1000), await events.take(1000)].map((e) => e.text);
+    assert.deepEqual(texts, ["m2", "m3", "m4"]);
+    events.close();
+  });
+
   test("echo: false is acknowledged by space.published; the sender gets no copy", async () => {
     const space = unique("quiet");
     const alice = await connect(unique("alice"));

@@ -122,6 +122,19 @@ describe("outgoing streams", () => {
     carolEvents.close();
   });
 
+  test("a stream silent for incompleteTimeout is given up by the receiver", async () => {
+    const [space, alice, bob] = await room("alice", "bob");
+    const events = bob.events(space, { incompleteTimeout: 200 });
+    const s = alice.stream(space);
+    await s.write("and then");
+    const gone = await events.take(5000);
+    assert.deepEqual([gone.status, gone.reason, gone.text], ["incomplete", "incomplete_timeout", "and then"]);
+    // (on a slow machine the hub's own idle timeout, 1 s, may have ended it first)
+    await s.end().catch((e) => assert.ok(e instanceof StreamCancelled, String(e)));
+    await assert.rejects(events.take(300), RequestTimeout, "its end is not reported again");
+    events.close();
+  });
+
   test("the hub ends an idle stream: the next write says why", async () => {
     const [space, alice, bob] = await room("alice", "bob");
     const events = bob.events(space);
