@@ -16,7 +16,7 @@
 import { HubClient } from "./client.js";
 import type { ClientOptions } from "./options.js";
 import { ConnectionFailed } from "./errors.js";
-import { meaningfulCloseCode, SUBPROTOCOL_PREFIX, withQuery, type SocketFactory } from "./socket.js";
+import { meaningfulCloseCode, bearerSubprotocol, withQuery, type SocketFactory } from "./socket.js";
 
 export * from "./exports.js";
 
@@ -57,7 +57,7 @@ export function nativeSockets(): SocketFactory {
     let url = request.url;
     const protocols: string[] = [];
     if (request.token !== null) {
-      if (request.tokenIn === "subprotocol") protocols.push(SUBPROTOCOL_PREFIX + request.token);
+      if (request.tokenIn === "subprotocol") protocols.push(bearerSubprotocol(request.token));
       else if (request.tokenIn === "query") url = withQuery(url, [["token", request.token]]);
       else throw new TypeError("a browser WebSocket cannot send headers: use tokenIn 'subprotocol' or 'query'");
     }

@@ -15,8 +15,8 @@
  * A reconnect never reuses a link: the connection opens a new one.
  */
 
-import { ConnectionFailed, HubRejected, rejected } from "./errors.js";
-import type { Logger } from "./logging.js";
+import { ConnectionFailed, HubClientError, HubRejected, rejected } from "./errors.js";
+import { describe, type Logger } from "./logging.js";
 import { isObject, parseRegistration, type Frame, type Registration } from "./models.js";
 import type { HubSocket, SocketClosed, SocketFactory, SocketHandlers, SocketRequest } from "./socket.js";
 
@@ -72,7 +72,7 @@ export class Link implements SocketHandlers {
       } catch (error) {
         link.opening = null;
         clearTimeout(timer);
-        reject(error);
+        reject(error instanceof HubClientError ? error : new ConnectionFailed(describe(error)));
       }
     });
   }

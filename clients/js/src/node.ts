@@ -13,7 +13,7 @@ import WebSocket, { type ClientOptions as WsOptions } from "ws";
 
 import { HubClient } from "./client.js";
 import type { ClientOptions } from "./options.js";
-import { meaningfulCloseCode, SUBPROTOCOL_PREFIX, withQuery, type SocketFactory } from "./socket.js";
+import { meaningfulCloseCode, bearerSubprotocol, withQuery, type SocketFactory } from "./socket.js";
 
 export * from "./exports.js";
 
@@ -45,7 +45,7 @@ export function nodeSockets(headers: Record<string, string>, wsOptions: WsOption
     const allHeaders: Record<string, string> = { ...headers };
     if (request.token !== null) {
       if (request.tokenIn === "header") allHeaders.Authorization = `Bearer ${request.token}`;
-      else if (request.tokenIn === "subprotocol") protocols.push(SUBPROTOCOL_PREFIX + request.token);
+      else if (request.tokenIn === "subprotocol") protocols.push(bearerSubprotocol(request.token));
       else url = withQuery(url, [["token", request.token]]);
     }
     const ws = new WebSocket(url, protocols, {

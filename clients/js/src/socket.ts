@@ -6,6 +6,8 @@
  * not.
  */
 
+import { ConnectionFailed } from "./errors.js";
+
 /** Where the token goes: `Authorization: Bearer` (Node only), the subprotocol
  * `bearer.TOKEN` (what browsers can do), or the `?token=` query parameter (ends up
  * in access logs: the last resort). */
@@ -49,7 +51,19 @@ export interface SocketRequest {
 
 export type SocketFactory = (request: SocketRequest, handlers: SocketHandlers) => HubSocket;
 
-export const SUBPROTOCOL_PREFIX = "bearer.";
+const SUBPROTOCOL_PREFIX = "bearer.";
+/** What an HTTP token (RFC 9110), and so a WebSocket subprotocol, may hold. */
+const TOKEN_CHARS = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+
+/** The subprotocol `bearer.TOKEN` carrying `token`. */
+export function bearerSubprotocol(token: string): string {
+  if (!TOKEN_CHARS.test(token)) {
+    throw new ConnectionFailed(
+      'the token holds characters a WebSocket subprotocol cannot carry: use tokenIn: "query" (or "header" in Node)',
+    );
+  }
+  return SUBPROTOCOL_PREFIX + token;
+}
 
 /** `url` with `params` added to its query. */
 export function withQuery(url: string, params: Array<[string, string]>): string {

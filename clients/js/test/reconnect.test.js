@@ -9,6 +9,7 @@ import { after, describe, test } from "node:test";
 import {
   Client,
   ConnectionClosed,
+  ConnectionFailed,
   RequestTimeout,
   StreamCancelled,
   Unauthorized,
@@ -118,6 +119,8 @@ describe("refusals stop the client", () => {
     const wrong = new Client(hub.url, "a1", { token: "nope-0123456789", reconnect: false });
     await assert.rejects(wrong.connect(), (e) => e instanceof Unauthorized && e.code === "UNAUTHORIZED");
     await assert.rejects(new Client(hub.url, "a1", { reconnect: false }).connect(), Unauthorized);
+    const unfit = new Client(hub.url, "a1", { token: "a/b=", tokenIn: "subprotocol", reconnect: false });
+    await assert.rejects(unfit.connect(), (e) => e instanceof ConnectionFailed && /subprotocol/.test(e.message));
     const placements = [
       ["a1", "header"],
       ["a2", "subprotocol"],
