@@ -20,7 +20,7 @@
  * requests.
  */
 
-import { ConnectionClosed, HubClientError, RequestTimeout } from "./errors.js";
+import { CloseCode, ConnectionClosed, HubClientError, RequestTimeout } from "./errors.js";
 import {
   acknowledged,
   parseAgentPage,
@@ -99,13 +99,17 @@ export class HubClient extends ClientSession {
     const timeout = options.timeout ?? 30_000;
     let waiter: ReplyWaiter | null = null;
     const replies = this.inbox.replies;
+    let sent: Event;
     try {
-      await this.publishWith(space, data, options, (rid) => (waiter = replies.expect(rid, waiter)));
+      sent = await this.publishWith(space, data, options, (rid) => (waiter = replies.expect(rid, waiter)));
     } catch (error) {
       if (waiter !== null) replies.abandon(waiter, error as Error);
       throw error;
     }
     const pending: ReplyWaiter = waiter!;
+    // The reader binds the request to its event id from the frame that acknowledged
+    // the publish, before any later frame; this covers an acknowledgement it missed.
+    if (pending.eventId === null) replies.acknowledged(pending.requestId, sent.eventId);
     const timer = setTimeout(() => {
       replies.abandon(pending, new RequestTimeout(`no reply to ${pending.eventId} within ${timeout} ms`));
     }, timeout);
@@ -224,6 +228,7 @@ export class HubClient extends ClientSession {
       } catch (error) {
         const retry =
           error instanceof ConnectionClosed &&
+          error.closeCode !== CloseCode.MESSAGE_TOO_BIG && // it would be refused again
           options.idempotencyKey !== undefined &&
           this.connection.state === "reconnecting" &&
           attempt < MAX_PUBLISH_RETRIES;

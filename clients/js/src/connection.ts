@@ -90,7 +90,8 @@ export class Connection implements LinkOwner {
   private closing = false;
   private queued = 0;
   private lastError: Frame | null = null;
-  private waiters = new Set<() => void>();
+  /** Callers of `waitConnected()`; woken with the error when opening failed. */
+  private waiters = new Set<(failure?: HubClientError) => void>();
   private wakeReconnect: (() => void) | null = null;
   private readonly outbound: OutboundBuffer;
 
@@ -137,7 +138,11 @@ export class Connection implements LinkOwner {
         },
         (error: unknown) => {
           this.opening = null;
-          if (!this.closing) this.setState("idle", asClientError(error));
+          if (!this.closing) {
+            const failure = asClientError(error);
+            this.setState("idle", failure);
+            for (const wake of [...this.waiters]) wake(failure);
+          }
           throw error;
         },
       );
@@ -168,11 +173,11 @@ export class Connection implements LinkOwner {
               this.waiters.delete(wake);
               reject(new RequestTimeout(`no connection to the hub within ${timeout} ms`));
             }, timeout);
-      const wake = (): void => {
+      const wake = (failure?: HubClientError): void => {
         if (timer !== null) clearTimeout(timer);
         this.waiters.delete(wake);
         if (this.state === "open") resolve();
-        else reject(this.stoppedError());
+        else reject(failure ?? this.stoppedError());
       };
       this.waiters.add(wake);
     });
@@ -386,8 +391,9 @@ export class Connection implements LinkOwner {
     if (this.state === "closed") return;
     this.closing = true;
     this.closedError = error;
-    this.link?.drop({ code: null, reason: "stopped" });
+    const link = this.link;
     this.link = null;
+    link?.drop({ code: null, reason: "stopped" });
     this.requests.failAll(error ?? new ConnectionClosed("client closed"));
     this.setState("closed", error);
     this.session.stopped(error);

@@ -62,8 +62,12 @@ describe("connecting", () => {
 
   test("a hub that is not there fails the first connect at once", async () => {
     const client = new Client("ws://127.0.0.1:1/ws", unique("nobody"), { logger: null });
-    await assert.rejects(client.connect(), (e) => e instanceof ConnectionFailed && /refused/.test(e.message));
+    const connecting = client.connect();
+    const waiting = client.waitConnected();
+    await assert.rejects(connecting, (e) => e instanceof ConnectionFailed && /refused/.test(e.message));
+    await assert.rejects(waiting, ConnectionFailed, "whoever waited hears of it too");
     assert.equal(client.state, "idle");
+    await assert.rejects(client.ping(), /not connected/);
   });
 
   test("a second connection with the same id is refused with AgentExists (4409)", async () => {
