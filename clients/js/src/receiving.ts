@@ -37,7 +37,7 @@ export interface InboxContext {
   readonly streams: OutgoingStreams;
   readonly log: Logger;
   readonly onResume: ((resumed: Resumed) => unknown) | null;
-  /** The hub's `error` without a request id (null: forget the last one). */
+  /** The hub's `error` without a request id: the reason of a close that may follow. */
   noteError(frame: Frame): void;
   /** The hub says the token expired: `agent.refresh` is due. */
   tokenExpired(): void;

@@ -9,7 +9,14 @@
 
 import { StreamAssembler } from "./assembly.js";
 import { Connection, type ConnectionState, type Session } from "./connection.js";
-import { ConnectionFailed, HubRejected, RateLimited, Unavailable, type HubClientError } from "./errors.js";
+import {
+  ConnectionFailed,
+  HubRejected,
+  isTokenExpiredNotice,
+  RateLimited,
+  Unavailable,
+  type HubClientError,
+} from "./errors.js";
 import type { Link } from "./link.js";
 import { describe, loggerFrom, type Logger } from "./logging.js";
 import {
@@ -29,6 +36,8 @@ import { OutgoingStreams, type StreamOwner } from "./streams.js";
 import { AssemblingShaper, ChunkShaper, type Kind, type Subscription } from "./subscriptions.js";
 
 const AGENT_ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
+/** Rejoins sent at once after a reconnect. */
+const REJOINS_IN_FLIGHT = 16;
 
 /** The base of `HubClient`; the entry points give it its `socketFactory`. */
 export abstract class ClientSession implements Session {
@@ -203,20 +212,24 @@ export abstract class ClientSession implements Session {
       if (details !== null && !detailsSent) {
         this.registered(await this.connection.request({ type: "agent.register", agent: details }, { link }));
       }
-      await Promise.all(
-        spaces.names().map(async (space) => {
-          const since = spaces.rejoining(space);
-          try {
-            const reply = await this.connection.request(joinMessage(space, since), { link });
-            spaces.joinedReply(space, reply, since !== null);
-          } catch (error) {
-            if (error instanceof Unavailable || error instanceof RateLimited) throw error;
-            if (!(error instanceof HubRejected)) throw error;
-            this.log.warn(`could not rejoin ${space} after reconnecting: ${error.message}`);
-            spaces.rejoinRefused(space);
-          }
-        }),
-      );
+      const rejoin = async (space: string): Promise<void> => {
+        const since = spaces.rejoining(space);
+        try {
+          const reply = await this.connection.request(joinMessage(space, since), { link });
+          spaces.joinedReply(space, reply, since !== null);
+        } catch (error) {
+          if (error instanceof Unavailable || error instanceof RateLimited) throw error;
+          if (!(error instanceof HubRejected)) throw error;
+          this.log.warn(`could not rejoin ${space} after reconnecting: ${error.message}`);
+          spaces.rejoinRefused(space);
+        }
+      };
+      // A few at a time: hundreds at once would run into the hub's rate limit.
+      const waiting = spaces.names();
+      const rejoiner = async (): Promise<void> => {
+        for (let space = waiting.shift(); space !== undefined; space = waiting.shift()) await rejoin(space);
+      };
+      await Promise.all(Array.from({ length: Math.min(REJOINS_IN_FLIGHT, waiting.length) }, rejoiner));
     } catch (error) {
       spaces.resuming.clear(); // the next connection rejoins them all again
       throw error;
@@ -252,7 +265,8 @@ export abstract class ClientSession implements Session {
     const reply = await this.connection.request({ type: "agent.refresh", token });
     this.connection.token = token;
     const noted = this.connection.noted;
-    if (noted !== null && noted.code === "UNAUTHORIZED") this.connection.noteError(null);
+    // The expiry notice is answered: it is not why a later close happens.
+    if (noted !== null && isTokenExpiredNotice(noted)) this.connection.noteError(null);
     return Number.isInteger(reply.expires_at) ? (reply.expires_at as number) : null;
   }
 

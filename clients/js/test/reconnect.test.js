@@ -55,6 +55,8 @@ describe("a hub restarted (memory backplane)", () => {
     await bob.connect();
     await alice.join(space);
     await bob.join(space);
+    const others = [unique("other"), unique("other")];
+    for (const other of others) await alice.join(other);
     const assembled = alice.events(space, { resumed: true });
     const frames = alice.events(space, { chunks: true });
     const before = await bob.publish(space, "before the restart");
@@ -97,7 +99,11 @@ describe("a hub restarted (memory backplane)", () => {
     const resumed = await nextMatching(assembled, (m) => m.kind === "resumed");
     assert.deepEqual([resumed.space, resumed.recovered, resumed.since], [space, false, position]);
     assert.notEqual(resumed.epoch, position.epoch);
-    assert.deepEqual(resumes.map((r) => [r.space, r.recovered]), [[space, false]]);
+    assert.deepEqual(
+      resumes.map((r) => [r.space, r.recovered]).sort(),
+      [space, ...others].map((s) => [s, false]).sort(),
+      "every joined space rejoined",
+    );
     assert.equal((await nextMatching(assembled, (m) => m.kind === "event")).eventId, sent.eventId);
 
     // And the space works as before, for both.
@@ -105,7 +111,7 @@ describe("a hub restarted (memory backplane)", () => {
     const bobEvents = bob.events(space);
     const after = await alice.publish(space, "after the restart");
     assert.equal((await nextMatching(bobEvents, (e) => e.eventId === after.eventId)).text, "after the restart");
-    assert.deepEqual(alice.joinedSpaces, [space]);
+    assert.deepEqual(alice.joinedSpaces, [space, ...others]);
     for (const sub of [assembled, frames, bobEvents]) sub.close();
   });
 });
