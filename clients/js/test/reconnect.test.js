@@ -14,7 +14,7 @@ import {
   Unauthorized,
 } from "agora-hub-client";
 
-import { HubProcess, nextMatching, rewriteTokens, tokensFile, unique, within } from "./support/servers.js";
+import { HubProcess, jwt, nextMatching, rewriteTokens, tokensFile, unique, within } from "./support/servers.js";
 
 const cleanup = [];
 after(async () => {
@@ -116,6 +116,38 @@ describe("a hub restarted (memory backplane)", () => {
   });
 });
 
+describe("tokens that expire", () => {
+  test("the token provider's next token goes to the hub as agent.refresh; its claims apply", async () => {
+    const secret = "a-jwt-secret-of-at-least-32-bytes-0123456789";
+    const hub = await new HubProcess({ auth_mode: "jwt", jwt_secret: secret, jwt_leeway: 0, token_refresh_grace: 2 }).start();
+    cleanup.push(() => hub.stop());
+    const id = unique("jwt-agent");
+    let issued = 0;
+    let refreshed;
+    const secondToken = new Promise((resolve) => (refreshed = resolve));
+    const tokenProvider = async () => {
+      issued += 1;
+      const first = issued === 1;
+      if (!first) refreshed();
+      const exp = Math.floor(Date.now() / 1000) + (first ? 2 : 600);
+      return jwt(secret, { sub: id, exp, join: first ? ["a-*"] : ["a-*", "b-*"] });
+    };
+    const warnings = [];
+    const client = new Client(hub.url, id, { tokenProvider, reconnect: false, logger: { warn: (m) => warnings.push(m) } });
+    cleanup.push(() => client.close());
+    await client.connect();
+    await client.join(unique("a"));
+    await assert.rejects(client.join(unique("b")), Unauthorized, "the first token's claims");
+    await within(10_000, secondToken, "the hub's expiry notice"); // exp + the hub's sweep
+    // The refresh is sent as soon as the provider answers: one round trip later it
+    // has been answered too (the hub answers in order).
+    await client.ping();
+    await client.ping();
+    await client.join(unique("b"));
+    assert.deepEqual([client.state, issued, warnings], ["open", 2, []]);
+  });
+});
+
 describe("refusals stop the client", () => {
   // One hub for the three tests, with tokens and the server API; the last test
   // restarts it with a token revoked.
@@ -180,8 +212,12 @@ describe("refusals stop the client", () => {
   test("a reconnect refused with 4401 stops the client with Unauthorized, no retry loop", async () => {
     const waiters = [];
     const logged = [];
+    let provided = 0;
     const client = new Client(hub.url, "agent", {
-      token: "first-token-0123456789",
+      tokenProvider: () => {
+        provided += 1;
+        return "first-token-0123456789"; // what it had: revoked meanwhile
+      },
       reconnect: { initialDelay: 100, maxDelay: 300 },
       onStateChange: watching(waiters),
       logger: { info: (m) => logged.push(m), warn: (m) => logged.push(m) },
@@ -201,6 +237,7 @@ describe("refusals stop the client", () => {
     assert.ok(error instanceof Unauthorized, `stopped with ${error}`);
     assert.equal(client.closedError, error);
     assert.equal(client.reconnects, 0);
+    assert.ok(provided >= 2, "the provider is asked before every attempt");
     assert.equal(logged.filter((m) => m.startsWith("reconnect refused")).length, 1);
     await assert.rejects(events.take(1000), Unauthorized, "iterators end with the error");
     await assert.rejects(client.ping(), Unauthorized, "requests too");

@@ -3,6 +3,7 @@
 // `make venv`), or $AGORA_HUB_BIN.
 
 import { spawn, spawnSync } from "node:child_process";
+import { createHmac } from "node:crypto";
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, createConnection } from "node:net";
 import { tmpdir } from "node:os";
@@ -209,4 +210,11 @@ export async function nextMatching(sub, predicate, ms = 10_000) {
 /** Random ids, so that two runs (or two tests) never share a space or an agent. */
 export function unique(prefix) {
   return `${prefix}-${Math.random().toString(36).slice(2, 8)}`;
+}
+
+/** An HS256 JSON Web Token of `claims`, signed with `secret`. */
+export function jwt(secret, claims) {
+  const part = (value) => Buffer.from(JSON.stringify(value)).toString("base64url");
+  const unsigned = `${part({ alg: "HS256", typ: "JWT" })}.${part(claims)}`;
+  return `${unsigned}.${createHmac("sha256", secret).update(unsigned).digest("base64url")}`;
 }
