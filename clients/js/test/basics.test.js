@@ -15,7 +15,8 @@ import {
 
 import { HubProcess, nextMatching, unique } from "./support/servers.js";
 
-const hub = new HubProcess({ members_list_limit: 3 });
+// heartbeat_timeout 2 s: a client that did not heartbeat would be closed (4408).
+const hub = new HubProcess({ members_list_limit: 3, heartbeat_timeout: 2 });
 const clients = [];
 
 /** A connected client, closed after the tests. */
@@ -39,17 +40,18 @@ describe("connecting", () => {
     assert.equal(client.registration.agentId, id);
     assert.match(client.registration.connectionId, /./);
     assert.equal(client.registration.heartbeatInterval, 500);
-    assert.equal(client.registration.heartbeatTimeout, 5000);
+    assert.equal(client.registration.heartbeatTimeout, 2000);
     assert.ok((await client.ping()) > 1_600_000_000_000);
   });
 
   test("an idle client keeps its connection with heartbeats", async () => {
-    // The hub closes a connection silent for heartbeat_timeout (5 s); wait past
-    // several heartbeat intervals and check the connection is the same one.
-    const client = await connect(unique("quiet"));
+    // The hub closes a connection silent for its heartbeat_timeout (2 s here): stay
+    // idle past it, and the connection must still be the same, open one.
+    const states = [];
+    const client = await connect(unique("quiet"), { onStateChange: (state) => states.push(state) });
     const connectionId = client.registration.connectionId;
-    await new Promise((r) => setTimeout(r, 1500));
-    assert.equal(client.state, "open");
+    await new Promise((r) => setTimeout(r, 3000));
+    assert.deepEqual([client.state, states], ["open", ["connecting", "open"]]);
     assert.ok(await client.ping());
     assert.equal(client.registration.connectionId, connectionId);
   });
