@@ -30,7 +30,12 @@ describe("a hub that stops answering", () => {
       onStateChange: (state) => states.push(state),
       logger: null,
     });
-    const writer = new Client(hub.url, unique("writer"), { reconnect: { initialDelay: 100, maxDelay: 300 }, openTimeout: 1000, logger: null });
+    const writerLog = [];
+    const writer = new Client(hub.url, unique("writer"), {
+      reconnect: { initialDelay: 100, maxDelay: 300 },
+      openTimeout: 1000,
+      logger: { info: (m) => writerLog.push(m) },
+    });
     cleanup.push(() => reader.close(), () => writer.close());
     await reader.connect();
     await writer.connect();
@@ -44,6 +49,10 @@ describe("a hub that stops answering", () => {
     await reader.ping();
 
     hub.proc.kill("SIGSTOP");
+    // In flight when the connection is lost: sent again after the reconnect, and the
+    // hub publishes it once whether or not it had read the first copy.
+    const key = unique("key");
+    const once = writer.publish(space, "exactly once", { idempotencyKey: key });
     const cut = await within(8000, events.take(8000), "the stream being received to end");
     assert.deepEqual([cut.eventId, cut.status, cut.reason], [incoming.hubEventId, "incomplete", "connection_lost"]);
     assert.ok(states.includes("reconnecting"));
@@ -59,8 +68,12 @@ describe("a hub that stops answering", () => {
     const resumed = await nextMatching(events, (m) => m.kind === "resumed", 10_000);
     assert.equal(resumed.recovered, true, "the same hub process still has the history");
     await writer.waitConnected(15_000);
+    const sentOnce = await within(15_000, once, "the idempotent publish");
+    assert.ok(writerLog.some((m) => m.startsWith("publish interrupted")), "it was sent again");
     const sent = await writer.publish(space, "after the freeze");
-    assert.equal((await nextMatching(events, (m) => m.kind === "event" && !m.streamed)).eventId, sent.eventId);
+    assert.equal((await nextMatching(events, (m) => m.kind === "event" && m.eventId === sent.eventId)).text, "after the freeze");
+    const copies = (await writer.history(space)).events.filter((e) => e.text === "exactly once");
+    assert.deepEqual(copies.map((e) => e.eventId), [sentOnce.eventId]);
     events.close();
   });
 });
