@@ -44,6 +44,8 @@ export class Link implements SocketHandlers {
   private lost = false;
   private keepalive: ReturnType<typeof setInterval> | null = null;
   private opening: { resolve(): void; reject(error: Error): void } | null = null;
+  /** Set while `closeGracefully()` waits for the hub's close. */
+  private afterClose: (() => void) | null = null;
 
   private constructor(
     readonly url: string,
@@ -114,8 +116,6 @@ export class Link implements SocketHandlers {
     await closed;
     if (!this.lost) this.socket.abort();
   }
-
-  private afterClose: (() => void) | null = null;
 
   /** Drop the link now; its loss is reported with `info`. */
   drop(info: SocketClosed): void {
