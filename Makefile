@@ -3,25 +3,35 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-stamp
+CLIENT := clients/python
+# What running needs (the hub and the client SDK it depends on), then the
+# test, lint and benchmark tools on top: `make run` installs only the first.
+RUN_STAMP := $(VENV)/.installed-run
+DEV_STAMP := $(VENV)/.installed-dev
 ARGS   ?=
 
 JS     := clients/js
 
 .PHONY: run test test-js bench fuzz soak lint lint-js venv clean
 
-venv: $(STAMP)
+venv: $(DEV_STAMP)
 
-$(STAMP): pyproject.toml
+# The client SDK is its own distribution (agora-hub-client), on no index: it
+# is installed from the checkout with the hub, which depends on it.
+$(RUN_STAMP): pyproject.toml $(CLIENT)/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ./$(CLIENT) -e .
+	touch $@
 
-run: $(STAMP)
+$(DEV_STAMP): $(RUN_STAMP)
+	$(BIN)/python -m pip install --quiet -e './$(CLIENT)[api]' -e '.[dev]'
+	touch $@
+
+run: $(RUN_STAMP)
 	$(BIN)/agora-hub serve $(ARGS)
 
-test: $(STAMP)
+test: $(DEV_STAMP)
 	$(BIN)/python -m pytest -q $(ARGS)
 	$(MAKE) --no-print-directory test-js
 
@@ -36,27 +46,27 @@ NODE_CHECK = if ! node -e 'process.exit(+process.versions.node.split(".")[0] >= 
 JS_DEPS = cd $(JS) && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; }
 
 # The JavaScript client's node --test suites, against real hub processes (.venv's).
-test-js: $(STAMP)
+test-js: $(RUN_STAMP)
 	@$(NODE_CHECK); $(JS_DEPS) && npm test
 
-bench: $(STAMP)
+bench: $(DEV_STAMP)
 	$(BIN)/python -m tests.benchmarks $(ARGS)
 
 # Hundreds of thousands of hostile frames against a hub process (ARGS="--frames N --seed S").
-fuzz: $(STAMP)
+fuzz: $(DEV_STAMP)
 	$(BIN)/python -m tests.fuzz $(ARGS)
 
 # A cluster under churn, a node killed, Redis restarted: did anything get lost?
 # Five minutes by default (ARGS="--duration 1800" for longer). Not part of `make test`.
-soak: $(STAMP)
+soak: $(DEV_STAMP)
 	$(BIN)/python -m tests.soak $(ARGS)
 
-lint: $(STAMP)
-	$(BIN)/ruff check hub protocol adapters tests
-	$(BIN)/ruff format --check hub protocol adapters tests
+lint: $(DEV_STAMP)
+	$(BIN)/ruff check hub protocol adapters $(CLIENT) tests
+	$(BIN)/ruff format --check hub protocol adapters $(CLIENT) tests
 	$(MAKE) --no-print-directory lint-js
 
-# tsc --noEmit over the JavaScript client's source, tests and example.
+# tsc --noEmit over the JavaScript client's source and the examples.
 lint-js:
 	@$(NODE_CHECK); $(JS_DEPS) && npm run --silent typecheck
 

@@ -1,10 +1,12 @@
 """Bridges between hub spaces and other agent protocols.
 
 Each adapter is a small object with ``start(host)``/``aclose()`` hosted by the
-node (see :mod:`hub.virtual`): it acts in spaces through virtual members, so
-order, membership, cluster fan-out and limits hold for it as for any agent.
-:func:`from_settings` builds the adapters a node's settings ask for; the
-process runner passes them to the node.
+node (:class:`hub.adapter_host.AdapterHost`): it acts in spaces through
+virtual members, so order, membership, cluster fan-out and limits hold for it
+as for any agent. Adapters import :mod:`hub.adapter_host`, :mod:`protocol`
+and their own package only. :func:`from_settings` builds the adapters a
+node's settings ask for (each package checks its own ``[[bridges.*]]``
+tables, :mod:`adapters.config`); the process runner passes them to the node.
 
 Exception tree::
 
@@ -16,17 +18,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from hub.settings import Settings
-    from hub.virtual import Adapter
+    from hub.adapter_host import Adapter, HubSettings
 
 
 class AdapterError(Exception):
     """Root of the adapters' exceptions."""
 
 
-def from_settings(settings: Settings) -> list[Adapter]:
-    """The adapters ``settings`` configure (declared spaces and ``[bridges]``)."""
-    from adapters.agora_http import adapters_for as agora_http
-    from adapters.envelope import adapters_for as envelope
+def from_settings(settings: HubSettings) -> list[Adapter]:
+    """The adapters ``settings`` configure (declared spaces and ``[bridges]``).
+    Raises :class:`~hub.adapter_host.ConfigError` for a mistake in either."""
+    from adapters import agora_http, envelope
+    from adapters.config import parse_bridges
 
-    return [*envelope(settings), *agora_http(settings)]
+    bridges = parse_bridges(
+        settings.bridges,
+        {"agora_http": agora_http.AgoraHttpBridge, "envelope": envelope.EnvelopeBridge},
+    )
+    return [*envelope.adapters_for(settings, bridges), *agora_http.adapters_for(settings, bridges)]

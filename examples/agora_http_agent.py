@@ -3,25 +3,26 @@
 Run a hub with ``examples/agora_http.toml``, then this agent, then::
 
     curl -s http://127.0.0.1:8766/agora/weather -d '{"body": "Weather in Paris?"}'
-    {"status":"success","body":"Tomorrow in Paris: windy."}
+    {"status":"success","body":"Tomorrow in Paris: sunny."}
 
     curl -s http://127.0.0.1:8766/agora/weather \\
          -d '{"body": {"city": "Oslo"}, "protocolHash": "<hash of the weather document>"}'
-    {"status":"success","body":{"city":"Oslo","forecast":"sunny"}}
+    {"status":"success","body":{"city":"Oslo","forecast":"rainy"}}
 
 Every HTTP request arrives as a ``space.event`` from ``agora-http``; the first event
-in the space whose ``data.in_reply_to`` names it is the HTTP answer.
+in the space whose ``data.in_reply_to`` names it is the HTTP answer, which
+``hub.reply()`` sends (addressed to ``agora-http``). Ctrl-C stops the agent; an agent
+id already connected is one line saying so (``agora_client.run``).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import hashlib
 import re
 from typing import Any
 
-from hub.client import Client
+from agora_client import Client, run
 
 FORECASTS = ("sunny", "windy", "cloudy", "rainy")
 
@@ -59,7 +60,7 @@ async def main(url: str, space: str, agent_id: str) -> None:
                 continue
             reply = answer(event.data)
             if reply is not None:
-                await hub.publish(space, {"in_reply_to": event.event_id, **reply})
+                await hub.reply(event, reply)
 
 
 if __name__ == "__main__":
@@ -68,7 +69,4 @@ if __name__ == "__main__":
     parser.add_argument("--space", default="weather")
     parser.add_argument("--agent-id", default="forecaster")
     args = parser.parse_args()
-    try:
-        asyncio.run(main(args.url, args.space, args.agent_id))
-    except KeyboardInterrupt:
-        pass
+    run(main(args.url, args.space, args.agent_id))

@@ -30,7 +30,7 @@ from typing import Any
 
 from nacl.signing import SigningKey
 
-from hub.client import Client, HubRejected
+from agora_client import Client, HubRejected, run
 from protocol.envelope import TaskTable, agora
 from protocol.identity import did_key
 
@@ -132,10 +132,10 @@ async def negotiate(url: str) -> tuple[dict[str, Any], list[str]]:
 async def main(url: str | None) -> int:
     server = None
     if url is None:
-        from hub.logging import configure_logging
-        from hub.node import Node
-        from hub.server import HubServer
-        from hub.settings import load_settings
+        from hub.ops.logging import configure_logging
+        from hub.node.node import Node
+        from hub.process.server import HubServer
+        from hub.config.settings import load_settings
 
         settings = load_settings(
             {
@@ -162,4 +162,4 @@ async def main(url: str | None) -> int:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", help="a hub's WebSocket URL (default: start one here)")
-    sys.exit(asyncio.run(main(parser.parse_args().url)))
+    sys.exit(run(main(parser.parse_args().url)))

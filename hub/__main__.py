@@ -1,5 +1,5 @@
 import sys
 
-from hub.cli import main
+from hub.process.cli import main
 
 sys.exit(main())

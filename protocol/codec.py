@@ -339,12 +339,22 @@ def history(
     return b'%s,"events":[%s]}' % (dumps(head)[:-1], b",".join(frames))
 
 
-def sequenced(kind: str, space: str, event_id: str, rest: Mapping[str, Any]) -> tuple[bytes, bytes]:
+def sequenced(
+    kind: str,
+    space: str,
+    event_id: str,
+    rest: Mapping[str, Any],
+    *,
+    request_id: str | int | None = None,
+) -> tuple[bytes, bytes]:
     """Head and tail of a frame whose ``seq`` is filled in later.
 
     ``head + str(seq).encode() + tail`` is the complete frame
-    ``{"type":…,"space":…,"event_id":…,"seq":N, **rest}``.
+    ``{"type":…,"space":…,"event_id":…,"seq":N, **rest}`` — and
+    ``"request_id"`` after ``rest`` when the request that made it had an id.
     """
+    if request_id is not None:
+        rest = {**rest, "request_id": request_id}
     head = b'{"type":%s,"space":%s,"event_id":%s,"seq":' % (
         dumps(kind),
         dumps(space),

@@ -43,7 +43,7 @@ async def clients() -> AsyncIterator[Any]:
     All are closed at teardown — before the hubs they talk to, when the test
     asks for the hub fixtures first.
     """
-    from hub.client import Client
+    from agora_client import Client
 
     opened: list[Client] = []
 

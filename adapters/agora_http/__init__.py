@@ -20,19 +20,25 @@ from urllib.parse import urlsplit
 
 import structlog
 
+from adapters.agora_http.config import AgoraHttpBridge
 from adapters.agora_http.inbound import INBOUND_AGENT, AgoraHttpInbound, InboundOptions
 from adapters.agora_http.outbound import AgoraHttpOutbound, OutboundOptions
 from adapters.agora_http.protocols import describe_document, documents_by_hash
-from hub.errors import ConfigError
+from adapters.config import of_kind
+from hub.adapter_host import ConfigError
 from protocol.agora_http import MAX_SOURCE_BYTES
 from protocol.names import SpaceKind, is_valid_agent_id, space_kind
 
 if TYPE_CHECKING:
-    from hub.settings import Settings
-    from hub.virtual import Adapter
+    from collections.abc import Mapping
+
+    from pydantic import BaseModel
+
+    from hub.adapter_host import Adapter, HubSettings
 
 __all__ = [
     "INBOUND_AGENT",
+    "AgoraHttpBridge",
     "AgoraHttpInbound",
     "AgoraHttpOutbound",
     "InboundOptions",
@@ -80,7 +86,7 @@ def _check_bridge(space: str, agent_id: str, url: str, what: str) -> None:
         raise ConfigError(f"{what}: url must have no query or fragment")
 
 
-def adapters_for(settings: Settings) -> list[Adapter]:
+def adapters_for(settings: HubSettings, bridges: Mapping[str, list[BaseModel]]) -> list[Adapter]:
     adapters: list[Adapter] = []
     spaces = {}
     for declared in settings.spaces:
@@ -92,7 +98,7 @@ def adapters_for(settings: Settings) -> list[Adapter]:
     if spaces:
         adapters.append(AgoraHttpInbound(spaces))
     seen: set[str] = set()
-    for n, bridge in enumerate(settings.bridges.agora_http):
+    for n, bridge in enumerate(of_kind(bridges, "agora_http", AgoraHttpBridge)):
         what = f"[[bridges.agora_http]] #{n + 1}"
         _check_bridge(bridge.space, bridge.agent_id, bridge.url, what)
         if bridge.agent_id in seen:

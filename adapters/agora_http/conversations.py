@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from hub.kvstore import KeyValueStore
+from hub.adapter_host import KeyValueStore
 from protocol.agora_http import (
     CONVERSATION_EXPIRED,
     CONVERSATION_NOT_FOUND,

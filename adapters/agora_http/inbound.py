@@ -31,13 +31,16 @@ import orjson
 import structlog
 from aiohttp import web
 
-from adapters.agora_http.assembly import Assembled, ReplyWaiters
 from adapters.agora_http.conversations import Conversation, InboundConversations
 from adapters.agora_http.protocols import SpaceProtocols
-from hub.bodies import read_at_most
-from hub.errors import BackplaneUnavailable
-from hub.kvstore import KeyValueStore, create_kv_store
-from hub.virtual import RequestFailed, VirtualMember
+from adapters.replies import Assembled, ReplyWaiters
+from hub.adapter_host import (
+    AdapterHost,
+    BackplaneUnavailable,
+    RequestFailed,
+    VirtualMember,
+    read_at_most,
+)
 from protocol.agora_http import (
     DEFAULT_LIMITS,
     TIMEOUT,
@@ -74,43 +77,35 @@ class InboundOptions:
 class AgoraHttpInbound:
     """The inbound adapter: routes on the HTTP port, the ``agora-http`` member."""
 
+    system_spaces: tuple[str, ...] = ()
+
     def __init__(
         self,
         spaces: Mapping[str, Mapping[str, str]],
         options: InboundOptions | None = None,
-        *,
-        store: KeyValueStore | None = None,
     ):
         """``spaces``: each opted-in space → its declared documents, by hash."""
         self.spaces = {space: dict(docs) for space, docs in spaces.items()}
         self.options = options or InboundOptions()
         self.waiters = ReplyWaiters(self.options.max_reply_bytes)
         self.member: VirtualMember | None = None
-        self.store = store
-        self._own_store: KeyValueStore | None = None
         self.conversations: InboundConversations | None = None
         self.protocols: SpaceProtocols | None = None
         self.timeout = 30.0
         self.waiting = 0
         self._joined: set[str] = set()
-        self._host: Any = None
+        self._host: AdapterHost | None = None
         self._joiner: asyncio.Task[None] | None = None
 
     # ── lifecycle ────────────────────────────────────────────────────────
 
-    async def start(self, host: Any) -> None:
+    async def start(self, host: AdapterHost) -> None:
         s = host.settings
         self.timeout = s.bridge_timeout
-        if self.store is None:
-            # The node's store (shared with the replay cache); its own only
-            # when hosted by something that has none.
-            self.store = getattr(host, "kv", None)
-            if self.store is None:
-                self.store = self._own_store = create_kv_store(s.redis_url, prefix=s.redis_prefix)
-        self.conversations = InboundConversations(self.store, self.options.conversation_ttl)
+        self.conversations = InboundConversations(host.kv, self.options.conversation_ttl)
         self.protocols = SpaceProtocols(
             self.spaces,
-            host.presence,
+            host.member_records,
             scan_limit=self.options.member_scan_limit,
             exclude=(INBOUND_AGENT,),
         )
@@ -125,14 +120,14 @@ class AgoraHttpInbound:
             self._joiner = asyncio.get_running_loop().create_task(
                 self._keep_joining(min(1.0, s.heartbeat_interval))
             )
-        host.http_app.on_shutdown.append(self._on_shutdown)
-        host.http_app.add_routes(
+        host.mount(
             [
                 web.post("/agora/{space}", self._post),
                 web.post("/agora/{space}/conversations/{id}", self._post),
                 web.delete("/agora/{space}/conversations/{id}", self._delete),
                 web.get("/agora/{space}/wellknown", self._wellknown),
-            ]
+            ],
+            on_shutdown=self._on_shutdown,
         )
 
     async def aclose(self) -> None:
@@ -142,10 +137,8 @@ class AgoraHttpInbound:
                 await self._joiner
         if self.member is not None:
             await self.member.aclose()
-        if self._own_store is not None:
-            await self._own_store.aclose()
 
-    async def _on_shutdown(self, app: web.Application) -> None:
+    async def _on_shutdown(self) -> None:
         """The HTTP port is closing: waiting requests are answered 503 now rather
         than cut when the server stops waiting for them."""
         self.waiters.fail_all(AgoraHttpError.transport(503, "Hub shutting down: try again"))
@@ -266,7 +259,7 @@ class AgoraHttpInbound:
 
     async def _join_all(self) -> bool:
         """Join every space not joined yet, if the node is ready; True when done."""
-        if not getattr(self._host, "ready", True):
+        if self._host is None or not self._host.ready:
             return False
         for space in self.spaces:
             try:
@@ -287,7 +280,7 @@ class AgoraHttpInbound:
     async def _ensure_joined(self, space: str) -> None:
         if space in self._joined:
             return
-        if not getattr(self._host, "ready", True):  # would fail, and roll back (see above)
+        if self._host is None or not self._host.ready:  # would fail, and roll back (see above)
             raise AgoraHttpError.transport(503, "Hub unavailable: try again")
         assert self.member is not None
         try:

@@ -33,13 +33,17 @@ from typing import Any
 
 import structlog
 
-from adapters.agora_http.assembly import StreamAssembler, in_reply_to
 from adapters.agora_http.conversations import OutboundConversations, RemoteConversation
 from adapters.agora_http.remote import RemoteEndpoint, failed
+from adapters.replies import StreamAssembler, in_reply_to
 from adapters.takeover import unanswered
-from hub.errors import AgentIdTaken, BackplaneUnavailable
-from hub.kvstore import KeyValueStore, create_kv_store
-from hub.virtual import RequestFailed, VirtualMember
+from hub.adapter_host import (
+    AdapterHost,
+    AgentIdTaken,
+    BackplaneUnavailable,
+    RequestFailed,
+    VirtualMember,
+)
 from protocol.agora_http import (
     CONVERSATION_EXPIRED,
     CONVERSATION_NOT_FOUND,
@@ -76,6 +80,8 @@ class OutboundOptions:
 class AgoraHttpOutbound:
     """One ``[[bridges.agora_http]]`` entry."""
 
+    system_spaces: tuple[str, ...] = ()
+
     def __init__(
         self,
         space: str,
@@ -85,7 +91,6 @@ class AgoraHttpOutbound:
         document: str | None = None,
         timeout: float | None = None,
         options: OutboundOptions | None = None,
-        store: KeyValueStore | None = None,
     ):
         self.space = space
         self.agent_id = agent_id
@@ -94,13 +99,11 @@ class AgoraHttpOutbound:
         self.sources = [] if document is None else [encode_source(document)]
         self.options = options or OutboundOptions()
         self.timeout = timeout
-        self.store = store
-        self._own_store: KeyValueStore | None = None
         self.member: VirtualMember | None = None
         self.conversations: OutboundConversations | None = None
         #: Set while this node holds the bridge's agent id.
         self.holding = asyncio.Event()
-        self._host: Any = None
+        self._host: AdapterHost | None = None
         self._remote: RemoteEndpoint | None = None
         self._calls = asyncio.Semaphore(self.options.max_concurrency)
         self._streams = StreamAssembler(
@@ -114,19 +117,13 @@ class AgoraHttpOutbound:
 
     # ── lifecycle and the claim ─────────────────────────────────────────
 
-    async def start(self, host: Any) -> None:
+    async def start(self, host: AdapterHost) -> None:
         s = host.settings
         self._host = host
         self.timeout = self.timeout or s.bridge_timeout
         self._retry = self.options.retry_interval or s.heartbeat_interval
-        if self.store is None:
-            # The node's store (shared with the replay cache); its own only
-            # when hosted by something that has none.
-            self.store = getattr(host, "kv", None)
-            if self.store is None:
-                self.store = self._own_store = create_kv_store(s.redis_url, prefix=s.redis_prefix)
         ttl = self.options.conversation_ttl
-        self.conversations = OutboundConversations(self.store, self.agent_id, ttl)
+        self.conversations = OutboundConversations(host.kv, self.agent_id, ttl)
         self._remote = RemoteEndpoint(
             self.url,
             timeout=self.timeout,
@@ -161,11 +158,10 @@ class AgoraHttpOutbound:
             await member.aclose()
         if self._remote is not None:
             await self._remote.aclose()
-        if self._own_store is not None:
-            await self._own_store.aclose()
 
     async def _claim(self) -> bool:
         try:
+            assert self._host is not None
             member = await self._host.attach(
                 self.agent_id, self._on_message, type="agora-http-bridge",
                 capabilities=("agora-http",),

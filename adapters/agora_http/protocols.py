@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import structlog
 
-from hub.presence import AgentRecord, Presence
+from hub.adapter_host import AgentRecord
 from protocol.agora_http import MAX_SOURCE_BYTES, AgoraRequest, ProtocolDocumentError, hash_document
 from protocol.agora_http import ProtocolDocument as Document
 
@@ -71,7 +71,7 @@ class SpaceProtocols:
     def __init__(
         self,
         declared: Mapping[str, Mapping[str, str]],
-        presence: Presence,
+        member_records: Callable[[str, int], Awaitable[list[AgentRecord]]],
         *,
         scan_limit: int = 200,
         max_age: float = 5.0,
@@ -80,7 +80,7 @@ class SpaceProtocols:
         clock: Callable[[], float] = time.monotonic,
     ):
         self.declared = {space: dict(docs) for space, docs in declared.items()}
-        self.presence = presence
+        self.member_records = member_records
         self.scan_limit = scan_limit
         self.max_age = max_age
         self.min_rescan = min_rescan
@@ -123,14 +123,10 @@ class SpaceProtocols:
 
     async def _scan(self, space: str) -> dict[str, str]:
         started = self._clock()
-        ids, _count = await self.presence.space_members(space, self.scan_limit)
-        wanted = [agent_id for agent_id in ids if agent_id not in self._exclude]
-        records: list[AgentRecord | None] = list(
-            await asyncio.gather(*(self.presence.get_agent(agent_id) for agent_id in wanted))
-        )
+        records = await self.member_records(space, self.scan_limit)
         found: dict[str, str] = {}
         for record in records:
-            if record is not None:
+            if record.agent_id not in self._exclude:
                 found.update(documents_by_hash(registered_documents(record.metadata)))
         self._cache[space] = (started, found)
         return found

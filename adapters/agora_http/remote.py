@@ -16,7 +16,7 @@ import aiohttp
 import orjson
 import structlog
 
-from hub.bodies import read_at_most
+from hub.adapter_host import read_at_most
 from protocol.agora_http import DEFAULT_LIMITS, TIMEOUT, AgoraLimits, Reply, decode_reply
 
 #: Most of a DELETE's answer read (it is only drained).

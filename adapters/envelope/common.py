@@ -1,17 +1,16 @@
-"""What the gateway and the outbound bridge share: the host they need, bounded
-reads, and the hub-signed error envelopes both answer with."""
+"""What the gateway and the outbound bridge share: bounded reads and the
+hub-signed error envelopes both answer with."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
-from aiohttp import StreamReader, web
+from aiohttp import StreamReader
 from nacl.signing import SigningKey
 
-from hub.bodies import read_at_most
-from hub.virtual import MessageHandler, VirtualMember
+from hub.adapter_host import read_at_most
 from protocol.envelope import AgoraErrorCode, EnvelopeError, Format, Reason, error_envelope
 from protocol.errors import ErrorCode
 
@@ -24,28 +23,6 @@ CODE_FOR_HUB_ERROR: dict[str, AgoraErrorCode] = {
     ErrorCode.SPACE_FULL: AgoraErrorCode.UNAVAILABLE,
     ErrorCode.UNAVAILABLE: AgoraErrorCode.UNAVAILABLE,
 }
-
-
-class EnvelopeHost(Protocol):
-    """What the envelope adapters use of the node that hosts them."""
-
-    settings: Any
-    identity: Any  # .signing_key, .did
-    http_app: web.Application
-    envelopes: Any  # hub.envelopes.EnvelopeCheck: .check, .record
-    membership: Any  # .space_exists(space)
-    presence: Any  # .space_members(space, limit), .get_agent(agent_id)
-
-    async def attach(
-        self,
-        agent_id: str,
-        handler: MessageHandler | None = None,
-        *,
-        shared: bool = False,
-        type: str | None = None,
-        capabilities: tuple[str, ...] = (),
-        metadata: dict[str, Any] | None = None,
-    ) -> VirtualMember: ...
 
 
 def too_large(limit: int) -> EnvelopeError:

@@ -30,14 +30,18 @@ from aiohttp import web
 
 from adapters.envelope.common import (
     CODE_FOR_HUB_ERROR,
-    EnvelopeHost,
     read_bounded,
     signed_error,
 )
 from adapters.envelope.waits import Waits
-from hub.errors import BackplaneUnavailable
-from hub.http import client_gone
-from hub.virtual import RequestFailed, VirtualMember
+from hub.adapter_host import (
+    AdapterHost,
+    BackplaneUnavailable,
+    HubSettings,
+    RequestFailed,
+    VirtualMember,
+    client_gone,
+)
 from protocol.envelope import (
     AgoraErrorCode,
     EnvelopeError,
@@ -78,7 +82,9 @@ class Refused(Exception):
 class EnvelopeGateway:
     """Adapter: the inbound HTTP routes, and the member that publishes for them."""
 
-    def __init__(self, settings: Any, *, max_wait: float = MAX_WAIT):
+    system_spaces: tuple[str, ...] = ()
+
+    def __init__(self, settings: HubSettings, *, max_wait: float = MAX_WAIT):
         self.settings = settings
         self.body_limit = settings.max_frame_bytes
         self.waits = Waits(
@@ -86,7 +92,7 @@ class EnvelopeGateway:
             max_timeout=max(max_wait, settings.bridge_timeout),
             max_waits=settings.envelope_max_waits,
         )
-        self.host: EnvelopeHost | None = None
+        self.host: AdapterHost | None = None
         self.member: VirtualMember | None = None
         self._joined: set[str] = set()
         self._joining: dict[str, asyncio.Lock] = {}
@@ -94,16 +100,20 @@ class EnvelopeGateway:
         self._closed = False
         self._log = structlog.get_logger("adapters.envelope").bind(adapter="gateway")
 
-    async def start(self, host: EnvelopeHost) -> None:
+    async def start(self, host: AdapterHost) -> None:
         self.host = host
-        host.http_app.router.add_post("/envelope/{space}", self._post_agora)
-        host.http_app.router.add_post("/agentprotocol/{space}", self._post_agentprotocol)
-        host.http_app.router.add_post("/agentprotocol", self._post_agentprotocol)
         # The HTTP port closes before the adapters: waiting callers get their
         # answer (503) then, instead of being cut off.
-        host.http_app.on_shutdown.append(self._stop_waiting)
+        host.mount(
+            [
+                web.post("/envelope/{space}", self._post_agora),
+                web.post("/agentprotocol/{space}", self._post_agentprotocol),
+                web.post("/agentprotocol", self._post_agentprotocol),
+            ],
+            on_shutdown=self._stop_waiting,
+        )
 
-    async def _stop_waiting(self, app: web.Application | None = None) -> None:
+    async def _stop_waiting(self) -> None:
         self._closed = True
         self.waits.fail_all(Refused(AgoraErrorCode.UNAVAILABLE, "the hub is shutting down"))
 
@@ -175,7 +185,7 @@ class EnvelopeGateway:
             kind = space_kind(space)
         except ProtocolError:
             kind = None
-        if kind is not SpaceKind.PUBLIC or not await self.host.membership.space_exists(space):
+        if kind is not SpaceKind.PUBLIC or not await self.host.space_exists(space):
             raise Refused(AgoraErrorCode.NOT_FOUND, f"space {space[:128]!r} does not exist")
 
     async def _publish(self, space: str, data: dict[str, Any]) -> dict[str, Any]:
@@ -244,7 +254,7 @@ class EnvelopeGateway:
         """The hub answers a HELLO itself: its identity and the space's members."""
         assert self.host is not None
         # Not published, but replay-checked like everything else.
-        if await self.host.envelopes.replay.seen(hello.replay_key, hello.replay_ttl):
+        if await self.host.envelopes.seen_ids.seen(hello.replay_key, hello.replay_ttl):
             raise Refused(hello.replayed())
         members = await self._members(space)
         envelope = welcome_envelope(
@@ -258,14 +268,12 @@ class EnvelopeGateway:
 
     async def _members(self, space: str) -> list[dict[str, Any]]:
         assert self.host is not None
-        presence = self.host.presence
-        ids, _ = await presence.space_members(space, HELLO_MEMBERS + 1)
-        ids = [i for i in ids if i != GATEWAY_ID][:HELLO_MEMBERS]
-        records = await asyncio.gather(*(presence.get_agent(i) for i in ids))
+        records = await self.host.member_records(space, HELLO_MEMBERS + 1)
         return [
-            {"id": agent_id, "capabilities": list(record.capabilities) if record else []}
-            for agent_id, record in zip(ids, records, strict=True)
-        ]
+            {"id": record.agent_id, "capabilities": list(record.capabilities)}
+            for record in records
+            if record.agent_id != GATEWAY_ID
+        ][:HELLO_MEMBERS]
 
     # ── events in the gateway's spaces ─────────────────────────────────
 

@@ -30,11 +30,17 @@ import aiohttp
 import orjson
 import structlog
 
-from adapters.envelope.common import EnvelopeHost, read_bounded, request_of, signed_error
+from adapters.envelope.common import read_bounded, request_of, signed_error
+from adapters.envelope.config import EnvelopeBridge
 from adapters.takeover import unanswered
-from hub.errors import AgentIdTaken, BackplaneUnavailable
-from hub.settings import EnvelopeBridge
-from hub.virtual import RequestFailed, VirtualMember
+from hub.adapter_host import (
+    AdapterHost,
+    AgentIdTaken,
+    BackplaneUnavailable,
+    HubSettings,
+    RequestFailed,
+    VirtualMember,
+)
 from protocol.envelope import (
     AgoraErrorCode,
     EnvelopeError,
@@ -57,10 +63,12 @@ _CLOSING = "the bridge shut down before the remote agent answered: send it again
 class EnvelopePeer:
     """Adapter: one ``[[bridges.envelope]]`` entry."""
 
+    system_spaces: tuple[str, ...] = ()
+
     def __init__(
         self,
         bridge: EnvelopeBridge,
-        settings: Any,
+        settings: HubSettings,
         *,
         max_concurrent: int = MAX_CONCURRENT,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
@@ -73,7 +81,7 @@ class EnvelopePeer:
         self.max_concurrent = max_concurrent
         self.max_response_bytes = max_response_bytes
         self.retry_interval = retry_interval or settings.heartbeat_interval
-        self.host: EnvelopeHost | None = None
+        self.host: AdapterHost | None = None
         self.member: VirtualMember | None = None
         #: Set whenever this node holds the agent id and is in the space.
         self.holding = asyncio.Event()
@@ -89,7 +97,7 @@ class EnvelopePeer:
 
     # ── lifecycle: hold the id, or stand by ────────────────────────────
 
-    async def start(self, host: EnvelopeHost) -> None:
+    async def start(self, host: AdapterHost) -> None:
         self.host = host
         self._http = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=self.timeout),

@@ -3,6 +3,8 @@
 #   deploy/systemd/install.sh [SOURCE]
 # SOURCE is what pip installs: this checkout (the default), a wheel built with
 # `python -m build`, or git+https://…/agora-hub.git@TAG.
+#   CLIENT   the client SDK the hub depends on, when SOURCE is not a checkout:
+#            its wheel, or git+https://…/agora-hub.git@TAG#subdirectory=clients/python
 #   PYTHON   interpreter for the virtual environment (default python3, 3.11+)
 #   DESTDIR  stage the files under this directory instead of /, without
 #            creating the user or touching systemd (packaging, tests). A venv
@@ -40,7 +42,13 @@ else
 fi
 
 "$python" -m venv "$destdir$prefix"
-"$destdir$prefix/bin/python" -m pip install --quiet "$source"
+# A checkout brings the client SDK the hub depends on (agora-hub-client, on no
+# index); a wheel or Git URL of the hub needs it named too: give it as CLIENT.
+client=${CLIENT:-}
+if [ -z "$client" ] && [ -d "$source/clients/python" ]; then
+    client=$source/clients/python
+fi
+"$destdir$prefix/bin/python" -m pip install --quiet ${client:+"$client"} "$source"
 
 # Config readable by the service's group only; existing files are kept.
 install -d -m 0750 -g "$group" "$destdir$confdir"

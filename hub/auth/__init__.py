@@ -1,7 +1,7 @@
 """Connection authentication: ``none``, ``tokens`` (a JSON file) or ``jwt``.
 
 An :class:`Authenticator` turns ``(agent_id, token)`` into a
-:class:`~hub.authz.Grant` (what the connection may do) or raises
+:class:`~hub.core.authz.Grant` (what the connection may do) or raises
 :class:`~hub.errors.AuthError`, whose message is safe to send to the client
 and to log: it never contains the token. A refusal at the handshake becomes
 ``error UNAUTHORIZED`` and close 4401.
@@ -18,9 +18,9 @@ from typing import Protocol
 from hub.auth.jwks import JwksKeys
 from hub.auth.jwt_auth import JwtAuth, KeySource, StaticKey
 from hub.auth.tokens_file import TokenFileAuth
-from hub.authz import Grant
-from hub.errors import ConfigError
-from hub.settings import Settings
+from hub.config.settings import Settings
+from hub.core.authz import Grant
+from hub.errors import AuthError, ConfigError
 
 __all__ = [
     "Authenticator",
@@ -39,6 +39,11 @@ class Authenticator(Protocol):
         """Return what ``token`` allows ``agent_id``; raise AuthError if it proves nothing."""
         ...
 
+    async def identify(self, token: str | None) -> tuple[str, Grant]:
+        """A bearer token alone (HTTP gateways): the agent id it names and what
+        it allows; raise AuthError if it proves nothing."""
+        ...
+
     async def aclose(self) -> None:
         """Release what the authenticator holds (idempotent)."""
         ...
@@ -49,6 +54,9 @@ class NoAuth:
 
     async def authenticate(self, agent_id: str, token: str | None) -> Grant:
         return Grant.unrestricted
+
+    async def identify(self, token: str | None) -> tuple[str, Grant]:
+        raise AuthError("no authentication is configured: a token names nobody")
 
     async def aclose(self) -> None:
         return None

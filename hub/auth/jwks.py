@@ -27,8 +27,8 @@ import orjson
 import structlog
 
 from hub.auth.jwt_auth import VerificationKey, algorithms_for
-from hub.bodies import read_at_most
 from hub.errors import AuthError, HubError
+from hub.net.bodies import read_at_most
 
 MAX_JWKS_BYTES = 1_048_576
 

@@ -11,7 +11,7 @@ HS256 token "signed" with the RSA public key as the secret) are refused.
 ``leeway`` seconds of clock skew) and must be JSON numbers; ``aud`` and
 ``iss`` are checked when configured, and a token carrying an ``aud`` is
 refused when no audience is configured (RFC 7519 §4.1.3). The claims
-``join`` / ``publish`` become the connection's :class:`~hub.authz.Grant`.
+``join`` / ``publish`` become the connection's :class:`~hub.core.authz.Grant`.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 
-from hub.authz import Grant, parse_patterns
+from hub.core.authz import Grant, parse_patterns
 from hub.errors import AuthError, ConfigError
+from protocol.names import is_valid_agent_id
 
 HMAC_ALGORITHMS = ("HS256", "HS384", "HS512")
 RSA_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512")
@@ -150,6 +151,16 @@ class JwtAuth:
         self._leeway = leeway
 
     async def authenticate(self, agent_id: str, token: str | None) -> Grant:
+        return _grant(agent_id, await self._claims(token))
+
+    async def identify(self, token: str | None) -> tuple[str, Grant]:
+        claims = await self._claims(token)
+        subject = claims.get("sub")
+        if not is_valid_agent_id(subject):
+            raise AuthError("token subject is not a valid agent id")
+        return subject, _grant(subject, claims)
+
+    async def _claims(self, token: str | None) -> dict[str, Any]:
         if not token:
             raise AuthError("a JWT is required")
         try:
@@ -175,7 +186,7 @@ class JwtAuth:
             )
         except jwt.PyJWTError as exc:
             raise AuthError(_reason(exc)) from None
-        return _grant(agent_id, claims)
+        return claims
 
     async def aclose(self) -> None:
         await self.keys.aclose()

@@ -1,7 +1,7 @@
 """``auth_mode=tokens``: fixed tokens per agent id, from a JSON file.
 
 Each value is the token itself or an object with the token and optional
-restrictions (see :mod:`hub.authz`)::
+restrictions (see :mod:`hub.core.authz`)::
 
     {
       "alice": "s3cret",
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import orjson
 
-from hub.authz import Grant, parse_patterns
+from hub.core.authz import Grant, parse_patterns
 from hub.errors import AuthError, ConfigError
 from protocol.names import is_valid_agent_id
 
@@ -82,6 +82,17 @@ class TokenFileAuth:
         if expected is None or not token or not ok:
             raise AuthError("invalid token for this agent_id")
         return grant
+
+    async def identify(self, token: str | None) -> tuple[str, Grant]:
+        given = (token or "").encode()
+        found: tuple[str, Grant] | None = None
+        # Every entry is compared, so the time taken does not tell which matched.
+        for agent_id, (expected, grant) in self._entries.items():
+            if hmac.compare_digest(expected, given) and found is None:
+                found = (agent_id, grant)
+        if found is None or not token:
+            raise AuthError("invalid token")
+        return found
 
     async def aclose(self) -> None:
         return None

@@ -41,6 +41,7 @@ from protocol.envelope.verification import (
     Format,
     Verified,
     Window,
+    is_envelope,
 )
 
 __all__ = [
@@ -63,6 +64,7 @@ __all__ = [
     "Verified",
     "detect",
     "error_envelope",
+    "is_envelope",
     "is_signed",
     "parse",
     "parse_json",

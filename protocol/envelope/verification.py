@@ -5,9 +5,11 @@ The clock is always passed in (``now``, Unix seconds): nothing here reads it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
+from typing import Any
 
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
@@ -30,6 +32,13 @@ class Format(StrEnum):
 
 #: The ``protocol`` values that make a JSON object an envelope.
 PROTOCOLS = frozenset(f.value for f in Format)
+
+
+def is_envelope(data: Mapping[str, Any]) -> bool:
+    """Does ``data`` claim to be a signed envelope (``protocol`` names one)?
+    Cheap: every publish asks."""
+    proto = data.get("protocol")
+    return proto.__class__ is str and proto in PROTOCOLS
 
 
 @dataclass(frozen=True, slots=True)

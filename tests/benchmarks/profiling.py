@@ -153,7 +153,7 @@ def summarize_profile(path: Path, top: int = 25) -> dict[str, Any]:
 
 
 def _function(frame: str) -> str:
-    # "deliver (hub/node.py:190)" → "deliver (hub/node.py)"
+    # "deliver (hub/node/node.py:190)" → "deliver (hub/node/node.py)"
     name, _, where = frame.partition(" (")
     where = where.rstrip(")")
     path, _, _line = where.rpartition(":")

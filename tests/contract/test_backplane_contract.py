@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from hub.backplane import Backplane, Draft, Envelope, MemoryBackplane, StreamOp
-from hub.backplane.redis import RedisBackplane
+from hub.cluster.backplane import Backplane, Delivery, Draft, MemoryBackplane, StreamOp
+from hub.cluster.backplane.redis import RedisBackplane
 from hub.errors import BackplaneUnavailable
 from protocol.codec import complete
 
@@ -29,13 +29,13 @@ class Recorder:
     """A DeliveryHandler that records everything and lets a test wait for it."""
 
     def __init__(self) -> None:
-        self.envelopes: list[Envelope] = []
+        self.envelopes: list[Delivery] = []
         self.node_messages: list[bytes] = []
         self.readiness: list[bool] = []
         self.gaps: list[tuple[str, int, int]] = []
         self._changed = asyncio.Event()
 
-    def deliver(self, envelope: Envelope) -> None:
+    def deliver(self, envelope: Delivery) -> None:
         self.envelopes.append(envelope)
         self._changed.set()
 
@@ -60,7 +60,7 @@ class Recorder:
     async def wait_ready(self, ready: bool = True, timeout: float = WAIT) -> None:
         await self.wait_until(lambda: bool(self.readiness) and self.readiness[-1] is ready, timeout)
 
-    def of(self, space: str) -> list[Envelope]:
+    def of(self, space: str) -> list[Delivery]:
         return [e for e in self.envelopes if e.space == space]
 
     def seqs(self, space: str) -> list[int | None]:
@@ -185,7 +185,7 @@ async def test_frame_exclude_stream_and_op_pass_through(cluster: BackplaneCluste
     seqs = [await a.backplane.publish("s", d) for d in drafts]
     await b.handler.wait_until(lambda: len(b.handler.of("s")) >= len(drafts))
     for d, seq, env in zip(drafts, seqs, b.handler.of("s"), strict=True):
-        assert env == Envelope("s", expected_frame(d, seq), seq, d.exclude, d.stream, d.op)
+        assert env == Delivery("s", expected_frame(d, seq), seq, d.exclude, d.stream, d.op)
         assert isinstance(env.op, StreamOp)
 
 
@@ -193,7 +193,7 @@ async def test_send_is_unsequenced_and_keeps_its_fields(cluster: BackplaneCluste
     a, b = await cluster.node("a"), await cluster.node("b")
     await b.backplane.subscribe("s")
     first = await a.backplane.publish("s", draft("before"))
-    members = Envelope("s", b'{"type":"space.members","n":"\xc3\xa9"}', exclude="joiner")
+    members = Delivery("s", b'{"type":"space.members","n":"\xc3\xa9"}', exclude="joiner")
     await a.backplane.send(members)
     second = await a.backplane.publish("s", draft("after"))
     assert second == first + 1, "send does not consume a seq"

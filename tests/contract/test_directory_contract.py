@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from hub.presence import CapabilityFilter, InvalidQuery, ReapedAgent
-from hub.presence.base import MAX_PREFIX_CAPABILITIES
+from hub.cluster.presence import CapabilityFilter, InvalidQuery, ReapedAgent
+from hub.cluster.presence.base import MAX_PREFIX_CAPABILITIES
 from tests.contract.test_presence_contract import PresenceCluster, rec
 
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from hub.backplane import Draft, Duplicate, Envelope, MemoryBackplane, Once, StreamOp
-from hub.backplane.base import complete_streams
+from hub.cluster.backplane import Delivery, Draft, Duplicate, MemoryBackplane, Once, StreamOp
+from hub.cluster.backplane.base import complete_streams
 from tests.contract.test_backplane_contract import (
     WAIT,
     BackplaneCluster,
@@ -235,7 +235,7 @@ async def test_complete_streams_in_a_window(make_cluster: Any) -> None:
     a = await cluster.node("a")
 
     def frame(kind: str, stream: str, op: StreamOp) -> Draft:
-        return Draft(b'{"type":"space.event.%s","seq":' % kind.encode(), b"}", None, stream, op)
+        return Draft(b'{"type":"space.event.%s","seq":' % kind.encode(), b"}", stream=stream, op=op)
 
     sequence = [
         frame("delta", "x/early", StreamOp.OPEN),  # 1: opens before the window
@@ -338,4 +338,4 @@ def test_duplicate_parses_a_receipt() -> None:
 
 def test_envelope_equality_is_by_value() -> None:
     # History reads are compared with what was delivered: plain dataclass equality.
-    assert Envelope("s", b"x", 1) == Envelope("s", b"x", 1)
+    assert Delivery("s", b"x", 1) == Delivery("s", b"x", 1)

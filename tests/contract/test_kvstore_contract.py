@@ -17,9 +17,14 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
+from hub.cluster.kvstore import (
+    KeyValueStore,
+    KeyValueStoreFull,
+    MemoryKeyValueStore,
+    create_kv_store,
+)
+from hub.cluster.kvstore.redis import RedisKeyValueStore
 from hub.errors import BackplaneUnavailable, HubError
-from hub.kvstore import KeyValueStore, KeyValueStoreFull, MemoryKeyValueStore, create_kv_store
-from hub.kvstore.redis import RedisKeyValueStore
 from tests.support.servers import free_port
 from tests.support.stores import WAIT, FakeClock, Nodes, until_expired
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from hub.cluster.nodestats import MemoryNodeStats, NodeStatsStore, create_node_stats
+from hub.cluster.nodestats.redis import RedisNodeStats
 from hub.errors import BackplaneUnavailable
-from hub.nodestats import MemoryNodeStats, NodeStatsStore, create_node_stats
-from hub.nodestats.redis import RedisNodeStats
 from tests.support.servers import free_port
 from tests.support.stores import WAIT, Nodes
 

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
+from hub.cluster.presence import AgentRecord, MemoryPresence, Presence, ReapedAgent
+from hub.cluster.presence.redis import RedisPresence
 from hub.errors import SpaceFull
-from hub.presence import AgentRecord, MemoryPresence, Presence, ReapedAgent
-from hub.presence.redis import RedisPresence
 
 
 @dataclass

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from hub.backplane.redis import RedisBackplane
+from hub.cluster.backplane.redis import RedisBackplane
 from tests.contract.test_backplane_contract import Recorder, draft
 from tests.support.servers import RedisServer
 

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from hub.backplane import Envelope
-from hub.backplane.redis import RedisBackplane
+from hub.cluster.backplane import Delivery
+from hub.cluster.backplane.redis import RedisBackplane
+from hub.cluster.presence import AgentRecord, ReapedAgent
+from hub.cluster.presence.redis import RedisPresence
 from hub.errors import BackplaneUnavailable
-from hub.presence import AgentRecord, ReapedAgent
-from hub.presence.redis import RedisPresence
 from tests.contract.test_backplane_contract import Recorder, draft
 from tests.support.servers import RedisServer
 
@@ -70,7 +70,7 @@ async def test_outage_then_restart_restores_subscriptions_and_seq(
     await hb.wait_ready(False, WAIT)
     assert not a.ready and not b.ready
     await raises_unavailable_quickly(a.publish("room", draft("lost")))
-    await raises_unavailable_quickly(a.send(Envelope("room", b"{}")))
+    await raises_unavailable_quickly(a.send(Delivery("room", b"{}")))
     await raises_unavailable_quickly(a.send_to_node("b", b"x"))
     await raises_unavailable_quickly(b.subscribe("elsewhere"))
     await b.unsubscribe("nothing")  # best effort: never raises

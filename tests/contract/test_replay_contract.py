@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
+from hub.cluster.kvstore import KeyValueStore, KeyValueStoreFull, MemoryKeyValueStore
+from hub.cluster.kvstore.redis import RedisKeyValueStore
 from hub.errors import BackplaneUnavailable
-from hub.kvstore import KeyValueStore, KeyValueStoreFull, MemoryKeyValueStore
-from hub.kvstore.redis import RedisKeyValueStore
-from hub.replay import ReplayCache
+from hub.handlers.seen_ids import SeenIds
 from tests.support.stores import WAIT, FakeClock, Nodes, until_expired
 
 
@@ -34,7 +34,7 @@ class ReplayCluster:
             lambda clock: MemoryKeyValueStore(clock=clock),
             lambda url, prefix: RedisKeyValueStore(url, prefix=prefix),
         )
-        self.caches: dict[str, ReplayCache] = {}
+        self.caches: dict[str, SeenIds] = {}
 
     @property
     def url(self) -> str | None:
@@ -44,14 +44,14 @@ class ReplayCluster:
     def clock(self) -> FakeClock:
         return self.stores.clock
 
-    def node(self, name: str) -> ReplayCache:
+    def node(self, name: str) -> SeenIds:
         store = self.stores.node(name)
         name = "only" if self.url is None else name  # in memory: one node
         if name not in self.caches:
-            self.caches[name] = ReplayCache(store)
+            self.caches[name] = SeenIds(store)
         return self.caches[name]
 
-    async def record_and_outlive(self, cache: ReplayCache, key: str, ttl: float) -> None:
+    async def record_and_outlive(self, cache: SeenIds, key: str, ttl: float) -> None:
         """Record ``key`` with ``ttl`` and return once it has expired."""
         if self.url is None:
             assert await cache.seen(key, ttl) is False
@@ -132,7 +132,7 @@ async def test_a_bad_ttl_is_refused_and_records_nothing(cluster: ReplayCluster, 
 
 
 async def test_a_full_store_refuses_rather_than_lets_through() -> None:
-    cache = ReplayCache(MemoryKeyValueStore(max_entries=2))
+    cache = SeenIds(MemoryKeyValueStore(max_entries=2))
     assert await cache.seen("a", 60) is False
     assert await cache.seen("b", 60) is False
     with pytest.raises(KeyValueStoreFull) as err:
@@ -144,7 +144,7 @@ async def test_a_full_store_refuses_rather_than_lets_through() -> None:
 @pytest.mark.redis
 async def test_redis_killed_mid_use_is_unavailable_not_new(redis_server: Any) -> None:
     store = RedisKeyValueStore(redis_server.url, socket_timeout=1.0, connect_timeout=1.0)
-    cache = ReplayCache(store)
+    cache = SeenIds(store)
     try:
         assert await cache.seen("k", 60) is False
         redis_server.kill()

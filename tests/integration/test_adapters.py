@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from hub.errors import AgentIdTaken
-from hub.virtual import RequestFailed, VirtualMember
+from hub.adapter_host import AdapterHost, AgentIdTaken, RequestFailed, VirtualMember
 from tests.support.wsclient import WsClient
 
 SPACE = "lab"
@@ -23,6 +22,8 @@ SPACE = "lab"
 
 class EchoAgent:
     """Answers ``{"echo": data, "in_reply_to": event_id}`` to what is addressed to it."""
+
+    system_spaces: tuple[str, ...] = ()
 
     def __init__(self, agent_id: str = "echo", space: str = SPACE):
         self.agent_id = agent_id
@@ -37,7 +38,7 @@ class EchoAgent:
                 self._arrived.clear()
                 await self._arrived.wait()
 
-    async def start(self, host: Any) -> None:
+    async def start(self, host: AdapterHost) -> None:
         self.member = await host.attach(
             self.agent_id, self.on_message, type="echo", capabilities=("urn:echo",)
         )
@@ -117,7 +118,7 @@ async def test_virtual_member_is_an_agent_status_and_leaves_on_shutdown(hub):
 
 async def test_virtual_member_requests_get_the_protocol_errors(hub):
     server = await hub()
-    member = await server.node.attach("inner")
+    member = await server.node.host.attach("inner")
     with pytest.raises(RequestFailed) as info:
         await member.publish("nowhere", {"x": 1})
     assert info.value.code == "SPACE_NOT_FOUND"
@@ -126,13 +127,13 @@ async def test_virtual_member_requests_get_the_protocol_errors(hub):
         await member.publish(SPACE, {"x": 1}, to="ghost")
     assert info.value.code == "INVALID_REQUEST"
     with pytest.raises(AgentIdTaken):
-        await server.node.attach("inner")
+        await server.node.host.attach("inner")
     await member.aclose()
 
 
 async def test_virtual_member_rate_limit_holds(hub):
     server = await hub(rate_limit=5, rate_burst=5)
-    member = await server.node.attach("busy")
+    member = await server.node.host.attach("busy")
     await member.join(SPACE)
     results = await asyncio.gather(
         *(member.publish(SPACE, {"n": n}) for n in range(20)), return_exceptions=True
@@ -172,7 +173,7 @@ async def test_echo_agent_answers_across_two_nodes(hub, redis_server):
 async def test_a_virtual_member_is_never_silent(hub):
     """It sends no heartbeats: a duplicate must still find it alive after the timeout."""
     server = await hub(heartbeat_interval=0.1, heartbeat_timeout=0.3)
-    member = await server.node.attach("quiet")
+    member = await server.node.host.attach("quiet")
     await asyncio.sleep(0.6)  # past the heartbeat timeout on purpose: nothing to wait on
     dup = await WsClient.connect(server.url, "quiet", registered=False)
     code, _ = await dup.closed()
@@ -188,8 +189,8 @@ async def test_a_shared_member_keeps_its_membership_when_one_copy_fails_or_leave
     settings = {"redis_url": redis_server.url, "heartbeat_interval": 0.5, "heartbeat_timeout": 5}
     one = await hub(**settings)
     two = await hub(**settings)
-    first = await one.node.attach("relay", shared=True)
-    second = await two.node.attach("relay", shared=True)
+    first = await one.node.host.attach("relay", shared=True)
+    second = await two.node.host.attach("relay", shared=True)
     await first.join(SPACE)
     await second.join(SPACE)
     await second.leave(SPACE)  # one node's copy leaves: the space keeps its member

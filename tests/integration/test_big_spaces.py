@@ -7,7 +7,7 @@ import asyncio
 import orjson
 import pytest
 
-from hub.client import MembersChanged
+from agora_client import MembersChanged
 from tests.support.wsclient import WsClient
 
 TIMEOUT = 10.0

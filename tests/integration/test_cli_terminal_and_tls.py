@@ -14,7 +14,7 @@ from pathlib import Path
 
 import orjson
 
-from hub.client import Client
+from agora_client import Client
 from tests.integration.test_cli_tools import cli, json_lines
 from tests.support.certs import make_ca, make_cert_signed_by
 from tests.support.servers import ROOT

@@ -12,8 +12,8 @@ from typing import Any
 import orjson
 import pytest
 
-from hub.client import AssembledEvent, Client, Event, MembersChanged, StreamChunk
-from hub.client.cli import Output, TailPrinter
+from agora_client import AssembledEvent, Client, Event, MembersChanged, StreamChunk
+from agora_client.cli import Output, TailPrinter
 from tests.support.servers import ROOT, free_port
 
 TIMEOUT = 20.0

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from hub.client import (
+from agora_client import (
     AgentExists,
     Backoff,
     Client,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from hub.client import (
+from agora_client import (
     AssembledEvent,
     Client,
     Event,
@@ -35,7 +35,7 @@ async def test_stream_is_sent_received_and_reassembled(hub, clients):
     chunks = b.stream_events("s")
     whole = b.assembled_events("s")
 
-    async with a.stream("s", data={"kind": "answer"}) as s:
+    async with a.stream("s", data={"kind": "answer"}, coalesce=0) as s:
         for token in ["Hel", "lo ", "wörld"]:
             await s.send(token)
     assert s.state == "done" and s.seq is not None and s.sent == 3

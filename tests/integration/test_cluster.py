@@ -1,6 +1,6 @@
 """A real cluster: several `agora-hub serve` processes sharing a real redis-server.
 
-The agents are the project's own SDK (`hub.client.Client`), which heartbeats
+The agents are the project's own SDK (`agora_client.Client`), which heartbeats
 on the hub's interval like any real agent. The raw `WsClient` is used only
 where a test needs something the SDK would never do (see the comments).
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from hub.client import (
+from agora_client import (
     AgentExists,
     Client,
     Event,

@@ -11,7 +11,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from hub.client import Event
+from agora_client import Event
 from tests.integration.test_cli_tools import cli, json_lines
 from tests.support.wsclient import WsClient
 
@@ -161,10 +161,12 @@ async def test_agents_list_command_prints_a_table(hub_process, clients):
 def test_agents_table_on_a_terminal():
     import io
 
-    from hub.client.cli import Output, _list_agents
-    from hub.client.models import AgentEntry, AgentPage
+    from agora_client.cli import Output, _list_agents
+    from agora_client.models import AgentEntry, AgentPage
 
     class Fake:
+        agent_id = "cli-1234abcd"
+
         async def find_agents(self, **filters):
             assert filters == {"capability": "chat", "space": None}
             return AgentPage(
@@ -172,7 +174,7 @@ def test_agents_table_on_a_terminal():
             ).agents
 
     class Args:
-        capability, space = "chat", None
+        capability, space, agent_id = "chat", None, None
 
     buf = io.StringIO()
     assert asyncio.run(_list_agents(Fake(), Args(), Output(buf, json_lines=False))) == 0

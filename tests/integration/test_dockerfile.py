@@ -48,7 +48,7 @@ from pathlib import Path
 
 import pytest
 
-from hub.settings import Settings
+from hub.config.settings import Settings
 from tests.support.servers import ROOT, free_port
 
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
@@ -147,7 +147,7 @@ def project_packages() -> list[str]:
 def cached_venv(python: str) -> Iterator[Path]:
     """A virtual environment kept between runs, used by one test run at a time."""
     key = hashlib.sha256()
-    for path in (DOCKERFILE, ROOT / "pyproject.toml"):
+    for path in (DOCKERFILE, ROOT / "pyproject.toml", ROOT / "clients/python/pyproject.toml"):
         key.update(path.read_bytes())
     key.update(subprocess.check_output([python, "-VV"]))
     venv = Path(tempfile.gettempdir()) / f"agora-hub-image-{key.hexdigest()[:16]}"
@@ -216,9 +216,11 @@ def test_dockerfile_steps_build_an_image_that_serves(tmp_path):
             )
             assert result.returncode == 0, f"RUN {command}\n{result.stdout}{result.stderr}"
 
-        # Every package the project ships was copied into the build and installed.
+        # Every package the project ships was copied into the build and installed,
+        # and the client SDK the hub depends on for its client tools.
         packages = project_packages()
         assert packages, "no packages found in pyproject.toml"
+        packages.append("agora_client.cli")
         imported = subprocess.run(
             [str(venv / "bin" / "python"), "-c", f"import {', '.join(packages)}"],
             cwd=tmp_path,

@@ -15,7 +15,7 @@ import orjson
 import pytest
 from websockets.exceptions import ConnectionClosed
 
-from hub.cli import main
+from hub.process.cli import main
 from protocol.envelope import verify
 from protocol.identity import did_key
 from tests.support.envelopes import (

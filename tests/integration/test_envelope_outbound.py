@@ -14,8 +14,9 @@ import pytest
 from aiohttp import web
 from nacl.signing import SigningKey
 
+from adapters.envelope import EnvelopeBridge
 from adapters.envelope.outbound import EnvelopePeer
-from hub.settings import EnvelopeBridge, load_settings
+from hub.config.settings import load_settings
 from protocol.envelope import agentprotocol as ap
 from protocol.envelope import agora, verify
 from protocol.identity import did_key

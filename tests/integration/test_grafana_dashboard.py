@@ -17,7 +17,7 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from hub.client import HubAPI
+from agora_client import HubAPI
 from tests.support.promql import dashboard_expressions, metric_names
 from tests.support.servers import ROOT
 from tests.support.wsclient import WsClient

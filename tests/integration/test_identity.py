@@ -101,8 +101,8 @@ async def test_duplicate_of_a_dead_agent_replaces_it(hub):
 
 @pytest.mark.parametrize("mode", ["tokens", "jwt"])
 async def test_auth_modes_need_their_settings(mode):
+    from hub.config.settings import load_settings
     from hub.errors import ConfigError
-    from hub.settings import load_settings
 
     with pytest.raises(ConfigError):
         load_settings({"auth_mode": mode})

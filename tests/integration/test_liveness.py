@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from hub.client import Client, Event
+from agora_client import Client, Event
 from protocol.errors import CloseCode, ErrorCode
 from tests.support.wsclient import WsClient
 

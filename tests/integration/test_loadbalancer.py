@@ -2,7 +2,7 @@
 
 The proxies run under an ordinary file-descriptor limit (see
 tests/support/proxies.py). The agents are the project's own SDK
-(`hub.client.Client`), heartbeating on the hub's interval like any real agent.
+(`agora_client.Client`), heartbeating on the hub's interval like any real agent.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from hub.settings import Settings
+from hub.config.settings import Settings
 from tests.support.proxies import HAProxy, Nginx, NodePorts, find_binary
 from tests.support.servers import free_port
 

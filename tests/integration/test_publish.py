@@ -2,7 +2,7 @@
 
 import asyncio
 
-from hub.client import Client, Event
+from agora_client import Client, Event
 from tests.support.wsclient import WsClient
 
 
@@ -80,7 +80,7 @@ async def test_publish_rules(hub):
 
 
 async def test_two_hundred_agents_receive_every_event_in_seq_order(hub):
-    # 200 SDK agents (hub.client), heartbeating like real ones.
+    # 200 SDK agents (agora_client), heartbeating like real ones.
     server = await hub(rate_limit=10_000, rate_burst=10_000)
     clients = [Client(server.url, f"agent-{i:03}") for i in range(200)]
     try:

@@ -7,8 +7,8 @@ from typing import Any
 
 import orjson
 
-from hub.client import Backoff, Client, Position, Resumed
-from hub.client import client as client_module
+from agora_client import Backoff, Client, Position, Resumed
+from agora_client import client as client_module
 from protocol.messages import MessageType
 from tests.integration.test_cli_tools import finish, joined, json_lines, start_cli
 from tests.support.events import collect

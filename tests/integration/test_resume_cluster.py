@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from hub.client import Backoff, Resumed
+from agora_client import Backoff, Resumed
 from tests.integration.test_cluster import CLUSTER, wait_ready
 from tests.support.events import collect
 from tests.support.wsclient import WsClient

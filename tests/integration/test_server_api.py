@@ -16,8 +16,8 @@ import aiohttp
 import orjson
 import pytest
 
-from hub.client import HubAPI, InvalidRequest, SpaceNotFound
-from hub.client.errors import ConnectionFailed, HubRejected, RateLimited, Unauthorized
+from agora_client import HubAPI, InvalidRequest, SpaceNotFound
+from agora_client.errors import ConnectionFailed, HubRejected, RateLimited, Unauthorized
 from protocol.identity import did_key
 from tests.support.envelopes import ALICE, agora_request, bad_signature
 from tests.support.servers import free_port
@@ -367,7 +367,7 @@ async def test_disconnect_sends_an_error_and_closes_4403(hub, clients):
 
 async def test_the_hubs_own_members_cannot_be_disconnected(hub):
     server = await hub(api_key=KEY)
-    bridge = await server.node.attach("bridge-agent", type="bridge")
+    bridge = await server.node.host.attach("bridge-agent", type="bridge")
     status, body, _ = await call(server, "POST", "/api/agents/bridge-agent/disconnect", {})
     assert (status, error_code(body)) == (409, "CONFLICT")
     assert not bridge.closing

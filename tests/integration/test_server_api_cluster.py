@@ -15,8 +15,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from hub.client import HubAPI
-from hub.client.errors import HubRejected
+from agora_client import HubAPI
+from agora_client.errors import HubRejected
 from tests.support.wsclient import WsClient
 
 KEY = "cluster-api-key-0123456789"

@@ -57,9 +57,9 @@ async def test_declared_spaces_persist_and_auto_create_off(hub, tmp_path):
         '[[spaces]]\nid = "lobby"\n'
         '[[spaces]]\nid = "vip"\ncapacity = 1\n'
     )
-    from hub.node import Node
-    from hub.server import HubServer
-    from hub.settings import load_settings
+    from hub.config.settings import load_settings
+    from hub.node.node import Node
+    from hub.process.server import HubServer
     from tests.support.servers import FAST
 
     server = HubServer(Node(load_settings({"port": 0, **FAST}, config)))

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from yarl import URL
 
-from hub.api.auth import COOKIE
+from hub.ops.api.auth import COOKIE
 from tests.support.wsclient import WsClient
 
 TOKEN = "admin-token-0123456789"
@@ -187,6 +187,6 @@ async def test_static_files_and_unknown_paths(hub):
 def test_the_page_loads_nothing_from_elsewhere(name):
     from importlib.resources import files
 
-    text = (files("hub") / "admin" / name).read_text()
+    text = (files("hub.ops.status") / "static" / name).read_text()
     for marker in ("http://", "https://", "cdn", "googleapis", "@import"):
         assert marker not in text, (name, marker)

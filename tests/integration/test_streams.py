@@ -317,7 +317,7 @@ async def test_ten_thousand_streams_leave_nothing_behind(hub):
     assert len(node.registry.streams) == 0
     sessions = [c.session for c in node.registry.connections.values()]
     assert all(s.open_streams == 0 for s in sessions)
-    from hub.outstreams import FINISHED_STREAMS_REMEMBERED
+    from hub.core.publisher_streams import FINISHED_STREAMS_REMEMBERED
 
     assert all(
         len(s._streams.finished) <= FINISHED_STREAMS_REMEMBERED for s in sessions if s._streams

@@ -15,8 +15,8 @@ import orjson
 import pytest
 import structlog
 
-from hub.client import Unauthorized
-from hub.reload import reload_hub
+from agora_client import Unauthorized
+from hub.process.reload import reload_hub
 from tests.integration.test_cli_tools import cli
 from tests.support.wsclient import WsClient
 

@@ -1,6 +1,6 @@
 """`agora-hub serve --workers 2`: two processes on one port, coordinated by Redis.
 
-The agents are the project's own SDK (`hub.client.Client`), heartbeating on
+The agents are the project's own SDK (`agora_client.Client`), heartbeating on
 the hub's interval like any real agent.
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from hub.client import ConnectionClosed
+from agora_client import ConnectionClosed
 
 pytestmark = pytest.mark.redis
 

@@ -1,6 +1,6 @@
 """The soak's agents: SDK clients that record every delivery, and publishers.
 
-Every agent is a :class:`hub.client.Client` with ``reconnect=True`` — the
+Every agent is a :class:`agora_client.Client` with ``reconnect=True`` — the
 SDK resumes by itself — behind the soak's load balancer. Its deliveries and
 rejoins go to its :class:`~tests.soak.ledger.AgentLog`. A publisher is one
 of a space's agents publishing at a steady rate; each publish carries an
@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import random
 
-from hub.client import (
+from agora_client import (
     Backoff,
     Client,
     ConnectionClosed,

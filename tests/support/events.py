@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from hub.client import Event
+from agora_client import Event
 
 
 async def collect(sub: Any, until: int, timeout: float = 30.0) -> list[Event]:

@@ -18,9 +18,9 @@ from typing import Any
 import orjson
 
 from adapters import from_settings
-from hub.node import Node
-from hub.server import HubServer
-from hub.settings import load_settings
+from hub.config.settings import load_settings
+from hub.node.node import Node
+from hub.process.server import HubServer
 
 ROOT = Path(__file__).resolve().parents[2]
 

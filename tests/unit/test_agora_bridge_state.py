@@ -9,17 +9,18 @@ from typing import Any
 
 import pytest
 
-from adapters.agora_http import AgoraHttpInbound, AgoraHttpOutbound, adapters_for, read_document
+from adapters import from_settings
+from adapters.agora_http import AgoraHttpInbound, AgoraHttpOutbound, read_document
 from adapters.agora_http.conversations import (
     INBOUND_PREFIX,
     InboundConversations,
     OutboundConversations,
 )
 from adapters.agora_http.protocols import SpaceProtocols, documents_by_hash, registered_documents
+from hub.cluster.kvstore import MemoryKeyValueStore
+from hub.cluster.presence import AgentRecord, MemoryPresence
+from hub.config.settings import load_settings
 from hub.errors import ConfigError
-from hub.kvstore import MemoryKeyValueStore
-from hub.presence import AgentRecord, MemoryPresence
-from hub.settings import load_settings
 from protocol.agora_http import AgoraHttpError, hash_document, parse_request
 from tests.support.agora_bridge import ADDITION_DOC, WEATHER_DOC
 
@@ -139,6 +140,17 @@ async def _member(presence: MemoryPresence, agent_id: str, space: str, metadata:
     await presence.join_space(space, agent_id, 100)
 
 
+def _records(presence: MemoryPresence) -> Any:
+    """What the host's ``member_records`` does, over a memory presence."""
+
+    async def member_records(space: str, limit: int) -> list[AgentRecord]:
+        ids, _count = await presence.space_members(space, limit)
+        records = await asyncio.gather(*(presence.get_agent(i) for i in ids))
+        return [r for r in records if r is not None]
+
+    return member_records
+
+
 def test_registered_documents_are_read_carefully():
     assert registered_documents({"agora_protocols": [ADDITION_DOC, 3, "", None]}) == [ADDITION_DOC]
     assert registered_documents({"agora_protocols": "not a list"}) == []
@@ -150,7 +162,7 @@ def test_registered_documents_are_read_carefully():
 async def test_support_from_config_members_and_sources():
     presence = MemoryPresence()
     declared = {"weather": documents_by_hash([WEATHER_DOC])}
-    protocols = SpaceProtocols(declared, presence, exclude=("agora-http",))
+    protocols = SpaceProtocols(declared, _records(presence), exclude=("agora-http",))
     other = "name: O\ndescription: o\nmultiround: false\n---\nother\n"
 
     def request(doc: str, *sources: str) -> Any:
@@ -187,7 +199,7 @@ async def test_members_are_scanned_once_for_concurrent_lookups_and_bounded():
         return await real_get(agent_id)
 
     presence.get_agent = counting_get  # type: ignore[method-assign]
-    protocols = SpaceProtocols({}, presence, scan_limit=3)
+    protocols = SpaceProtocols({}, _records(presence), scan_limit=3)
     found = await asyncio.gather(*(protocols.documents("big") for _ in range(10)))
     assert reads == 3  # one scan, of the first three members
     assert all(docs == documents_by_hash(["doc 0", "doc 1", "doc 2"]) for docs in found)
@@ -196,7 +208,7 @@ async def test_members_are_scanned_once_for_concurrent_lookups_and_bounded():
 async def test_a_miss_rescans_only_after_min_rescan():
     clock = Clock()
     presence = MemoryPresence()
-    protocols = SpaceProtocols({}, presence, max_age=5, min_rescan=1, clock=clock)
+    protocols = SpaceProtocols({}, _records(presence), max_age=5, min_rescan=1, clock=clock)
     wanted = parse_request({"body": "x", "protocolHash": hash_document(ADDITION_DOC)})
     assert not await protocols.supports("s", wanted)
     await _member(presence, "adder", "s", {"agora_protocols": [ADDITION_DOC]})
@@ -211,6 +223,11 @@ async def test_a_miss_rescans_only_after_min_rescan():
 def _settings(tmp_path: Path, text: str) -> Any:
     (tmp_path / "hub.toml").write_text(text)
     return load_settings({}, tmp_path / "hub.toml")
+
+
+def _agora_adapters(settings: Any) -> list[Any]:
+    found = from_settings(settings)
+    return [a for a in found if isinstance(a, AgoraHttpInbound | AgoraHttpOutbound)]
 
 
 def test_adapters_from_the_config(tmp_path):
@@ -234,11 +251,11 @@ protocol_document = "{tmp_path / "w.md"}"
 timeout = 3
 """,
     )
-    inbound, outbound = adapters_for(settings)
+    inbound, outbound = _agora_adapters(settings)
     assert isinstance(inbound, AgoraHttpInbound) and isinstance(outbound, AgoraHttpOutbound)
     assert inbound.spaces == {"weather": documents_by_hash([WEATHER_DOC])}
     assert outbound.protocol_hash == hash_document(WEATHER_DOC) and outbound.timeout == 3
-    assert adapters_for(_settings(tmp_path, '[[spaces]]\nid = "plain"\n')) == []
+    assert _agora_adapters(_settings(tmp_path, '[[spaces]]\nid = "plain"\n')) == []
 
 
 @pytest.mark.parametrize(
@@ -267,7 +284,7 @@ timeout = 3
 )  # fmt: skip
 def test_config_mistakes_stop_the_hub(tmp_path, text, message):
     with pytest.raises(ConfigError, match=message):
-        adapters_for(_settings(tmp_path, text))
+        from_settings(_settings(tmp_path, text))
 
 
 def test_documents_that_cannot_be_served(tmp_path):

@@ -4,9 +4,9 @@ import orjson
 import pytest
 
 from hub.auth import JwksKeys, JwtAuth, NoAuth, StaticKey, TokenFileAuth, build_authenticator
-from hub.authz import Grant
+from hub.config.settings import load_settings
+from hub.core.authz import Grant
 from hub.errors import AuthError, ConfigError
-from hub.settings import load_settings
 
 
 async def test_no_auth_accepts_anyone_unrestricted():
@@ -137,3 +137,15 @@ def test_build_authenticator_reports_an_unusable_key_file(tmp_path):
     settings = load_settings({"auth_mode": "jwt", "jwt_public_key": str(tmp_path / "nope.pem")})
     with pytest.raises(ConfigError, match="cannot read jwt_public_key"):
         build_authenticator(settings)
+
+
+async def test_a_bearer_token_alone_names_its_agent(tmp_path):
+    path = _tokens(tmp_path, {"alice": "s3cret", "ci-bot": {"token": "t0k", "join": ["task.*"]}})
+    auth = TokenFileAuth(path)
+    assert await auth.identify("s3cret") == ("alice", Grant.unrestricted)
+    assert await auth.identify("t0k") == ("ci-bot", Grant(join=("task.*",)))
+    for token in ("nope", "", None, "s3cret "):
+        with pytest.raises(AuthError, match="invalid token"):
+            await auth.identify(token)
+    with pytest.raises(AuthError, match="no authentication"):
+        await NoAuth().identify("anything")

@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, r
 from cryptography.x509.oid import NameOID
 
 from hub.auth import JwtAuth, StaticKey
-from hub.authz import Grant
+from hub.core.authz import Grant
 from hub.errors import AuthError, ConfigError
 
 SECRET = "k" * 32
@@ -319,3 +319,16 @@ def test_short_secrets_are_refused():
     with pytest.raises(ConfigError, match="at least 32 bytes"):
         StaticKey.from_secret("k" * 31)
     assert StaticKey.from_secret("k" * 32)
+
+
+async def test_a_bearer_token_alone_names_its_subject():
+    auth = hs256_auth()
+    agent_id, grant = await auth.identify(hs256(claims("alice", join=["lab*"])))
+    assert agent_id == "alice" and grant.join == ("lab*",)
+    for token, reason in [
+        (None, "a JWT is required"),
+        (hs256({**claims(), "sub": "not an id!"}), "not a valid agent id"),
+        (jwt.encode(claims("alice"), "w" * 32, algorithm="HS256"), "signature"),
+    ]:
+        with pytest.raises(AuthError, match=reason):
+            await auth.identify(token)

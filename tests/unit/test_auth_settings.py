@@ -2,8 +2,8 @@
 
 import pytest
 
+from hub.config.settings import load_settings
 from hub.errors import ConfigError
-from hub.settings import load_settings
 
 URL = "https://idp.example/.well-known/jwks.json"
 

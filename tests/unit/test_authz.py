@@ -5,7 +5,8 @@ from dataclasses import replace
 
 import pytest
 
-from hub.authz import (
+from hub.config.settings import DeclaredSpace, load_settings
+from hub.core.authz import (
     MAX_PATTERN_LENGTH,
     MAX_PATTERNS,
     Globs,
@@ -16,7 +17,6 @@ from hub.authz import (
     space_rules,
 )
 from hub.errors import ConfigError
-from hub.settings import DeclaredSpace, load_settings
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ the position must still end at the last event.
 
 from __future__ import annotations
 
-from hub.client import Client, Position, Resumed
+from agora_client import Client, Position, Resumed
 
 SPACE = "room"
 

@@ -3,8 +3,8 @@
 import orjson
 import pytest
 
-from hub.membership import merged
-from hub.presence import AgentRecord
+from hub.cluster.presence import AgentRecord
+from hub.handlers.membership import merged
 from protocol import codec
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.messages import AgentInfo, AgentList, SpaceMembers, hub_message_adapter

@@ -25,8 +25,8 @@ import pytest
 import yaml
 
 from hub.auth import TokenFileAuth
-from hub.cli import build_parser
-from hub.settings import Settings, load_settings
+from hub.config.settings import Settings, load_settings
+from hub.process.cli import build_parser
 from tests.support.proxies import (
     HAPROXY_CFG,
     NGINX_COMPOSE_CONF,

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from hub.settings import FILE_ONLY, Settings
+from hub.config.settings import FILE_ONLY, Settings
 from protocol.errors import CloseCode, ErrorCode
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"

@@ -1,7 +1,7 @@
 import orjson
 from nacl.signing import SigningKey
 
-from hub.cli import main
+from hub.process.cli import main
 from protocol.identity import b58decode, b58encode, b64url_decode, did_key, public_key_from_did
 
 

@@ -1,5 +1,8 @@
 """The layers keep their direction, and hub/ has no import cycles.
 
+``hub/`` is a few packages, each allowed to import only those below it
+(:data:`MAY_IMPORT`, the table of docs/architecture.md).
+
 Imports are read from the source (every ``import`` statement, including the
 ones under ``if TYPE_CHECKING:`` and inside functions), so a cycle cannot hide
 behind a lazy import.
@@ -8,16 +11,29 @@ behind a lazy import.
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("hub", "protocol", "adapters")
+# Each package and the folder it lives in (the client SDK is its own distribution).
+SOURCES = {
+    "hub": ROOT,
+    "protocol": ROOT,
+    "adapters": ROOT,
+    "agora_client": ROOT / "clients" / "python",
+}
+PACKAGES = tuple(SOURCES)
+
+
+def _source(module: str) -> Path:
+    return SOURCES.get(module.split(".")[0], ROOT)
 
 
 def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    base = next(src for pkg, src in SOURCES.items() if path.is_relative_to(src / pkg))
+    parts = list(path.relative_to(base).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -42,7 +58,9 @@ def _imports(path: Path) -> set[str]:
 
 
 def _graph() -> dict[str, set[str]]:
-    modules = {_module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    modules = {
+        _module_name(p): p for pkg, src in SOURCES.items() for p in (src / pkg).rglob("*.py")
+    }
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         targets = set()
@@ -65,10 +83,7 @@ def _reaches(start: str, banned: tuple[str, ...]) -> list[str]:
     seen, stack, hits = {start}, [start], []
     while stack:
         mod = stack.pop()
-        path = ROOT / (mod.replace(".", "/") + ".py")
-        if not path.exists():
-            path = ROOT / mod.replace(".", "/") / "__init__.py"
-        for imported in _imports(path):
+        for imported in _imports(_path(mod)):
             if imported.split(".")[0] in banned or imported.startswith(banned):
                 hits.append(f"{mod} imports {imported}")
         for nxt in GRAPH.get(mod, ()):
@@ -119,6 +134,53 @@ def test_no_import_cycles_in_hub():
     assert not cycles, f"import cycles: {cycles}"
 
 
+BELOW = ("hub.errors", "hub.core")
+#: What each part of ``hub`` may import of ``hub`` (besides itself).
+MAY_IMPORT: dict[str, tuple[str, ...]] = {
+    "hub.core": BELOW,
+    "hub.config": BELOW,
+    "hub.net": (*BELOW, "hub.config"),
+    "hub.cluster": (*BELOW, "hub.config"),
+    "hub.auth": (*BELOW, "hub.config", "hub.net"),
+    "hub.handlers": (*BELOW, "hub.config", "hub.cluster", "hub.auth"),
+    "hub.ops": (*BELOW, "hub.config", "hub.net", "hub.cluster", "hub.handlers"),
+    "hub.node": (*BELOW, "hub.config", "hub.net", "hub.cluster", "hub.auth", "hub.handlers",
+                 "hub.ops", "hub.adapter_host"),
+    "hub.adapter_host": (*BELOW, "hub.config", "hub.net", "hub.cluster", "hub.handlers",
+                         "hub.node"),
+    "hub.process": ("hub",),
+}  # fmt: skip
+
+
+def _part(module: str) -> str | None:
+    for part in MAY_IMPORT:
+        if module == part or module.startswith(part + "."):
+            return part
+    return None
+
+
+def test_every_module_of_the_hub_is_in_a_part():
+    loose = [
+        m
+        for m in GRAPH
+        if m.startswith("hub.") and _part(m) is None and m not in ("hub.errors", "hub.__main__")
+    ]
+    assert not loose, f"modules outside the parts of docs/architecture.md: {loose}"
+
+
+def test_each_part_imports_only_the_parts_below_it():
+    bad = []
+    for module, targets in GRAPH.items():
+        part = _part(module)
+        if part is None:
+            continue
+        allowed = (part, *MAY_IMPORT[part])
+        for target in targets:
+            if target.startswith("hub") and target != "hub" and not target.startswith(allowed):
+                bad.append(f"{module} imports {target}")
+    assert not bad, bad
+
+
 def test_protocol_imports_nothing_of_the_hub_or_adapters():
     bad = [
         f"{m} imports {t}"
@@ -130,27 +192,72 @@ def test_protocol_imports_nothing_of_the_hub_or_adapters():
     assert not bad, bad
 
 
-@pytest.mark.parametrize(
-    "module",
-    ["hub.session", "hub.registry", "hub.streams", "hub.frames", "hub.outbox", "hub.ratelimit"],
-)
-def test_pure_state_imports_no_io(module):
-    hits = _reaches(module, ("websockets", "redis", "aiohttp", "hub.backplane"))
+def test_adapters_import_only_their_host_the_protocol_and_adapters():
+    """An adapter is written against ``hub.adapter_host`` and nothing else of the hub."""
+    bad = [
+        f"{m} imports {t}"
+        for m, ts in GRAPH.items()
+        if m.startswith("adapters")
+        for t in ts
+        if t.startswith("hub") and t != "hub.adapter_host"
+    ]
+    assert not bad, bad
+
+
+def test_the_hub_imports_adapters_only_to_build_them():
+    """The node knows adapters only as ``Adapter``s; only the process runner
+    builds them from the settings."""
+    bad = [
+        f"{m} imports {t}"
+        for m, ts in GRAPH.items()
+        if m.startswith("hub") and m != "hub.process.runner"
+        for t in ts
+        if t.startswith("adapters")
+    ]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("package", ["hub.core", "hub.net.outbox"])
+def test_pure_state_imports_no_io(package):
+    modules = [m for m in GRAPH if m == package or m.startswith(package + ".")]
+    banned = ("websockets", "redis", "aiohttp", "hub.cluster")
+    hits = [hit for m in modules for hit in _reaches(m, banned)]
     assert not hits, hits
 
 
-def test_the_sdk_takes_the_protocol_from_protocol_and_nothing_from_the_server():
-    server_side = [
+def test_the_sdk_imports_nothing_of_the_server():
+    """agora_client is installed alone (websockets and orjson only): no module of
+    it may import hub, protocol or adapters, not even lazily."""
+    bad = [
         f"{m} imports {t}"
-        for m, ts in GRAPH.items()
-        if m.startswith("hub.client")
-        for t in ts
-        if t.startswith("hub") and not t.startswith("hub.client") and t != "hub"
+        for m in GRAPH
+        if m.startswith("agora_client")
+        for t in _imports(_path(m))
+        if t.split(".")[0] in ("hub", "protocol", "adapters")
     ]
-    assert not server_side, server_side
-    assert any(
-        t.startswith("protocol")
-        for m, ts in GRAPH.items()
-        if m.startswith("hub.client")
-        for t in ts
-    )
+    assert not bad, bad
+    assert any(m.startswith("agora_client.cli") for m in GRAPH)  # the whole SDK was read
+
+
+@pytest.mark.parametrize("module", ["agora_client", "agora_client.cli"])
+def test_the_sdk_needs_only_websockets_and_orjson(module):
+    """Everything ``import agora_client`` loads needs no package but these (HubAPI's
+    aiohttp is an optional extra, imported by agora_client.api alone)."""
+    allowed = {"websockets", "orjson", "agora_client", "__future__"}
+    hits, seen, stack = [], {module}, [module]
+    while stack:
+        mod = stack.pop()
+        for imported in _imports(_path(mod)):
+            top = imported.split(".")[0]
+            if top not in allowed and top not in sys.stdlib_module_names:
+                hits.append(f"{mod} imports {imported}")
+        for nxt in GRAPH.get(mod, ()):
+            if nxt not in seen and nxt != "agora_client.api":
+                seen.add(nxt)
+                stack.append(nxt)
+    assert not hits, hits
+
+
+def _path(module: str) -> Path:
+    path = _source(module) / (module.replace(".", "/") + ".py")
+    return path if path.exists() else _source(module) / module.replace(".", "/") / "__init__.py"

@@ -8,12 +8,12 @@ from collections import Counter
 import orjson
 import pytest
 
-from hub.api.auth import AdminSessions, Secret
-from hub.api.stats import MAX_SPACE_RATES, NodeReadings, NodeStatsReporter, parse_documents
+from hub.cluster.nodestats import MemoryNodeStats
+from hub.config.settings import load_settings
+from hub.core.counters import Counters, Histogram, HttpStats
 from hub.errors import ConfigError
-from hub.metrics import Counters, Histogram, HttpStats
-from hub.nodestats import MemoryNodeStats
-from hub.settings import load_settings
+from hub.ops.api.auth import AdminSessions, Secret
+from hub.ops.api.stats import MAX_SPACE_RATES, NodeReadings, NodeStatsReporter, parse_documents
 
 TOKEN = "admin-token-0123456789"
 

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from hub.frames import OutFrame, text_frame
-from hub.metrics import Counters
-from hub.outbox import Flusher, Outbox
+from hub.core.counters import Counters
+from hub.core.frames import OutFrame, text_frame
+from hub.net.outbox import Flusher, Outbox
 
 
 class FakeTransport:
@@ -40,11 +40,11 @@ def make(
 ) -> tuple[Outbox, list[str]]:
     events: list[str] = []
     outbox = Outbox(
-        transport,
         flusher,
         Counters(),
         limit,
         on_overflow=lambda: events.append("overflow"),
+        transport=transport,
         **kw,
     )
     return outbox, events

@@ -1,9 +1,9 @@
-"""The client address behind trusted proxies (hub.proxies), header by header."""
+"""The client address behind trusted proxies (hub.net.proxies), header by header."""
 
 import pytest
 from websockets.datastructures import Headers
 
-from hub.proxies import ClientAddress, TrustedProxies, parse_networks
+from hub.net.proxies import ClientAddress, TrustedProxies, parse_networks
 
 PEER = ("127.0.0.1", 40000)
 PROXIES = TrustedProxies(["127.0.0.1", "10.0.0.0/8"])

@@ -1,4 +1,4 @@
-from hub.ratelimit import TokenBucket, Verdict
+from hub.core.ratelimit import TokenBucket, Verdict
 
 
 def test_burst_then_refill():

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import orjson
 
-from hub.frames import OutFrame
-from hub.recovery import Boundary, Holding
-from hub.registry import Registry
+from hub.core.frames import OutFrame
+from hub.core.registry import Registry
+from hub.handlers.recovery import Boundary, Holding
 
 
 class Member:
@@ -14,11 +14,24 @@ class Member:
         self.agent_id = agent_id
         self.closing = False
         self.got: list[bytes] = []
-        self.push = self._outbox  # like a connection: an instance attribute
 
-    def _outbox(self, frame: OutFrame) -> bool:
+    def push(self, frame: OutFrame) -> bool:
         self.got.append(frame.payload)
         return True
+
+
+def member_of(*spaces: str) -> tuple[Member, Registry[Member]]:
+    member, registry = Member(), Registry()
+    registry.add("c1", member)
+    for space in spaces:
+        registry.join(space, member)
+    return member, registry
+
+
+def deliver(registry: Registry[Member], *frames: OutFrame) -> None:
+    """Through the fan-out, as the node delivers."""
+    for f in frames:
+        registry.deliver(orjson.loads(f.payload)["space"], f)
 
 
 def frame(space: str, seq: int | None, kind: str = "space.event", event_id: str = "e") -> OutFrame:
@@ -33,36 +46,35 @@ def seqs(member: Member) -> list[tuple[str, int | None]]:
 
 
 def test_held_frames_are_released_in_order_past_the_boundary() -> None:
-    member, registry = Member(), Registry()
-    hold = Holding(member, limit=1 << 20)
-    for f in (frame("room", 3), frame("other", 9), frame("room", 5), frame("room", 6)):
-        member.push(f)
+    member, registry = member_of("room", "other")
+    hold = Holding(registry, member, limit=1 << 20)
+    deliver(registry, frame("room", 3), frame("other", 9), frame("room", 5), frame("room", 6))
     assert member.got == []
     boundary = Boundary(registry, member, "room", 5)
     hold.release(boundary.keep, lambda: True)
     assert seqs(member) == [("other", 9), ("room", 6)]
-    member.push(frame("room", 4))
-    assert seqs(member)[-1] == ("room", 4), "settled: the original push is back"
-    assert member.push == member._outbox
+    deliver(registry, frame("room", 4))
+    assert seqs(member)[-1] == ("room", 4), "settled: frames go to the member again"
+    assert registry.route_of(member) == member.push
 
 
 def test_until_settled_late_frames_up_to_the_boundary_are_dropped() -> None:
-    member, registry = Member(), Registry()
-    hold = Holding(member, limit=1 << 20)
+    member, registry = member_of("room")
+    hold = Holding(registry, member, limit=1 << 20)
     settled = False
     hold.release(Boundary(registry, member, "room", 10).keep, lambda: settled)
-    member.push(frame("room", 8))  # still on its way from Redis: already replayed
-    member.push(frame("room", 11))
+    deliver(registry, frame("room", 8))  # still on its way from Redis: already replayed
+    deliver(registry, frame("room", 11))
     settled = True
-    member.push(frame("room", 10))  # the last one before the position: dropped, then live
-    member.push(frame("room", 12))
+    deliver(registry, frame("room", 10))  # the last one before the position: dropped, then live
+    deliver(registry, frame("room", 12))
     assert seqs(member) == [("room", 11), ("room", 12)]
-    assert member.push == member._outbox
+    assert registry.route_of(member) == member.push
 
 
 def test_a_stream_cut_by_the_boundary_is_dropped_whole() -> None:
-    member, registry = Member(), Registry()
-    hold = Holding(member, limit=1 << 20)
+    member, registry = member_of("room")
+    hold = Holding(registry, member, limit=1 << 20)
     for f in (
         frame("room", 4, "space.event.delta", "bob/s"),  # before the position
         frame("room", 6, "space.event.delta", "bob/s"),
@@ -70,20 +82,22 @@ def test_a_stream_cut_by_the_boundary_is_dropped_whole() -> None:
         frame("room", None, "space.event.cancel", "bob/t"),
         frame("room", 8, "space.event.delta", "bob/u"),
     ):
-        member.push(f)
+        hold.push(f)
     hold.release(Boundary(registry, member, "room", 5).keep, lambda: True)
     assert [orjson.loads(p)["event_id"] for p in member.got] == ["bob/t", "bob/u"]
 
 
 def test_overflow_is_reported_and_nested_holdings_unwind() -> None:
-    member = Member()
-    outer = Holding(member, limit=10)
-    inner = Holding(member, limit=1 << 20)
-    member.push(frame("room", 1))
+    member, registry = member_of("room")
+    outer = Holding(registry, member, limit=10)
+    inner = Holding(registry, member, limit=1 << 20)
+    deliver(registry, frame("room", 1))
     inner.release()
-    assert member.push == outer.push
-    outer.push(frame("room", 2))
+    assert registry.route_of(member) == outer.push
+    deliver(registry, frame("room", 2))
     assert outer.overflowed
     outer.release()
-    assert member.push == member._outbox
+    assert registry.route_of(member) == member.push
     assert seqs(member) == [("room", 1)]
+    deliver(registry, frame("room", 3))
+    assert seqs(member) == [("room", 1), ("room", 3)]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from hub.frames import OutFrame
-from hub.registry import Registry
-from hub.settings import DeclaredSpace
-from hub.spaces import SpaceDirectory
-from hub.streams import StreamAudiences, StreamOp
+from hub.config.settings import DeclaredSpace
+from hub.core.frames import OutFrame
+from hub.core.registry import Registry
+from hub.core.spaces import SpaceDirectory
+from hub.core.stream_audiences import StreamAudiences, StreamOp
 from protocol.errors import ProtocolError
 
 
@@ -97,12 +97,21 @@ def test_an_unknown_stream_is_relayed_to_nobody(reg):
     assert registry.deliver("room", frame("d"), stream="x/y", op=StreamOp.DELTA) == 0
 
 
-def test_idle_streams_expire():
+def test_idle_streams_are_found_and_ended_through_the_fan_out(reg):
+    registry, m = reg
+    registry.deliver("room", frame("p1-open"), stream="p/1", op=StreamOp.OPEN, now=10.0)
+    registry.deliver("room", frame("p2-open"), stream="p/2", op=StreamOp.OPEN, now=15.0)
+    registry.leave("room", m["c"])
+    assert [r.stream_id for r in registry.idle_streams(now=21.0, idle=10.0)] == ["p/1"]
+    assert len(registry.streams) == 2  # found, not ended: ending it is delivering its end
+    assert registry.deliver("room", frame("cancel"), stream="p/1", op=StreamOp.END) == 2
+    assert m["a"].got[-1] == b"cancel" and m["c"].got == [b"p1-open", b"p2-open"]
+    assert len(registry.streams) == 1 and "p/2" in registry.streams
+
+
+def test_stream_audiences_end_with_their_last_frame():
     audiences: StreamAudiences[str] = StreamAudiences()
-    audiences.open("p/1", "room", {"m": None}, now=10.0)
     audiences.open("p/2", "room", {"m": None}, now=15.0)
-    assert [r.stream_id for r in audiences.expire(now=21.0, idle=10.0)] == ["p/1"]
-    assert "p/2" in audiences and len(audiences) == 1
     assert audiences.audience("p/2", StreamOp.END, now=22.0) == {"m": None}
     assert len(audiences) == 0
 

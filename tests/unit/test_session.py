@@ -3,7 +3,7 @@
 import orjson
 import pytest
 
-from hub.actions import (
+from hub.core.actions import (
     Close,
     Denied,
     Join,
@@ -20,7 +20,7 @@ from hub.actions import (
     StreamDelta,
     StreamDone,
 )
-from hub.session import Session, SessionLimits, SessionState
+from hub.core.session import Session, SessionLimits, SessionState
 from protocol.errors import CloseCode, ErrorCode
 
 LIMITS = SessionLimits(
@@ -272,7 +272,7 @@ def test_hub_cancels_idle_left_and_disconnected_streams():
 
 
 def test_finished_ids_are_remembered_with_a_bound():
-    from hub.outstreams import FINISHED_STREAMS_REMEMBERED
+    from hub.core.publisher_streams import FINISHED_STREAMS_REMEMBERED
 
     s = make(SessionLimits(max_streams=1, rate_burst=10_000))
     for i in range(FINISHED_STREAMS_REMEMBERED + 50):

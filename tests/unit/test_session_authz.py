@@ -9,7 +9,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from hub.actions import (
+from hub.config.settings import DeclaredSpace
+from hub.core.actions import (
     Close,
     Denied,
     Join,
@@ -20,9 +21,8 @@ from hub.actions import (
     Reject,
     StreamDelta,
 )
-from hub.authz import Grant, space_rules
-from hub.session import Session, SessionLimits
-from hub.settings import DeclaredSpace
+from hub.core.authz import Grant, space_rules
+from hub.core.session import Session, SessionLimits
 from protocol.errors import CloseCode, ErrorCode, ProtocolError
 from protocol.messages import MAX_TOKEN
 

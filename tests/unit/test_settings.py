@@ -1,8 +1,8 @@
 import pytest
 
-from hub.cli import build_parser, settings_from_args
+from hub.config.settings import FILE_ONLY, Settings, load_settings
 from hub.errors import ConfigError
-from hub.settings import FILE_ONLY, Settings, load_settings
+from hub.process.cli import build_parser, settings_from_args
 
 
 def test_defaults_match_the_contract(monkeypatch):

@@ -4,10 +4,11 @@ parsing; what SIGHUP re-reads."""
 
 import pytest
 
-from hub.cli import build_parser, settings_from_args
+from adapters import from_settings
+from hub.config.settings import check_files, load_settings, reread_settings, unknown_env_vars
 from hub.errors import ConfigError
-from hub.reload import restart_needed
-from hub.settings import check_files, load_settings, reread_settings, unknown_env_vars
+from hub.process.cli import build_parser, settings_from_args
+from hub.process.reload import restart_needed
 
 
 @pytest.fixture(autouse=True)
@@ -45,20 +46,31 @@ def test_unknown_env_vars_are_named_with_the_closest_setting():
 
 def test_unknown_config_keys_stay_fatal_and_suggest_the_closest_name(tmp_path):
     config = tmp_path / "hub.toml"
-    config.write_text(
-        "heartbeat_timout = 5\n"
-        '[[spaces]]\nid = "lobby"\ncapacty = 3\n'
-        "[bridges]\nagora_htp = []\n"
-        "zzzz = 1\n"
-    )
+    config.write_text('heartbeat_timout = 5\n[[spaces]]\nid = "lobby"\ncapacty = 3\nzzzz = 1\n')
     with pytest.raises(ConfigError) as info:
         load_settings(config_file=config)
     message = str(info.value)
     assert "heartbeat_timout: unknown setting; did you mean heartbeat_timeout?" in message
     assert "spaces.0.capacty: unknown setting; did you mean capacity?" in message
+    assert "zzzz: unknown setting" in message
+    assert "zzzz: unknown setting; did you mean" not in message  # nothing close
+
+
+def test_bridge_tables_are_checked_by_their_adapters_with_suggestions(tmp_path):
+    config = tmp_path / "hub.toml"
+    config.write_text(
+        "[bridges]\nagora_htp = []\nzzzz = []\n"
+        '[[bridges.envelope]]\nspace = "lab"\nagent_id = "x"\nurl = "http://h/"\n'
+        'protocl = "agora/1.0"\n'
+    )
+    settings = load_settings(config_file=config)  # each adapter checks its own tables
+    with pytest.raises(ConfigError) as info:
+        from_settings(settings)
+    message = str(info.value)
     assert "bridges.agora_htp: unknown setting; did you mean agora_http?" in message
     assert "bridges.zzzz: unknown setting" in message
-    assert "zzzz: unknown setting; did you mean" not in message  # nothing close
+    assert "bridges.envelope.0.protocl: unknown setting; did you mean protocol?" in message
+    assert "bridges.envelope.0.protocol: Field required" in message
 
 
 def test_trusted_proxies_from_flag_env_and_file(tmp_path, monkeypatch):

@@ -1,0 +1,218 @@
+"""Whole events out of what a bridge's virtual member receives, for any adapter.
+
+A text longer than ``stream_threshold`` reaches members as ``space.event.delta``
+frames (the first carries the other ``data`` fields) and a ``space.event.done``.
+An HTTP answer needs the whole text, so :class:`StreamAssembler` puts the
+streams a bridge cares about back together — bounded in bytes per stream and in
+open streams, because the hub itself never holds a whole stream.
+
+:class:`ReplyWaiters` is the inbound bridge's table of requests waiting for
+their answer: the first event (or stream) in the space whose ``data.in_reply_to``
+is the request's ``event_id`` resolves it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_OPEN_STREAMS = 256
+STASH_SIZE = 64
+
+
+@dataclass(slots=True)
+class Assembled:
+    """A whole event: ``event`` is shaped like a ``space.event`` (a stream's first
+    delta with the full text), or ``failure`` says why the stream was lost."""
+
+    event: dict[str, Any]
+    failure: str | None = None
+
+    @property
+    def data(self) -> dict[str, Any]:
+        data = self.event.get("data")
+        return data if isinstance(data, dict) else {}
+
+
+@dataclass(slots=True)
+class _Stream:
+    first: dict[str, Any]
+    parts: list[str] = field(default_factory=list)
+    size: int = 0
+
+
+class StreamAssembler:
+    """Streams put back together; only those :meth:`start` was called for."""
+
+    def __init__(self, max_bytes: int, max_streams: int = MAX_OPEN_STREAMS):
+        self.max_bytes = max_bytes
+        self.max_streams = max_streams
+        self._open: dict[str, _Stream] = {}
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def __contains__(self, stream_id: object) -> bool:
+        return stream_id in self._open
+
+    def start(self, delta: dict[str, Any]) -> Assembled | None:
+        """Track the stream ``delta`` (its first frame) opens; an :class:`Assembled`
+        failure when it cannot be tracked."""
+        stream_id = delta.get("event_id")
+        if not isinstance(stream_id, str) or stream_id in self._open:
+            return None
+        if len(self._open) >= self.max_streams:
+            return Assembled(delta, f"more than {self.max_streams} streams being assembled")
+        self._open[stream_id] = _Stream(delta)
+        return self._append(stream_id, delta)
+
+    def feed(self, msg: dict[str, Any]) -> Assembled | None:
+        """The next frame of a tracked stream; returns the whole event at its end."""
+        stream_id = msg.get("event_id")
+        stream = self._open.get(stream_id) if isinstance(stream_id, str) else None
+        if stream is None:
+            return None
+        kind = msg.get("type")
+        if kind == "space.event.delta":
+            return self._append(stream_id, msg)  # type: ignore[arg-type]
+        if kind == "space.event.done":
+            del self._open[stream_id]  # type: ignore[arg-type]
+            first = stream.first
+            data = {**first.get("data", {}), "text": "".join(stream.parts)}
+            return Assembled({**first, "type": "space.event", "data": data})
+        if kind == "space.event.cancel":
+            del self._open[stream_id]  # type: ignore[arg-type]
+            reason = msg.get("reason")
+            return Assembled(stream.first, f"stream cancelled ({str(reason)[:128]})")
+        return None
+
+    def drop(self, stream_id: str) -> None:
+        self._open.pop(stream_id, None)
+
+    def _append(self, stream_id: str, delta: dict[str, Any]) -> Assembled | None:
+        stream = self._open[stream_id]
+        data = delta.get("data")
+        text = data.get("text") if isinstance(data, dict) else None
+        if not isinstance(text, str):
+            return None
+        stream.size += len(text.encode("utf-8", "surrogatepass"))
+        if stream.size > self.max_bytes:
+            del self._open[stream_id]
+            return Assembled(stream.first, f"stream larger than {self.max_bytes} bytes")
+        stream.parts.append(text)
+        return None
+
+
+def in_reply_to(msg: dict[str, Any]) -> str | None:
+    data = msg.get("data")
+    if not isinstance(data, dict):
+        return None
+    answered = data.get("in_reply_to")
+    return answered if isinstance(answered, str) else None
+
+
+class ReplyWaiters:
+    """Requests waiting for their answer, by the ``event_id`` they were published as.
+
+    :meth:`feed` gets every message the bridge member receives, on every node;
+    only the node holding the request resolves it, the others ignore it. A reply
+    may in principle overtake the acknowledgement of the request's own publish,
+    so while a publish is in flight (:meth:`publishing`) unclaimed messages are
+    kept in a small bounded stash that :meth:`expect` looks through.
+    """
+
+    def __init__(self, max_reply_bytes: int, *, stash_size: int = STASH_SIZE):
+        self._pending: dict[str, asyncio.Future[Assembled]] = {}
+        self._stream_of: dict[str, str] = {}  # request event id -> stream answering it
+        self._request_of: dict[str, str] = {}  # stream id -> request event id
+        self._streams = StreamAssembler(max_reply_bytes)
+        self._stash: deque[dict[str, Any]] = deque(maxlen=stash_size)
+        self._publishing = 0
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    @property
+    def assembling(self) -> int:
+        return len(self._streams)
+
+    @contextlib.contextmanager
+    def publishing(self) -> Iterator[None]:
+        self._publishing += 1
+        try:
+            yield
+        finally:
+            self._publishing -= 1
+            if not self._publishing:
+                self._stash.clear()
+
+    def expect(self, event_id: str) -> asyncio.Future[Assembled]:
+        future: asyncio.Future[Assembled] = asyncio.get_running_loop().create_future()
+        self._pending[event_id] = future
+        if self._stash:
+            stashed, self._stash = self._stash, deque(maxlen=self._stash.maxlen)
+            for msg in stashed:
+                if not self._route(msg):
+                    self._stash.append(msg)
+        return future
+
+    def fail_all(self, error: BaseException) -> None:
+        """Every waiting request gets ``error`` raised (the hub is shutting down)."""
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(error)
+
+    def forget(self, event_id: str) -> None:
+        self._pending.pop(event_id, None)
+        stream_id = self._stream_of.pop(event_id, None)
+        if stream_id is not None:
+            self._request_of.pop(stream_id, None)
+            self._streams.drop(stream_id)
+
+    def feed(self, msg: dict[str, Any]) -> None:
+        if not self._route(msg) and self._publishing:
+            self._stash.append(msg)
+
+    def _route(self, msg: dict[str, Any]) -> bool:
+        kind = msg.get("type")
+        if kind == "space.event":
+            answered = in_reply_to(msg)
+            if answered is None or answered in self._stream_of:
+                return False  # not a reply, or a stream answered first
+            return self._resolve(answered, Assembled(msg))
+        stream_id = msg.get("event_id")
+        if not isinstance(stream_id, str):
+            return False
+        answered = self._request_of.get(stream_id)
+        if answered is not None:
+            whole = self._streams.feed(msg)
+            if whole is not None:
+                self._resolve(answered, whole)
+            return True
+        if kind != "space.event.delta":
+            return False
+        answered = in_reply_to(msg)
+        future = self._pending.get(answered) if answered is not None else None
+        if future is None or future.done() or answered in self._stream_of:
+            return False
+        assert answered is not None
+        self._stream_of[answered] = stream_id
+        self._request_of[stream_id] = answered
+        failed = self._streams.start(msg)
+        if failed is not None:
+            self._resolve(answered, failed)
+        return True
+
+    def _resolve(self, answered: str, whole: Assembled) -> bool:
+        future = self._pending.get(answered)
+        if future is None or future.done():
+            return False
+        future.set_result(whole)
+        stream_id = self._stream_of.pop(answered, None)
+        if stream_id is not None:
+            self._request_of.pop(stream_id, None)
+        return True

@@ -1,0 +1,191 @@
+"""What the node offers the adapters it hosts — and all they may import from ``hub``.
+
+An adapter (``adapters/*``: a bridge or gateway to another protocol) is
+built from the settings by :func:`adapters.from_settings`, handed to the node,
+started after it with an :class:`AdapterHost` and closed before it, in
+reverse order. It acts in spaces only through the virtual members the host
+attaches for it (:meth:`AdapterHost.attach`), so seq, order, addressed
+delivery, membership events, limits and cluster fan-out hold for it exactly
+as for a WebSocket agent. Besides that it may mount HTTP routes on the HTTP
+port, keep small shared state in the cluster's key-value store, read who is
+in a space, and authenticate HTTP callers as agents.
+
+Adapters import this module, :mod:`protocol` and their own package — nothing
+else of ``hub`` (``tests/unit/test_layers.py``). So everything they need is
+named here: the host and adapter protocols, the virtual member, the errors
+they catch, the records they read and the bounded body reader.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from hub.cluster.kvstore import KeyValueStore
+from hub.cluster.presence import AgentRecord
+from hub.config.hub_identity import HubIdentity
+from hub.config.settings import Settings as HubSettings
+from hub.core.authz import Grant
+from hub.errors import AgentIdTaken, AuthError, BackplaneUnavailable, ConfigError
+from hub.handlers.envelope_check import EnvelopeCheck
+from hub.net.bodies import read_at_most
+from hub.net.http import client_gone
+from hub.node.virtual import MessageHandler, RequestFailed, VirtualMember
+
+__all__ = [
+    "Adapter",
+    "AdapterHost",
+    "AgentIdTaken",
+    "AgentRecord",
+    "AuthError",
+    "BackplaneUnavailable",
+    "Caller",
+    "ConfigError",
+    "EnvelopeCheck",
+    "HostSettings",
+    "HubIdentity",
+    "HubSettings",
+    "KeyValueStore",
+    "MessageHandler",
+    "RequestFailed",
+    "VirtualMember",
+    "client_gone",
+    "read_at_most",
+]
+
+
+class HostSettings(Protocol):
+    """The hub-wide settings adapters read. An adapter's own configuration
+    (its ``[[bridges.*]]`` table, its spaces' flags) reaches it through its
+    constructor instead."""
+
+    node_id: str
+    bridge_timeout: float
+    heartbeat_interval: float
+    history_ttl: float
+    max_frame_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who calls an HTTP gateway, as an agent: the id its bearer token names
+    (or, with auth off, the id it gave or one made up) and what the token's
+    claims allow (:meth:`AdapterHost.may_join` / :meth:`AdapterHost.may_publish`)."""
+
+    agent_id: str
+    grant: Grant = Grant.unrestricted
+
+
+class AdapterHost(Protocol):
+    """The node as its adapters see it."""
+
+    @property
+    def settings(self) -> HostSettings: ...
+
+    @property
+    def identity(self) -> HubIdentity:
+        """The hub's own Ed25519 identity (hub-signed envelopes, ``/identity``)."""
+        ...
+
+    @property
+    def kv(self) -> KeyValueStore:
+        """Small shared state with expiry: in memory on one node, in Redis in a cluster."""
+        ...
+
+    @property
+    def envelopes(self) -> EnvelopeCheck:
+        """Signed-envelope verification rules and the cluster-wide replay cache."""
+        ...
+
+    @property
+    def ready(self) -> bool:
+        """The node is ready (``/readyz``): its cluster link is up and settled.
+        Joins and publishes made while it is not fail with ``UNAVAILABLE``."""
+        ...
+
+    @property
+    def auth_required(self) -> bool:
+        """Whether HTTP callers must present a bearer token."""
+        ...
+
+    async def attach(
+        self,
+        agent_id: str,
+        handler: MessageHandler | None = None,
+        *,
+        shared: bool = False,
+        type: str | None = None,
+        capabilities: tuple[str, ...] = (),
+        metadata: dict[str, Any] | None = None,
+    ) -> VirtualMember:
+        """A virtual member for the adapter (see :class:`~hub.node.virtual.VirtualMember`).
+
+        ``shared``: every node hosts one under the same id (inbound bridges);
+        the id is reserved (connections with it are refused), not claimed.
+        Otherwise the id is claimed cluster-wide like a connection's and
+        :class:`AgentIdTaken` is raised while a live holder has it.
+        """
+        ...
+
+    def mount(
+        self,
+        routes: Iterable[web.AbstractRouteDef],
+        *,
+        on_shutdown: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """Serve ``routes`` on the HTTP port. ``on_shutdown`` runs when the
+        port closes (before the adapters), so waiting callers get an answer."""
+        ...
+
+    def public_url(self, request: web.Request) -> str:
+        """``scheme://host[:port]`` as the client reached ``request``, believing
+        ``X-Forwarded-Proto``/``-Host`` only from ``trusted_proxies``."""
+        ...
+
+    async def identify(
+        self, token: str | None, agent_id: str | None = None, *, prefix: str = "caller"
+    ) -> Caller:
+        """The caller of an HTTP gateway. With auth on, ``token`` (a bearer
+        token as agents use: tokens file or JWT) names it, or
+        :class:`AuthError` is raised; with auth off, ``agent_id`` (when it is
+        a valid agent id), else ``{prefix}-{random hex}``."""
+        ...
+
+    def may_join(self, caller: Caller, space: str) -> bool:
+        """May ``caller`` join (or read) ``space``: its claims and the space's rules."""
+        ...
+
+    def may_publish(self, caller: Caller, space: str) -> bool:
+        """May ``caller`` publish to ``space``: its claims and the space's rules."""
+        ...
+
+    async def space_exists(self, space: str) -> bool:
+        """Declared, provided by the hub, or with members somewhere in the cluster."""
+        ...
+
+    async def member_records(self, space: str, limit: int) -> list[AgentRecord]:
+        """The first ``limit`` members of ``space`` (join order), cluster-wide,
+        with what each registered; members whose record is gone are left out.
+        Raises :class:`BackplaneUnavailable`."""
+        ...
+
+    async def publish_system(self, space: str, data: dict[str, Any]) -> None:
+        """Publish a hub-generated event into ``space``, a system space this
+        adapter provides (:attr:`Adapter.system_spaces`). Raises
+        :class:`BackplaneUnavailable`."""
+        ...
+
+
+class Adapter(Protocol):
+    """A bridge hosted by the node: started after the node, closed before it."""
+
+    #: System spaces (``mcp.calls``…) that exist while this adapter is hosted:
+    #: agents may join them to observe, never publish.
+    system_spaces: tuple[str, ...]
+
+    async def start(self, host: AdapterHost) -> None: ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,25 @@
+"""Small cluster-wide state with expiry, for adapters.
+
+:class:`~hub.cluster.kvstore.base.KeyValueStore` is the interface (``get``, ``set``
+with a TTL and optional ``if_absent``/``if_present``, ``delete``).
+:class:`MemoryKeyValueStore` serves one node,
+:class:`~hub.cluster.kvstore.redis.RedisKeyValueStore` a cluster (chosen from
+``redis_url``, like the backplane), so what one node stores another reads.
+"""
+
+from __future__ import annotations
+
+from hub.cluster.kvstore.base import KeyValueStore, KeyValueStoreFull
+from hub.cluster.kvstore.memory import MemoryKeyValueStore
+
+__all__ = ["KeyValueStore", "KeyValueStoreFull", "MemoryKeyValueStore", "create_kv_store"]
+
+
+def create_kv_store(
+    redis_url: str | None, *, prefix: str = "agora", max_entries: int = 100_000
+) -> KeyValueStore:
+    if not redis_url or redis_url.startswith("memory://"):
+        return MemoryKeyValueStore(max_entries=max_entries)
+    from hub.cluster.kvstore.redis import RedisKeyValueStore
+
+    return RedisKeyValueStore(redis_url, prefix=prefix)

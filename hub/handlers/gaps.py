@@ -1,0 +1,132 @@
+"""A node that missed part of a space's messages fills the gap from history.
+
+Redis pub/sub delivers a space's messages to a node in seq order, every seq
+once, while the node's subscription stands. When the node's link drops and
+comes back (or Redis restarts), messages published meanwhile never reach it:
+the next one it receives skips seqs. The backplane reports that skip
+(``missed``), and before delivering anything newer the node reads the
+missing messages from the space's history and delivers them to its members
+exactly as they would have arrived — so members that stayed connected lose
+nothing either, and the skip costs them only latency.
+
+While a gap is being filled, newer messages of that space are held (in
+order) and delivered right after. When the history no longer has what was
+missed (trimmed, or Redis lost it), the space's local connections are closed
+with ``UNAVAILABLE`` / 1013: they reconnect and resume from their own
+position, and learn ``recovered: false`` if it cannot be done — never a
+silent gap. (Virtual members cannot reconnect; they just carry on.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from hub.cluster.backplane import Delivery, SpaceHistory
+from hub.core.peer import PeerKind
+from hub.core.registry import Registry
+from protocol.errors import CloseCode, ErrorCode
+
+# Recorded messages read per round trip while filling a gap.
+PAGE = 200
+# Newer messages held for one space while its gap is filled; beyond it the
+# gap is given up (members resume instead).
+MAX_HELD = 20_000
+
+
+class _Lost(Exception):
+    pass
+
+
+class GapFiller:
+    """Fills the gaps the backplane reports, one task per space."""
+
+    def __init__(
+        self,
+        backplane: SpaceHistory,
+        registry: Registry[Any],
+        deliver: Callable[[Delivery], None],
+        spawn: Callable[[Any], None],
+    ):
+        self.backplane = backplane
+        self.registry = registry
+        self._deliver = deliver
+        self._spawn = spawn
+        #: Spaces being filled, with the newer messages held meanwhile.
+        self.holding: dict[str, list[Delivery]] = {}
+        self._broken: set[str] = set()
+        self._log = structlog.get_logger("hub.handlers.gaps")
+        self.filled = 0  # messages delivered from history (metrics, tests)
+
+    def missed(self, space: str, after: int, upto: int) -> None:
+        """Messages ``after < seq < upto`` of ``space`` never arrived."""
+        if not self.registry.has_space(space):
+            return
+        if space in self.holding:
+            self._broken.add(space)  # a second gap while filling the first
+            return
+        self.holding[space] = []
+        self._log.info("missed messages: filling from history", space=space, after=after, upto=upto)
+        self._spawn(self._fill(space, after, upto))
+
+    def hold(self, env: Delivery) -> bool:
+        """Keep ``env`` back while its space's gap is filled."""
+        held = self.holding.get(env.space)
+        if held is None:
+            return False
+        held.append(env)
+        if len(held) > MAX_HELD:
+            self._broken.add(env.space)
+        return True
+
+    async def _fill(self, space: str, after: int, upto: int) -> None:
+        ok = False
+        try:
+            next_seq = after + 1
+            while next_seq < upto and space not in self._broken:
+                page = await self.backplane.history(space, after=next_seq - 1, limit=PAGE)
+                events = [e for e in page.events if e.seq is not None and e.seq < upto]
+                if not events:
+                    raise _Lost
+                for env in events:
+                    if env.seq != next_seq:
+                        raise _Lost
+                    self._deliver(env)
+                    self.filled += 1
+                    next_seq += 1
+            ok = space not in self._broken
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            ok = False
+        finally:
+            self._broken.discard(space)
+            if not ok:
+                self._give_up(space, after, upto)
+            # Still holding while the held ones go out (no await in between),
+            # so "not filling" means everything received has been delivered.
+            for env in self.holding.get(space, ()):
+                self._deliver(env)
+            self.holding.pop(space, None)
+
+    def _give_up(self, space: str, after: int, upto: int) -> None:
+        closed = 0
+        for member in self.registry.members(space):
+            if member.kind is not PeerKind.SOCKET:
+                continue  # a virtual member: it cannot reconnect
+            member.close_for(
+                CloseCode.TRY_AGAIN_LATER,
+                ErrorCode.UNAVAILABLE,
+                f"this node missed events of {space!r}: reconnect and resume",
+            )
+            closed += 1
+        self._log.warning(
+            "missed events could not be filled from history",
+            space=space,
+            after=after,
+            upto=upto,
+            closed=closed,
+        )

@@ -1,0 +1,343 @@
+"""Agents and spaces: registration, status, joining, leaving, listing.
+
+Cluster state (who holds an agent id, who is in a space) lives in presence;
+this node's own membership (who gets fan-out here) in the space directory.
+Joining and leaving keep both in step, cluster first: when the cluster can't
+be reached the request fails with UNAVAILABLE and nothing changes.
+
+Membership at scale: a join or leave is told to the other members as
+``space.members`` with the whole member list only while the space has at most
+``members_list_limit`` members, then without the list, and not at all above
+``member_events_limit`` — so forming a space of N costs O(N × min(N,
+member_events_limit)) small frames, not O(N³) member ids. Each join reads at
+most ``members_list_limit`` ids from presence, whatever the space's size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Any
+
+from hub.cluster.backplane import Backplane, Delivery, Draft
+from hub.cluster.presence import AgentRecord, CapabilityFilter, InvalidQuery, Presence
+from hub.cluster.subscriptions import Subscriptions
+from hub.config.settings import Settings
+from hub.core.actions import Denied, Join, Leave, ListAgents, ListMembers, ListSpaces, Register
+from hub.core.ids import Ids
+from hub.core.peer import Peer, PeerKind
+from hub.core.registry import Registry
+from hub.core.spaces import SpaceDirectory
+from hub.errors import BackplaneUnavailable
+from hub.handlers.publishing import Publishing
+from hub.handlers.recovery import Recovery
+from protocol import codec
+from protocol.errors import ErrorCode, ProtocolError
+from protocol.messages import AgentInfo
+from protocol.names import AGENT_STATUS_SPACE, SpaceKind, space_kind
+
+# ``from`` of events the hub itself generates; not a valid agent id.
+HUB_SENDER = "@hub"
+
+
+class Membership:
+    def __init__(
+        self,
+        settings: Settings,
+        node_id: str,
+        registry: Registry[Any],
+        spaces: SpaceDirectory,
+        presence: Presence,
+        backplane: Backplane,
+        subscriptions: Subscriptions,
+        ids: Ids,
+        publishing: Publishing,
+        recovery: Recovery,
+    ):
+        self.settings = settings
+        self.node_id = node_id
+        self.registry = registry
+        self.spaces = spaces
+        self.presence = presence
+        self.backplane = backplane
+        self.subscriptions = subscriptions
+        self.ids = ids
+        self.publishing = publishing
+        self.recovery = recovery
+        # Departures the cluster has not heard of yet (backplane was down).
+        self.pending_departures: list[tuple[AgentRecord, list[str]]] = []
+        self._declared = settings.declared
+
+    def limits(self, space: str) -> tuple[int, int]:
+        """``members_list_limit`` and ``member_events_limit`` of ``space``."""
+        s, declared = self.settings, self._declared.get(space)
+        if declared is None:
+            return s.members_list_limit, s.member_events_limit
+        return (
+            s.members_list_limit
+            if declared.members_list_limit is None
+            else declared.members_list_limit,
+            s.member_events_limit
+            if declared.member_events_limit is None
+            else declared.member_events_limit,
+        )
+
+    async def register(self, conn: Peer, a: Register) -> None:
+        """All or nothing: refused (UNAVAILABLE) with nothing changed, or
+        stored, announced and acknowledged."""
+        session = conn.session
+        assert session is not None
+        record = merged(conn.record, a.info, self.node_id, session.connection_id)
+        s = self.settings
+        # Encode everything before changing anything.
+        status = self._system_draft(
+            AGENT_STATUS_SPACE, {"event": "updated", "agent": record.public()}
+        )
+        reply = codec.registered(
+            a.request_id,
+            conn.agent_id,
+            session.connection_id,
+            round(s.heartbeat_interval * 1000),
+            round(s.heartbeat_timeout * 1000),
+        )
+        previous = conn.record
+        await self.presence.update_agent(record)
+        try:
+            await self.backplane.publish(AGENT_STATUS_SPACE, status)
+        except BaseException:
+            if previous is not None:
+                with contextlib.suppress(Exception):
+                    await self.presence.update_agent(previous)
+            raise
+        conn.record = record
+        conn.send_frame(reply)
+
+    async def join(self, conn: Peer, a: Join) -> None:
+        session = conn.session
+        assert session is not None
+        space, rid = a.space, a.request_id
+        limit, events_limit = self.limits(space)
+        if space in session.spaces:  # joining twice just answers again
+            members, count = await self.presence.space_members(space, limit)
+            position = await self.recovery.position(space)
+            conn.send_frame(codec.joined(rid, space, members, count, **position))
+            return
+        self.spaces.check_joinable(space, rid)
+        await self.presence.join_space(space, conn.agent_id, self.spaces.capacity(space))
+        try:
+            await self.subscriptions.ensure(space)
+            members, count = await self.presence.space_members(space, limit)
+        except BaseException:
+            await self._undo_join(conn, space)
+            raise
+        if conn.closing:
+            # Closed meanwhile: its cleanup does not know of this space.
+            await self._undo_join(conn, space)
+            return
+        # From here the joiner receives the space's messages; the reply goes
+        # out first so nothing of the space overtakes space.joined, and a
+        # resume (since) replays what was missed first (hub/handlers/recovery.py).
+        reply = functools.partial(codec.joined, rid, space, members, count)
+        try:
+            await self.recovery.join(conn, space, a.since, reply)
+        except BaseException:
+            await self._undo_join(conn, space)
+            raise
+        if count <= events_limit:
+            listed = members if count <= limit else None
+            with contextlib.suppress(BackplaneUnavailable):
+                await self._announce(space, listed, count, joined=conn.agent_id)
+
+    async def _undo_join(self, conn: Peer, space: str) -> None:
+        if _shared(conn):
+            return  # the other nodes' copies rely on that membership
+        with contextlib.suppress(Exception):
+            await self.presence.leave_space(space, conn.agent_id)
+
+    async def leave(self, conn: Peer, a: Leave) -> None:
+        for cancel in a.cancelled:
+            with contextlib.suppress(BackplaneUnavailable):
+                await self.publishing.stream_cancel(conn, cancel)
+        if _shared(conn):
+            # One node's copy of a shared member leaving: the others stay members.
+            self.drop_local(conn, a.space)
+            conn.send_frame(codec.left(a.request_id, a.space))
+            return
+        # Cluster first: when it is unreachable the agent stays a member.
+        remaining = await self.presence.leave_space(a.space, conn.agent_id)
+        self.drop_local(conn, a.space)
+        conn.send_frame(codec.left(a.request_id, a.space))
+        with contextlib.suppress(BackplaneUnavailable):
+            await self._after_departure(a.space, conn.agent_id, remaining)
+
+    def drop_local(self, conn: Peer, space: str) -> None:
+        """This node stops delivering ``space`` to ``conn``."""
+        if conn.session is not None:
+            conn.session.on_left(space)
+        if self.registry.leave(space, conn):
+            self.subscriptions.release(space)
+
+    async def detach(self, conn: Peer, record: AgentRecord | None) -> None:
+        """``conn`` is gone: its streams end, it leaves every space, and the
+        cluster hears of it (retried until the backplane is back)."""
+        session = conn.session
+        spaces: list[str] = []
+        if session is not None:
+            for cancel in session.closed():
+                with contextlib.suppress(BackplaneUnavailable, ConnectionError):
+                    await self.publishing.stream_cancel(conn, cancel)
+            spaces = list(session.spaces)
+        for space in self.registry.evict(conn.connection_id, conn):
+            self.subscriptions.release(space)
+        if session is not None:
+            for space in spaces:
+                session.on_left(space)
+        if record is None:
+            return
+        departure = (conn.record or record, spaces)
+        try:
+            await self.depart(*departure)
+        except BackplaneUnavailable:
+            self.pending_departures.append(departure)
+
+    async def _after_departure(self, space: str, agent_id: str, remaining: int) -> None:
+        if remaining:
+            await self.announce_departure(space, agent_id)
+        elif not self.spaces.persistent(space):
+            await self.backplane.forget(space)
+
+    async def announce_departure(self, space: str, agent_id: str) -> None:
+        limit, events_limit = self.limits(space)
+        members, count = await self.presence.space_members(space, limit)
+        if count and count <= events_limit:
+            await self._announce(space, members if count <= limit else None, count, left=agent_id)
+
+    async def _announce(
+        self,
+        space: str,
+        members: list[str] | None,
+        count: int,
+        joined: str | None = None,
+        left: str | None = None,
+    ) -> None:
+        """Tell a space's other members who joined or left."""
+        frame = codec.members(space, members, count, joined, left)
+        await self.backplane.send(Delivery(space, frame, exclude=joined))
+
+    async def list_spaces(self, conn: Peer, a: ListSpaces) -> None:
+        sizes = await self.presence.space_sizes()
+        for space in (*self.spaces.declared, *self.spaces.system):
+            sizes.setdefault(space, 0)
+        spaces = [
+            {"id": space, "type": str(space_kind(space)), "member_count": n}
+            for space, n in sorted(sizes.items())
+        ]
+        conn.send_frame(codec.space_list(a.request_id, spaces))
+
+    async def list_members(self, conn: Peer, a: ListMembers) -> None:
+        """A page of a space's members, cluster-wide, in join order."""
+        if not await self.space_exists(a.space):
+            raise ProtocolError(
+                ErrorCode.SPACE_NOT_FOUND, f"space {a.space!r} does not exist", a.request_id
+            )
+        try:
+            page = await self.presence.members_page(a.space, a.cursor, a.limit)
+        except InvalidQuery as exc:
+            raise ProtocolError(ErrorCode.INVALID_REQUEST, str(exc), a.request_id) from None
+        conn.send_frame(
+            codec.members_page(a.request_id, a.space, page.members, page.count, page.next_cursor)
+        )
+
+    async def list_agents(self, conn: Peer, a: ListAgents) -> None:
+        """A page of the agent directory, cluster-wide."""
+        capability = None if a.capability is None else CapabilityFilter.parse(a.capability)
+        try:
+            page = await self.presence.list_agents(
+                capability=capability, space=a.space, cursor=a.cursor, limit=a.limit
+            )
+        except InvalidQuery as exc:
+            raise ProtocolError(ErrorCode.INVALID_REQUEST, str(exc), a.request_id) from None
+        agents = [record.directory() for record in page.agents]
+        conn.send_frame(codec.agent_list(a.request_id, agents, page.next_cursor))
+
+    async def denied(self, conn: Peer, a: Denied) -> None:
+        """Publish/stream to a space the agent is not in: which refusal?"""
+        if await self.space_exists(a.space):
+            raise ProtocolError(
+                ErrorCode.UNAUTHORIZED, f"not a member of space {a.space!r}", a.request_id
+            )
+        raise ProtocolError(
+            ErrorCode.SPACE_NOT_FOUND, f"space {a.space!r} does not exist", a.request_id
+        )
+
+    async def space_exists(self, space: str) -> bool:
+        if self.spaces.persistent(space) or self.registry.has_space(space):
+            return True
+        if space_kind(space) is SpaceKind.SYSTEM:
+            return False
+        _, count = await self.presence.space_members(space, 0)
+        return count > 0
+
+    async def agent_status(self, event: str, record: AgentRecord) -> None:
+        """Publish an ``agent.status`` event (online, offline, updated)."""
+        await self.system_event(AGENT_STATUS_SPACE, {"event": event, "agent": record.public()})
+
+    async def system_event(self, space: str, data: dict[str, Any]) -> None:
+        """Publish a hub-generated event (``from`` the hub) into a system space."""
+        await self.backplane.publish(space, self._system_draft(space, data))
+
+    def _system_draft(self, space: str, data: dict[str, Any]) -> Draft:
+        head, tail = codec.sequenced(
+            "space.event",
+            space,
+            self.ids.event_id(),
+            {"from": HUB_SENDER, "timestamp": codec.now_ms(), "data": {**data, "from": HUB_SENDER}},
+        )
+        return Draft(head, tail)
+
+    async def depart(self, record: AgentRecord, spaces: list[str], retry: bool = False) -> None:
+        """Tell the cluster an agent's connection is gone. Safe to retry."""
+        if retry:
+            holder = await self.presence.get_agent(record.agent_id)
+            if holder is not None and holder.connection_id != record.connection_id:
+                # The agent came back meanwhile: its memberships are the new ones.
+                spaces.clear()
+        while spaces:
+            remaining = await self.presence.leave_space(spaces[0], record.agent_id)
+            await self._after_departure(spaces.pop(0), record.agent_id, remaining)
+        await self.presence.release_agent(record.agent_id, record.connection_id)
+        await self.agent_status("offline", record)
+
+    async def retry_departures(self) -> None:
+        pending, self.pending_departures = self.pending_departures, []
+        while pending:
+            try:
+                await self.depart(*pending[0], retry=True)
+            except BackplaneUnavailable:
+                self.pending_departures.extend(pending)
+                raise
+            pending.pop(0)
+
+
+def merged(
+    previous: AgentRecord | None, info: AgentInfo, node_id: str, connection_id: str
+) -> AgentRecord:
+    """The record after an ``agent.register``: a field the message leaves
+    out keeps its value; a field it sends replaces it (``null`` clears
+    ``type``; ``capabilities`` and ``metadata`` are replaced whole)."""
+    sent = info.model_fields_set
+    base = previous or AgentRecord(info.id, node_id, connection_id)
+    return AgentRecord(
+        base.agent_id,
+        node_id,
+        connection_id,
+        info.type if "type" in sent else base.type,
+        tuple(info.capabilities) if "capabilities" in sent else base.capabilities,
+        info.metadata if "metadata" in sent else base.metadata,
+        base.connected_at,
+    )
+
+
+def _shared(conn: Peer) -> bool:
+    """A shared virtual member: every node hosts one under the same agent id."""
+    return conn.kind is PeerKind.SHARED

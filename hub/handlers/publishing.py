@@ -1,0 +1,286 @@
+"""Publishing and streaming: what a publish, a delta, a done or a cancel does.
+
+Every frame is encoded once, here, as a head and a tail around its ``seq``
+(see :func:`protocol.codec.sequenced`); the backplane assigns the seq and
+delivers the finished bytes to every node, whose registry hands them to each
+member of the audience unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from typing import Any
+
+from hub.cluster.backplane import Broker, Draft, Duplicate, Once, StreamOp, idempotency
+from hub.cluster.presence import Memberships
+from hub.config.settings import Settings
+from hub.core.actions import Publish, ReceiverCancel, StreamCancel, StreamDelta, StreamDone
+from hub.core.counters import Counters
+from hub.core.ids import Ids
+from hub.core.peer import Peer
+from hub.core.registry import Registry
+from hub.handlers.dispatch import ErrorSender
+from hub.handlers.envelope_check import EnvelopeCheck
+from protocol import codec
+from protocol.envelope import is_envelope
+from protocol.errors import ErrorCode, ProtocolError
+
+# Publishes a connection may leave queued on the backplane without waiting
+# for their seq; beyond it the connection waits (backpressure).
+MAX_UNAWAITED = 1024
+
+
+class Publishing:
+    def __init__(
+        self,
+        settings: Settings,
+        backplane: Broker,
+        presence: Memberships,
+        registry: Registry[Any],
+        ids: Ids,
+        counters: Counters,
+        send_error: ErrorSender,
+        envelopes: EnvelopeCheck | None = None,
+    ):
+        self.settings = settings
+        self.backplane = backplane
+        self.presence = presence
+        self.registry = registry
+        self.ids = ids
+        self.counters = counters
+        self.send_error = send_error
+        #: Signed envelopes (see :mod:`hub.handlers.envelope_check`); None: relayed as any data.
+        self.envelopes = envelopes
+        self._signed_spaces = envelopes.signed_spaces if envelopes else frozenset()
+        self._forgetting: set[asyncio.Task[None]] = set()
+
+    async def publish(self, conn: Peer, a: Publish) -> None:
+        agent = conn.agent_id
+        data = a.data
+        check = self.envelopes
+        if check is not None and (a.space in self._signed_spaces or is_envelope(data)):
+            await self._publish_envelope(conn, a, check)
+            return
+        if "from" not in data:
+            data["from"] = agent
+        audience = await self._addressed(a, agent)
+        text = data.get("text")
+        threshold = self.settings.stream_threshold
+        if type(text) is str and len(text) * 4 > threshold and len(text.encode()) > threshold:
+            await self._publish_streamed(conn, a, text, audience)
+            return
+        event_id = self.ids.event_id()
+        ts = codec.now_ms()
+        once = self._once(a, agent, event_id, ts)
+        pending = self._queue(a, agent, event_id, ts, audience, once=once)
+        if once is not None and self._duplicate(conn, a, await pending, once):
+            self.counters.published -= 1  # a retry: nothing was published
+            return
+        await self._acknowledge(conn, a, pending, event_id, ts)
+
+    async def _publish_envelope(self, conn: Peer, a: Publish, check: EnvelopeCheck) -> None:
+        """All or nothing: verified, addressed, recorded against replays, then
+        queued; a failure at any step delivers nothing (a recorded id is
+        forgotten again if the backplane refuses it). Never streamed, never
+        modified: ``data`` goes out exactly as signed."""
+        agent = conn.agent_id
+        stamp, verified = check.check(a.space, a.data, a.request_id)
+        audience = await self._addressed(a, agent)
+        if verified is not None:
+            await check.record(verified, a.request_id)
+        event_id = self.ids.event_id()
+        ts = codec.now_ms()
+        pending = self._queue(a, agent, event_id, ts, audience, stamp=stamp)
+        if verified is not None:
+            pending.add_done_callback(functools.partial(self._unrecord, check, verified))
+        await self._acknowledge(conn, a, pending, event_id, ts)
+
+    def _queue(
+        self,
+        a: Publish,
+        agent: str,
+        event_id: str,
+        ts: int,
+        audience: tuple[str, ...] | None,
+        *,
+        stamp: dict[str, Any] | None = None,
+        once: Once | None = None,
+    ) -> asyncio.Future[int]:
+        """The event encoded once (its ``seq`` to come) and queued on the backplane."""
+        rest: dict[str, Any] = {"from": agent, "timestamp": ts, "data": a.data}
+        if stamp:
+            rest.update(stamp)
+        if audience is not None:
+            rest["to"] = a.to_field
+        head, tail = codec.sequenced(
+            "space.event", a.space, event_id, rest, request_id=a.request_id
+        )
+        draft = Draft(head, tail, exclude=None if a.echo else agent, to=audience, once=once)
+        pending = self.backplane.publish_nowait(a.space, draft)
+        self.counters.published += 1
+        return pending
+
+    async def _acknowledge(
+        self, conn: Peer, a: Publish, pending: asyncio.Future[int], event_id: str, ts: int
+    ) -> None:
+        """The echo is the publisher's acknowledgement: its next message needn't
+        wait for Redis (a failure is still reported). Without an echo,
+        ``space.published`` once the seq is known."""
+        if a.echo:
+            await self._unless_queued(conn, pending, a.request_id)
+            return
+        seq = await pending
+        conn.send_frame(codec.published(a.request_id, a.space, event_id, seq, ts))
+
+    def _unrecord(self, check: EnvelopeCheck, verified: Any, pending: asyncio.Future[int]) -> None:
+        """The backplane refused a verified envelope: forget its id, so the
+        sender may send it again (it was never delivered)."""
+        if not pending.cancelled() and pending.exception() is None:
+            return
+        task = asyncio.get_running_loop().create_task(check.forget(verified))
+        self._forgetting.add(task)
+        task.add_done_callback(self._forgetting.discard)
+
+    async def _unless_queued(
+        self, conn: Peer, pending: asyncio.Future[int], request_id: str | int | None
+    ) -> None:
+        """Await a publish only if it is already settled or the backlog is long."""
+        if pending.done() or self.backplane.backlog > MAX_UNAWAITED:
+            await pending  # BackplaneUnavailable becomes an UNAVAILABLE answer
+        else:
+            pending.add_done_callback(functools.partial(self._report, conn, request_id))
+
+    async def _addressed(self, a: Publish, agent: str) -> tuple[str, ...] | None:
+        """Who receives an addressed publish: the recipients, all members of
+        the space (checked cluster-wide), plus the sender's echo."""
+        if a.to is None:
+            return None
+        missing = await self.presence.missing_members(a.space, a.to)
+        if missing:
+            shown = ", ".join(repr(m) for m in missing[:5])
+            raise ProtocolError(
+                ErrorCode.INVALID_REQUEST,
+                f"to names agents that are not members of space {a.space!r}: {shown}",
+                a.request_id,
+            )
+        if a.echo and agent not in a.to:
+            return (*a.to, agent)
+        return a.to
+
+    def _once(self, a: Publish, agent: str, event_id: str, ts: int) -> Once | None:
+        if a.idempotency_key is None:
+            return None
+        return idempotency.once(agent, a.idempotency_key, event_id, ts, [a.data, a.to_field])
+
+    def _duplicate(self, conn: Peer, a: Publish, seq: int, once: Once) -> bool:
+        """Answer a retry (the backplane found its key) with the original's ids."""
+        if not isinstance(seq, Duplicate):
+            return False
+        if seq.digest != once.digest:
+            raise ProtocolError(
+                ErrorCode.INVALID_REQUEST,
+                f"idempotency_key {a.idempotency_key!r} was used for a different publish "
+                f"(event {seq.event_id})",
+                a.request_id,
+            )
+        conn.send_frame(
+            codec.published(a.request_id, a.space, seq.event_id, seq, seq.timestamp, True)
+        )
+        return True
+
+    def _report(
+        self, conn: Peer, request_id: str | int | None, pending: asyncio.Future[int]
+    ) -> None:
+        if pending.cancelled() or pending.exception() is None:
+            return
+        self.counters.backplane_errors += 1
+        if not conn.closing:
+            self.send_error(
+                conn,
+                ErrorCode.UNAVAILABLE,
+                f"{pending.exception()}: request not carried out",
+                request_id,
+            )
+
+    async def _publish_streamed(
+        self, conn: Peer, a: Publish, text: str, audience: tuple[str, ...] | None
+    ) -> None:
+        """A publish too big for one event goes out as deltas and a done."""
+        agent = conn.agent_id
+        stream_id = f"{agent}/{self.ids.event_id()}"
+        exclude = None if a.echo or audience is not None else agent
+        ts = codec.now_ms()
+        once = self._once(a, agent, stream_id, ts)  # claimed by the first delta
+        first = {k: v for k, v in a.data.items() if k != "text"}
+        for i, chunk in enumerate(codec.split_utf8(text, self.settings.stream_chunk)):
+            data = {**first, "text": chunk} if i == 0 else {"text": chunk}
+            rest = {"from": agent, "timestamp": ts, "data": data}
+            if i == 0 and audience is not None:
+                rest["to"] = a.to_field
+            head, tail = codec.sequenced("space.event.delta", a.space, stream_id, rest)
+            draft = Draft(
+                head, tail, exclude=exclude, stream=stream_id, to=audience,
+                op=StreamOp.OPEN if i == 0 else StreamOp.DELTA, once=once if i == 0 else None,
+            )  # fmt: skip
+            seq = await self.backplane.publish(a.space, draft)
+            if i == 0 and once is not None and self._duplicate(conn, a, seq, once):
+                return
+        head, tail = codec.sequenced(
+            "space.event.done", a.space, stream_id, {"from": agent, "timestamp": ts},
+            request_id=a.request_id,
+        )  # fmt: skip
+        # ``to`` on the done too: history readers get the routing of every frame.
+        draft = Draft(head, tail, exclude=exclude, stream=stream_id, op=StreamOp.END, to=audience)
+        seq = await self.backplane.publish(a.space, draft)
+        self.counters.published += 1
+        if not a.echo:
+            conn.send_frame(codec.published(a.request_id, a.space, stream_id, seq, ts))
+
+    async def stream_delta(self, conn: Peer, a: StreamDelta) -> None:
+        agent = conn.agent_id
+        data = a.data
+        if a.first and "from" not in data:
+            data["from"] = agent
+        head, tail = codec.sequenced(
+            "space.event.delta",
+            a.space,
+            a.stream_id,
+            {"from": agent, "timestamp": codec.now_ms(), "data": data},
+        )
+        op = StreamOp.OPEN if a.first else StreamOp.DELTA
+        exclude = None if a.echo else agent
+        pending = self.backplane.publish_nowait(
+            a.space, Draft(head, tail, exclude=exclude, stream=a.stream_id, op=op)
+        )
+        await self._unless_queued(conn, pending, a.request_id)
+
+    async def stream_done(self, conn: Peer, a: StreamDone) -> None:
+        head, tail = codec.sequenced(
+            "space.event.done", a.space, a.stream_id,
+            {"from": conn.agent_id, "timestamp": codec.now_ms()}, request_id=a.request_id,
+        )  # fmt: skip
+        draft = Draft(head, tail, stream=a.stream_id, op=StreamOp.END)
+        await self.backplane.publish(a.space, draft)
+        self.counters.published += 1
+
+    async def stream_cancel(self, conn: Peer, a: StreamCancel) -> None:
+        """End a publisher's stream early; the publisher always hears of it."""
+        agent = conn.agent_id
+        rest = {"from": agent, "timestamp": codec.now_ms(), "reason": a.reason}
+        head, tail = codec.sequenced(
+            "space.event.cancel", a.space, a.stream_id, rest, request_id=a.request_id
+        )
+        draft = Draft(head, tail, exclude=agent, stream=a.stream_id, op=StreamOp.END)
+        seq = await self.backplane.publish(a.space, draft)
+        if not conn.closing:
+            conn.send_frame(codec.complete(head, seq, tail))
+
+    def receiver_cancel(self, conn: Peer, a: ReceiverCancel) -> None:
+        if not self.registry.stop_receiving(conn, a.stream_id):
+            raise ProtocolError(
+                ErrorCode.INVALID_REQUEST,
+                f"not receiving a stream {a.stream_id[:260]!r}",
+                a.request_id,
+            )
+        conn.send_frame(codec.receiver_cancelled(a.request_id, a.space, a.stream_id))

@@ -1,0 +1,274 @@
+"""A hub connection: websockets' ServerConnection as a :class:`~hub.core.peer.Peer`.
+
+websockets drives the protocol (handshake, parsing, pings, closing); the
+hub's write path is the connection's :class:`~hub.net.outbox.Outbox`. This class
+keeps the two in order — before websockets writes anything of its own (a
+pong, a close frame) the pending outbox bytes go first, so no frame can
+overtake another — and makes sure nothing is written once the closing
+handshake began.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from websockets.asyncio.server import ServerConnection
+from websockets.exceptions import ConnectionClosed, PayloadTooBig
+from websockets.protocol import State
+
+from hub.core.authz import Grant
+from hub.core.frames import OutFrame
+from hub.core.peer import PeerKind
+from hub.net.handshake import HandshakeSlots
+from hub.net.outbox import Flusher, Outbox
+from protocol import codec
+from protocol.errors import CloseCode, ErrorCode
+
+if TYPE_CHECKING:
+    from hub.core.agent_record import AgentRecord
+    from hub.core.counters import Counters
+    from hub.core.session import Session
+    from hub.net.proxies import ClientAddress
+    from protocol.messages import AgentInfo
+
+OPEN = State.OPEN
+_ENDING = (State.CLOSING, State.CLOSED)
+# Closes websockets makes on its own when a peer breaks the protocol.
+_FAILURE_CODES = frozenset(
+    {int(CloseCode.PROTOCOL_ERROR), int(CloseCode.INVALID_DATA), int(CloseCode.MESSAGE_TOO_BIG)}
+)
+
+
+class HubConnection(ServerConnection):
+    """One agent's WebSocket. Node-wide parts are class attributes set by the server."""
+
+    kind = PeerKind.SOCKET
+    shared = False
+    flusher: Flusher
+    counters: Counters
+    handshakes: HandshakeSlots
+    outbox_limit: int = 4 * 1024 * 1024
+    #: permessage-deflate may be negotiated (``compression = deflate``).
+    compress_frames: bool = False
+    hub_close_timeout: float = 5.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.agent_id: str = ""
+        self.connection_id: str = ""
+        self.token: str | None = None
+        #: Who opened the connection (behind trusted proxies: the forwarded client).
+        self.client: ClientAddress | None = None
+        self.grant: Grant = Grant.unrestricted
+        #: What the handshake query declared (type, capabilities, metadata).
+        self.declared: AgentInfo | None = None
+        self.session: Session | None = None
+        self.record: AgentRecord | None = None
+        self.opened_at = time.monotonic()
+        self.hub_close_code: int | None = None
+        self.cleaned_up = asyncio.Event()
+        self.outbox = Outbox(
+            self.flusher, self.counters, self.outbox_limit, on_overflow=self._slow_consumer
+        )
+        #: The fan-out hands frames straight to the outbox: one call per delivery.
+        self.push: Callable[[OutFrame], bool] = self.outbox.push
+        #: Set by the server when this connection holds a per-IP slot.
+        self.release_client: Callable[[], None] | None = None
+        #: The ``bearer.*`` subprotocol the token came in, selected in the answer.
+        self.bearer_subprotocol: str | None = None
+        self._in_handshake = False
+        self._failure_reported = False
+        self._close_task: asyncio.Task[None] | None = None
+        # Resolved once the hub gives up on the connection (a probe stops waiting).
+        self._ending: asyncio.Future[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._in_handshake = self.handshakes.acquire()
+        if not self._in_handshake:
+            # Too many handshakes in progress: cut at once, before any read.
+            transport.abort()  # type: ignore[attr-defined]
+
+    def _handshake_over(self) -> None:
+        if self._in_handshake:
+            self._in_handshake = False
+            self.handshakes.release()
+
+    def start_outbox(self) -> None:
+        """Called once the handshake is done: the outbox starts writing."""
+        self._handshake_over()
+        compress = None
+        if self.protocol.extensions or self.compress_frames:
+            protocol = self.protocol
+
+            def compress(payload: bytes) -> list[bytes]:
+                # permessage-deflate: every connection compresses with its own context.
+                protocol.send_text(payload)
+                return protocol.data_to_send()
+
+        self.outbox.start(self.transport, compress)
+
+    # ── the write path ───────────────────────────────────────────────────
+
+    @property
+    def preframed(self) -> bool:
+        return self.outbox.preframed
+
+    def send_frame(self, payload: bytes) -> bool:
+        """Queue one message for this connection only."""
+        return self.outbox.push(OutFrame(payload, preframe=self.outbox.preframed))
+
+    def backlog(self) -> int:
+        return self.outbox.backlog
+
+    @property
+    def frames_out(self) -> int:
+        return self.outbox.frames_out
+
+    def _slow_consumer(self) -> None:
+        self.close_for(
+            CloseCode.SLOW_CONSUMER,
+            ErrorCode.SLOW_CONSUMER,
+            f"outbound queue over {self.outbox_limit} bytes: reading too slowly",
+        )
+
+    def send_data(self) -> None:
+        # websockets is about to write (pong, close frame…): our bytes first.
+        outbox = self.outbox
+        if outbox.pending_bytes:
+            outbox.flush()
+        if not self._failure_reported:
+            sent = self.protocol.close_sent
+            if sent is not None and sent.code in _FAILURE_CODES:
+                self._report_failure(int(sent.code))
+        super().send_data()
+        # After a close frame (ours or the peer's) only the handshake may
+        # follow, and a server half-closes right after it: never write again.
+        if outbox.open and self.protocol.state in _ENDING:
+            outbox.stop()
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self.outbox.paused = True
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self.outbox.paused = False
+
+    def data_received(self, data: bytes) -> None:
+        # Any inbound frame is liveness, control frames included: browsers and
+        # client libraries keep connections alive with pings. One clock read
+        # per socket read.
+        session = self.session
+        if session is not None:
+            session.last_seen = self.loop.time()
+        super().data_received(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._handshake_over()
+        release, self.release_client = self.release_client, None
+        if release is not None:
+            release()
+        self.outbox.stop()
+        self._end()
+        super().connection_lost(exc)
+
+    def _end(self) -> None:
+        ending = self._ending
+        if ending is not None and not ending.done():
+            ending.set_result(None)
+
+    def _report_failure(self, code: int) -> None:
+        """websockets failed the connection over a bad frame and queued its
+        close (1009, 1007, 1002): the contract wants an ``error`` event first."""
+        self._failure_reported = True
+        exc = self.protocol.parser_exc or self.connection_exc
+        if isinstance(exc, PayloadTooBig):
+            message = f"frame too big: {exc}"
+        elif isinstance(exc, UnicodeDecodeError) or code == CloseCode.INVALID_DATA:
+            message = "invalid UTF-8 in a text frame"
+        else:
+            message = f"WebSocket protocol error: {exc}"
+        self.counters.closes[code] += 1
+        self.counters.errors[ErrorCode.INVALID_REQUEST] += 1
+        self.hub_close_code = code
+        frame = OutFrame(codec.error(ErrorCode.INVALID_REQUEST, message))
+        self.outbox.push_last(frame)
+
+    # ── closing ──────────────────────────────────────────────────────────
+
+    @property
+    def closing(self) -> bool:
+        return not self.outbox.open
+
+    def close_for(self, code: CloseCode, error: ErrorCode, reason: str) -> None:
+        """Send an ``error`` event, then close with ``code``. Does not block.
+
+        Every close the hub initiates for a reason comes through here (or
+        :meth:`_report_failure`), so this is where closes are counted.
+        """
+        if self.hub_close_code is not None:
+            return
+        self._failure_reported = True  # this close is the hub's own, reported here
+        self.counters.closes[int(code)] += 1
+        self.counters.errors[error] += 1
+        self.hub_close_code = int(code)
+        if self.protocol.state is OPEN:
+            self.outbox.push_last(OutFrame(codec.error(error, reason)))
+        else:
+            self.outbox.stop()
+        if self.session is not None:
+            self.session.begin_close()
+        self._end()
+        self._close_task = asyncio.get_running_loop().create_task(
+            self.close_gracefully(code, reason)
+        )
+
+    async def close_gracefully(self, code: int, reason: str) -> None:
+        """Closing handshake with a deadline; a peer that doesn't answer is cut."""
+        self.outbox.open = False
+        if self.hub_close_code is None:
+            self.hub_close_code = int(code)
+        reason = reason.encode()[:120].decode(errors="ignore")
+        try:
+            async with asyncio.timeout(self.hub_close_timeout):
+                await self.close(code, reason)
+        except (TimeoutError, ConnectionClosed, OSError):
+            self.transport.abort()
+
+    def abort(self) -> None:
+        self.outbox.stop()
+        self.transport.abort()
+
+    async def probe(self, timeout: float) -> bool:
+        """Is the peer alive? A ping answered within ``timeout`` — and no
+        longer than the hub keeps the connection: closing it (heartbeat
+        timeout, abuse…) or losing it answers "dead" at once."""
+        if self.protocol.state is not OPEN or self.closing or timeout <= 0:
+            return False
+        if self._ending is None:
+            self._ending = self.loop.create_future()
+        ending = self._ending
+
+        async def pong() -> None:
+            waiter = await self.ping()
+            await waiter
+
+        task = self.loop.create_task(pong())
+        task.add_done_callback(_retrieve)
+        try:
+            done, _ = await asyncio.wait(
+                {task, ending}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            task.cancel()
+        return task in done and not task.cancelled() and task.exception() is None
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    """A probe's ping that lost the race may still fail: nobody awaits it."""
+    if not task.cancelled():
+        task.exception()

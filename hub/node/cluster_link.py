@@ -1,0 +1,204 @@
+"""What a node does as a member of a cluster.
+
+- **Liveness**: every heartbeat interval the node touches its presence
+  registration; a node silent for ``heartbeat_timeout`` is reaped by one of
+  the others, which announces its agents' departures (``space.members`` left,
+  ``agent.status`` offline) — within 2 × heartbeat timeout of its death.
+- **Data loss**: when the store answers that this node's registration is
+  missing (Redis restarted empty, or others reaped us during a pause), the
+  node restores its agents and memberships from its own connections.
+- **Remote liveness probes**: a duplicate agent id held on another node is
+  checked by asking that node to ping the holder (``probe`` / ``probe_result``
+  node messages); a dead holder is replaced and its node told to ``evict`` it.
+  A holder whose node is gone is dead without waiting for an answer: its node
+  no longer touches its presence registration, or nobody listens on its
+  channel any more (a killed process loses its Redis connections at once).
+- **Operator disconnects**: the server API or the status page on any node
+  closes an agent's connection through its node (``disconnect`` node message).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+import structlog
+
+from hub.cluster.backplane import Backplane
+from hub.cluster.presence import AgentRecord, Presence
+from hub.config.settings import Settings
+from hub.core.registry import Registry
+from hub.errors import BackplaneUnavailable
+from hub.handlers.agent_ids import EVICT_CLEANUP
+from hub.handlers.membership import Membership
+from protocol.errors import CloseCode, ErrorCode
+
+#: While waiting for a probe's answer, how often to check the node still listens.
+NODE_CHECK_INTERVAL = 0.5
+#: A node message that does nothing: sent only to count who listens.
+NODE_PING = b'{"op":"ping"}'
+
+
+class ClusterLink:
+    def __init__(
+        self,
+        settings: Settings,
+        node_id: str,
+        registry: Registry[Any],
+        presence: Presence,
+        backplane: Backplane,
+        membership: Membership,
+        *,
+        probe_local: Callable[[str], Awaitable[bool]],
+        evict_local: Callable[[str], None],
+        disconnect_local: Callable[[str, str], bool] | None = None,
+    ):
+        self.settings = settings
+        self.node_id = node_id
+        self.registry = registry
+        self.presence = presence
+        self.backplane = backplane
+        self.membership = membership
+        self._probe_local = probe_local
+        self._evict_local = evict_local
+        self._disconnect_local = disconnect_local
+        self.log = structlog.get_logger("hub").bind(node=node_id)
+        self._probes: dict[str, asyncio.Future[bool]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # ── liveness and reaping ────────────────────────────────────────────
+
+    async def tick(self) -> None:
+        """One round of touch / restore / reap; BackplaneUnavailable propagates."""
+        presence = self.presence
+        if await presence.touch_node():
+            await self._restore()
+        for reaped in await presence.reap_dead_nodes(self.settings.heartbeat_timeout):
+            self.log.info(
+                "reaped agent of dead node",
+                agent_id=reaped.record.agent_id,
+                dead_node=reaped.record.node_id,
+            )
+            for space in reaped.spaces:
+                await self.membership.announce_departure(space, reaped.record.agent_id)
+            holder = await presence.get_agent(reaped.record.agent_id)
+            if holder is None or holder.connection_id == reaped.record.connection_id:
+                # (An agent that already reconnected elsewhere is not offline.)
+                await self.membership.agent_status("offline", reaped.record)
+
+    async def _restore(self) -> None:
+        agents: list[AgentRecord] = []
+        memberships: dict[str, list[str]] = {}
+        for peer in self.registry:
+            if peer.session is None or peer.closing or peer.record is None:
+                continue
+            agents.append(peer.record)
+            for space in peer.session.spaces:
+                memberships.setdefault(space, []).append(peer.agent_id)
+        if not agents:
+            return
+        conflicts = await self.presence.restore(agents, memberships)
+        self.log.warning("presence restored", agents=len(agents), conflicts=len(conflicts))
+        for record in conflicts:
+            for peer in self.registry:
+                if peer.agent_id == record.agent_id and peer.record is not None:
+                    peer.close_for(
+                        CloseCode.AGENT_EXISTS,
+                        ErrorCode.AGENT_EXISTS,
+                        "agent connected elsewhere",
+                    )
+
+    # ── node messages ───────────────────────────────────────────────────
+
+    async def holder_alive(self, holder: AgentRecord) -> bool:
+        """Ask the holder's node to probe it; no answer in time means dead.
+
+        A holder found dead is evicted (and cleaned up) by its node before the
+        answer comes back.
+        """
+        settings = self.settings
+        if not await self.presence.node_alive(holder.node_id, settings.heartbeat_timeout):
+            return False
+        token = secrets.token_hex(8)
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._probes[token] = future
+        msg = {
+            "op": "probe",
+            "token": token,
+            "connection_id": holder.connection_id,
+            "reply_to": self.node_id,
+        }
+        loop = asyncio.get_running_loop()
+        # The holder's node answers within the probe timeout plus the
+        # eviction's cleanup (EVICT_CLEANUP): the newcomer's client is kept
+        # waiting for no longer than that, well under a connect timeout.
+        deadline = loop.time() + settings.liveness_probe_timeout + EVICT_CLEANUP + 1.0
+        try:
+            payload = orjson.dumps(msg)
+            while await self.backplane.send_to_node(holder.node_id, payload):
+                # Somebody listens there; should the node die while we wait,
+                # the next look finds nobody (a killed process loses its
+                # connections at once) instead of waiting out the deadline.
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return False
+                try:
+                    async with asyncio.timeout(min(NODE_CHECK_INTERVAL, remaining)):
+                        return await asyncio.shield(future)
+                except TimeoutError:
+                    payload = NODE_PING
+            return False  # nobody listens there: the node is gone
+        finally:
+            self._probes.pop(token, None)
+
+    async def evict_remote(self, holder: AgentRecord) -> None:
+        msg = {"op": "evict", "connection_id": holder.connection_id}
+        with contextlib.suppress(BackplaneUnavailable):
+            await self.backplane.send_to_node(holder.node_id, orjson.dumps(msg))
+
+    async def disconnect_remote(self, holder: AgentRecord, reason: str) -> bool:
+        """Ask the holder's node to disconnect it (an operator's request);
+        False when nobody listens there. BackplaneUnavailable propagates."""
+        msg = {"op": "disconnect", "connection_id": holder.connection_id, "reason": reason}
+        return await self.backplane.send_to_node(holder.node_id, orjson.dumps(msg)) > 0
+
+    def on_message(self, payload: bytes) -> None:
+        try:
+            msg = orjson.loads(payload)
+            op = msg["op"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            self.log.warning("malformed node message")
+            return
+        if op == "probe":
+            self._spawn(self._answer_probe(msg))
+        elif op == "probe_result":
+            future = self._probes.get(msg.get("token", ""))
+            if future is not None and not future.done():
+                future.set_result(bool(msg.get("alive")))
+        elif op == "evict":
+            self._evict_local(str(msg.get("connection_id", "")))
+        elif op == "disconnect" and self._disconnect_local is not None:
+            self._disconnect_local(str(msg.get("connection_id", "")), str(msg.get("reason", "")))
+        # "ping" (NODE_PING) needs no answer: its sender only counts listeners.
+
+    async def _answer_probe(self, msg: dict[str, Any]) -> None:
+        alive = await self._probe_local(str(msg.get("connection_id", "")))
+        reply = {"op": "probe_result", "token": msg.get("token"), "alive": alive}
+        with contextlib.suppress(BackplaneUnavailable):
+            await self.backplane.send_to_node(str(msg.get("reply_to")), orjson.dumps(reply))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def aclose(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for future in self._probes.values():
+            if not future.done():
+                future.cancel()

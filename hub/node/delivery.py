@@ -1,0 +1,130 @@
+"""Where the backplane hands what it carries: the node's side of the fan-out.
+
+The backplane pushes every finished message of a space this node subscribes
+to into :meth:`NodeDelivery.deliver`. A message of a space whose missed
+messages are being filled from history waits behind them
+(:mod:`hub.handlers.gaps`); everything else goes straight to
+:class:`FanOut`, which wraps the finished bytes in one
+:class:`~hub.core.frames.OutFrame` (the WebSocket frame is built once too)
+and calls the registry's one loop. Every 16th sequenced message has its
+publish-to-delivery latency measured — two clock reads, nothing per delivery.
+
+While the status page is on, :class:`CountingDelivery` also counts events
+per space (the page shows event rates); a node whose page is off does not
+pay for that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from hub.cluster.backplane import Delivery
+from hub.core.counters import Counters
+from hub.core.frames import OutFrame
+from hub.core.registry import Registry
+from hub.handlers.gaps import GapFiller
+
+#: Sequenced messages whose seq is a multiple of this have their
+#: publish-to-delivery latency measured.
+DELIVERY_SAMPLE = 16
+
+
+class FanOut:
+    """A finished message to this node's members of its space."""
+
+    __slots__ = ("_counters", "_lag", "_preframe", "_registry")
+
+    def __init__(
+        self,
+        registry: Registry[Any],
+        counters: Counters,
+        *,
+        preframe: bool,
+        lag: Callable[[], float],
+    ):
+        self._registry = registry
+        self._counters = counters
+        self._preframe = preframe
+        self._lag = lag
+
+    def __call__(self, message: Delivery) -> None:
+        seq = message.seq
+        sampled = seq is not None and not seq % DELIVERY_SAMPLE
+        if sampled:
+            started = time.perf_counter()
+        now = asyncio.get_running_loop().time() if message.stream is not None else 0.0
+        counters = self._counters
+        counters.deliveries += self._registry.deliver(
+            message.space,
+            OutFrame(message.frame, self._preframe),
+            exclude=message.exclude,
+            to=message.to,
+            stream=message.stream,
+            op=message.op,
+            now=now,
+        )
+        if sampled:
+            # The backplane's lag is this message's publish-to-receipt time.
+            counters.delivery_latency.observe(self._lag() + time.perf_counter() - started)
+
+
+class NodeDelivery:
+    """The node as the backplane's :class:`~hub.cluster.backplane.DeliveryHandler`."""
+
+    def __init__(
+        self,
+        registry: Registry[Any],
+        fan_out: FanOut,
+        gaps: GapFiller,
+        *,
+        on_ready: Callable[[bool], None],
+        on_node_message: Callable[[bytes], None],
+    ):
+        self._registry = registry
+        self._fan_out = fan_out
+        self._gaps = gaps
+        self._on_ready = on_ready
+        self._on_node_message = on_node_message
+
+    def deliver(self, message: Delivery) -> None:
+        if not self._registry.has_space(message.space):
+            return
+        gaps = self._gaps
+        if gaps.holding and gaps.hold(message):
+            return  # after the missed messages being filled in
+        self._fan_out(message)
+
+    def backplane_ready(self, ready: bool) -> None:
+        self._on_ready(ready)
+
+    def node_message(self, payload: bytes) -> None:
+        self._on_node_message(payload)
+
+    def missed(self, space: str, after: int, upto: int) -> None:
+        self._gaps.missed(space, after, upto)
+
+    def take_space_events(self) -> dict[str, int] | None:
+        """Events per space since the last call; ``None``: not counted."""
+        return None
+
+
+class CountingDelivery(NodeDelivery):
+    """:class:`NodeDelivery` that also counts events per local space."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._events: dict[str, int] = {}
+
+    def deliver(self, message: Delivery) -> None:
+        space = message.space
+        if self._registry.has_space(space):
+            events = self._events
+            events[space] = events.get(space, 0) + 1
+        super().deliver(message)
+
+    def take_space_events(self) -> dict[str, int] | None:
+        events, self._events = self._events, {}
+        return events

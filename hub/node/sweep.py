@@ -1,0 +1,102 @@
+"""The node's periodic sweep: heartbeat timeouts, idle streams, expired
+tokens, and the cluster tick, for every connection at once.
+
+One task per node, not one per connection: it wakes every
+``min(heartbeat_timeout, stream_idle_timeout) / 4`` (at most 5 s; a quarter of
+``token_refresh_grace`` when JWTs can expire).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from hub.config.settings import Settings
+from hub.core.actions import Close
+from hub.core.frames import OutFrame
+from hub.core.registry import Registry
+from hub.core.stream_audiences import StreamOp
+from hub.handlers.dispatch import Dispatcher
+from protocol import codec
+
+
+class Sweeper:
+    def __init__(
+        self,
+        settings: Settings,
+        registry: Registry[Any],
+        dispatcher: Dispatcher,
+        *,
+        settle: Callable[[], Awaitable[None]],
+        preframe: bool,
+        log: Any,
+    ):
+        self.settings = settings
+        self.registry = registry
+        self.dispatcher = dispatcher
+        self._settle = settle
+        self._preframe = preframe
+        self._log = log
+
+    @property
+    def interval(self) -> float:
+        s = self.settings
+        interval = max(0.02, min(s.heartbeat_timeout / 4, s.stream_idle_timeout / 4, 5.0))
+        if s.auth_mode == "jwt":  # the only credentials that expire
+            interval = max(0.02, min(interval, s.token_refresh_grace / 4))
+        return interval
+
+    async def run(self) -> None:
+        s = self.settings
+        interval = self.interval
+        loop = asyncio.get_running_loop()
+        next_tick = loop.time() + s.heartbeat_interval
+        while True:
+            await asyncio.sleep(interval)
+            now = loop.time()
+            try:
+                await self.sweep(now)
+                if now >= next_tick:
+                    next_tick = now + s.heartbeat_interval
+                    await self._settle()
+            except Exception:
+                self._log.exception("sweep failed")
+
+    async def sweep(self, now: float) -> None:
+        """Ask every session what time has decided, and carry it out through
+        the dispatcher — as if the connection had asked."""
+        idle = self.settings.stream_idle_timeout
+        wall = time.time()  # token expiry is wall-clock time (a JWT's exp)
+        run = self.dispatcher.run
+        for peer in self.registry:
+            session = peer.session
+            if session is None or peer.closing:
+                continue
+            close = session.check_liveness(now)
+            if close is not None:
+                await run(peer, close)
+                continue
+            if session.grant.expires_at is not None:
+                expired = session.check_expiry(wall)
+                if expired is not None:
+                    await run(peer, expired)
+                    if isinstance(expired, Close):
+                        continue
+            if session.open_streams:
+                for cancel in session.expire_streams(now, idle):
+                    await run(peer, cancel)
+        # Streams whose publisher's node went away without a last frame: their
+        # audience here gets a hub cancel, through the one fan-out loop.
+        for record in self.registry.idle_streams(now, idle * 2):
+            notice = codec.cancel_notice(
+                record.space, record.stream_id, record.publisher, "idle_timeout"
+            )
+            self.registry.deliver(
+                record.space,
+                OutFrame(notice, self._preframe),
+                stream=record.stream_id,
+                op=StreamOp.END,
+                now=now,
+            )

@@ -1,0 +1,257 @@
+"""Virtual members: agents that live inside the hub, for adapters.
+
+An adapter (a bridge to another protocol) is hosted by the node
+(:class:`Adapter`: ``start(host)`` / ``aclose()``, closed in reverse order)
+and acts in spaces through a :class:`VirtualMember` the node gives it
+(:meth:`hub.node.node.Node.attach`). A virtual member has a session like a
+WebSocket connection and its requests go through the same dispatcher, so
+seq, order, addressed delivery, membership events, limits and cluster fan-out
+hold for it exactly as for any agent.
+
+What the node sends it arrives in :meth:`VirtualMember.push`: replies to its
+own requests resolve the waiting :meth:`VirtualMember.request`; everything
+else (events, deltas, membership changes) is queued — bounded in bytes — for
+the adapter's handler, called one message at a time in delivery order. The
+member's own events (its echo, on any node) are not passed on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import structlog
+
+from hub.core.frames import OutFrame
+from hub.core.peer import PeerKind
+from protocol.errors import CloseCode, ErrorCode
+
+if TYPE_CHECKING:
+    from hub.cluster.presence import AgentRecord
+    from hub.core.peer import Peer
+    from hub.core.session import Session
+
+MessageHandler = Callable[[dict[str, Any]], Awaitable[None]]
+Receive = Callable[["Peer", str, float], Awaitable[None]]
+
+# Replies that answer a request by their ``id``.
+_ID_REPLIES = frozenset(
+    {
+        "agent.registered",
+        "agent.heartbeat",
+        "space.joined",
+        "space.left",
+        "space.list",
+        "space.published",
+        "space.members",
+        "space.history",
+        "agent.list",
+        "space.event.cancel",
+    }
+)
+
+
+class RequestFailed(Exception):
+    """A virtual member's request was answered with an ``error`` event."""
+
+    def __init__(self, error: dict[str, Any]):
+        super().__init__(f"{error.get('code')}: {error.get('message')}")
+        self.code = str(error.get("code"))
+        self.error = error
+
+
+class VirtualMember:
+    """One adapter's agent inside the node. Created by the host's ``attach``."""
+
+    #: Frames for it are read, never written to a socket: no wire bytes.
+    preframed = False
+
+    def __init__(
+        self,
+        agent_id: str,
+        connection_id: str,
+        receive: Receive,
+        handler: MessageHandler | None,
+        *,
+        session: Session,
+        record: AgentRecord,
+        detach: Callable[[VirtualMember], Awaitable[None]],
+        shared: bool = False,
+        queue_bytes: int = 4 * 1024 * 1024,
+        request_prefix: str = "",
+    ):
+        self.agent_id = agent_id
+        self.connection_id = connection_id
+        self.shared = shared
+        self.kind = PeerKind.SHARED if shared else PeerKind.VIRTUAL
+        self.session = session
+        self.record = record
+        self.cleaned_up = asyncio.Event()
+        #: The host's clean-up after the member (leaves, departures); once.
+        self._detach: Callable[[VirtualMember], Awaitable[None]] | None = detach
+        self.dropped = 0
+        self._receive = receive
+        self._handler = handler
+        self._closing = False
+        self._ids = (f"{request_prefix}{connection_id}-{n}" for n in itertools.count(1))
+        self._waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._queue: deque[tuple[dict[str, Any], int]] = deque()
+        self._queued_bytes = 0
+        self._queue_limit = queue_bytes
+        self._wakeup = asyncio.Event()
+        self._consumer: asyncio.Task[None] | None = None
+        self._closer: asyncio.Task[None] | None = None
+        self._log = structlog.get_logger("hub.node.virtual").bind(agent_id=agent_id)
+
+    def start(self) -> None:
+        if self._handler is not None and self._consumer is None:
+            self._consumer = asyncio.get_running_loop().create_task(self._consume())
+
+    # ── Member / Peer ───────────────────────────────────────────────────
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    def push(self, frame: OutFrame) -> bool:
+        if self._closing:
+            return False
+        try:
+            msg = orjson.loads(frame.payload)
+        except orjson.JSONDecodeError:
+            return False
+        if self._waiting and self._answer(msg):
+            return True
+        if self._handler is None or msg.get("from") == self.agent_id:
+            return True
+        size = len(frame.payload)
+        if self._queued_bytes + size > self._queue_limit:
+            # The adapter is not keeping up: drop, count, say so once.
+            if not self.dropped:
+                self._log.warning("virtual member queue full: dropping messages")
+            self.dropped += 1
+            return False
+        self._queue.append((msg, size))
+        self._queued_bytes += size
+        self._wakeup.set()
+        return True
+
+    def send_frame(self, payload: bytes) -> bool:
+        return self.push(OutFrame(payload, preframe=False))
+
+    def close_for(self, code: CloseCode, error: ErrorCode, reason: str) -> None:
+        if self._closing:
+            return
+        self._log.warning("virtual member closed by the hub", code=int(code), reason=reason)
+        self._closing = True
+        self._closer = asyncio.get_running_loop().create_task(self.aclose())
+
+    def abort(self) -> None:
+        self.close_for(CloseCode.HEARTBEAT_TIMEOUT, ErrorCode.HEARTBEAT_TIMEOUT, "aborted")
+
+    async def probe(self, timeout: float) -> bool:
+        return not self._closing
+
+    def backlog(self) -> int:
+        return 0  # its queue is bounded on its own (``queue_bytes``)
+
+    async def drain(self) -> None:
+        return None
+
+    # ── requests ────────────────────────────────────────────────────────
+
+    async def request(self, msg: dict[str, Any], timeout: float = 30.0) -> dict[str, Any]:
+        """Send ``msg`` (an ``id`` is set) and return its reply; an ``error``
+        reply raises :class:`RequestFailed`."""
+        rid = next(self._ids)
+        msg = {**msg, "id": rid}
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._waiting[rid] = future
+        try:
+            await self._receive(self, orjson.dumps(msg).decode(), _now())
+            async with asyncio.timeout(timeout):
+                reply = await future
+        finally:
+            self._waiting.pop(rid, None)
+        if reply.get("type") == "error":
+            raise RequestFailed(reply)
+        return reply
+
+    async def send(self, msg: dict[str, Any]) -> None:
+        """Send ``msg`` without waiting for a reply (errors reach the handler)."""
+        await self._receive(self, orjson.dumps(msg).decode(), _now())
+
+    async def join(self, space: str) -> dict[str, Any]:
+        return await self.request({"type": "space.join", "space": space})
+
+    async def leave(self, space: str) -> dict[str, Any]:
+        return await self.request({"type": "space.leave", "space": space})
+
+    async def publish(
+        self,
+        space: str,
+        data: dict[str, Any],
+        *,
+        to: str | list[str] | None = None,
+        echo: bool = True,
+    ) -> dict[str, Any]:
+        """Publish; returns the event as delivered (or ``space.published``)."""
+        msg: dict[str, Any] = {"type": "space.publish", "space": space, "data": data}
+        if to is not None:
+            msg["to"] = to
+        if not echo:
+            msg["echo"] = False
+        return await self.request(msg)
+
+    def _answer(self, msg: dict[str, Any]) -> bool:
+        kind = msg.get("type")
+        rid = msg.get("id") if kind in _ID_REPLIES else None
+        if rid is None and (kind == "error" or msg.get("from") == self.agent_id):
+            rid = msg.get("request_id")
+        future = self._waiting.get(rid) if isinstance(rid, str) else None
+        if future is None or future.done():
+            return False
+        future.set_result(msg)
+        return True
+
+    # ── delivery to the adapter ────────────────────────────────────────
+
+    async def _consume(self) -> None:
+        assert self._handler is not None
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            while self._queue:
+                msg, size = self._queue.popleft()
+                self._queued_bytes -= size
+                try:
+                    await self._handler(msg)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    self._log.exception("adapter handler failed", type=msg.get("type"))
+
+    async def aclose(self) -> None:
+        """Leave every space and release the agent id. Idempotent."""
+        self._closing = True
+        detach, self._detach = self._detach, None
+        if detach is None:
+            return
+        consumer = self._consumer
+        if consumer is not None and consumer is not asyncio.current_task():
+            consumer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await consumer
+        for future in self._waiting.values():
+            if not future.done():
+                future.cancel()
+        await detach(self)
+
+
+def _now() -> float:
+    return asyncio.get_running_loop().time()

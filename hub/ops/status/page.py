@@ -1,0 +1,191 @@
+"""The live status page at ``/admin`` on the HTTP port (docs/api.md).
+
+Off unless ``admin_token`` is set (every ``/admin`` path is then 404). A
+browser logs in with the token through a form and gets a session cookie
+(:mod:`hub.ops.api.auth`); scripts may send ``Authorization: Bearer TOKEN``
+instead. The page is static HTML, CSS and one small script shipped in the
+package (``hub/ops/status/static/``): no build step, nothing from elsewhere (it works
+offline, and its Content-Security-Policy allows only this origin). The script
+polls ``GET /admin/state`` every two seconds — the nodes, spaces and agents of
+the whole cluster — and its disconnect buttons call ``POST
+/admin/agents/{id}/disconnect``, which does what the server API's does.
+
+A state-changing request must come from the page itself: the cookie is
+``SameSite=Strict``, and the request must be JSON (which a cross-site form
+cannot send) with no foreign ``Origin``.
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from typing import Any
+
+from aiohttp import web
+
+from hub.errors import BackplaneUnavailable
+from hub.ops.api.auth import AdminSessions, Secret
+from hub.ops.api.errors import ApiError, json_response
+from hub.ops.api.operations import Operations
+from protocol import codec
+from protocol.errors import ErrorCode
+
+#: Spaces and agents one state document shows at most (the busiest spaces,
+#: the first agents by id; the page says when there are more).
+MAX_SPACES = 500
+MAX_AGENTS = 500
+STATIC = {"admin.js": "text/javascript", "admin.css": "text/css"}
+HTML_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
+    "img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; "
+    "base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+_LOGIN_MESSAGE = "<!--message-->"
+
+
+def _asset(name: str) -> str:
+    return (files("hub.ops.status") / "static" / name).read_text(encoding="utf-8")
+
+
+class StatusPage:
+    def __init__(self, operations: Operations | None, admin_token: str | None):
+        self.ops = operations
+        self.sessions = AdminSessions(Secret(admin_token)) if admin_token is not None else None
+        if self.sessions is not None:
+            self._page = _asset("index.html")
+            self._login = _asset("login.html")
+            self._static = {name: _asset(name) for name in STATIC}
+
+    def routes(self) -> list[web.RouteDef]:
+        if self.sessions is None or self.ops is None:
+            return [web.route("*", "/admin", _off), web.route("*", "/admin/{tail:.*}", _off)]
+        return [
+            web.get("/admin", self.page),
+            web.get("/admin/", _to_page),
+            web.post("/admin/login", self.login),
+            web.post("/admin/logout", self.logout),
+            web.get("/admin/state", self.state),
+            web.post("/admin/agents/{agent_id}/disconnect", self.disconnect),
+            web.get("/admin/static/{name}", self.static),
+        ]
+
+    # ── pages ───────────────────────────────────────────────────────────
+
+    async def page(self, request: web.Request) -> web.Response:
+        assert self.sessions is not None
+        if self.sessions.authenticated(request):
+            return _html(self._page)
+        return _html(self._login.replace(_LOGIN_MESSAGE, ""))
+
+    async def login(self, request: web.Request) -> web.Response:
+        assert self.sessions is not None
+        form = await request.post()
+        token = form.get("token")
+        if isinstance(token, str) and self.sessions.token.matches(token):
+            response = web.HTTPSeeOther("/admin")
+            self.sessions.set_cookie(request, response)
+            raise response
+        message = '<p class="error" role="alert">That token is not right.</p>'
+        return _html(self._login.replace(_LOGIN_MESSAGE, message), status=401)
+
+    async def logout(self, request: web.Request) -> web.Response:
+        response = web.HTTPSeeOther("/admin")
+        AdminSessions.clear_cookie(request, response)
+        raise response
+
+    async def static(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if name not in STATIC:
+            raise web.HTTPNotFound()
+        return web.Response(
+            text=self._static[name],
+            content_type=STATIC[name],
+            headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"},
+        )
+
+    # ── JSON ────────────────────────────────────────────────────────────
+
+    async def state(self, request: web.Request) -> web.Response:
+        try:
+            self._check(request)
+            q = request.query
+            return json_response(await self.snapshot(q.get("capability"), q.get("space")))
+        except ApiError as exc:
+            return exc.response()
+        except BackplaneUnavailable as exc:
+            return ApiError(ErrorCode.UNAVAILABLE, str(exc)).response()
+
+    async def snapshot(self, capability: str | None, space: str | None) -> dict[str, Any]:
+        """The cluster as the page shows it."""
+        assert self.ops is not None
+        docs = await self.ops.node_documents()
+        rates: dict[str, float] = {}
+        for doc in docs:
+            for name, rate in (doc.pop("space_rates", None) or {}).items():
+                # Every node with members of a space receives all its events.
+                rates[name] = max(rates.get(name, 0.0), float(rate))
+        spaces = await self.ops.spaces()
+        for entry in spaces:
+            entry["events_per_s"] = rates.get(entry["id"], 0.0)
+        spaces.sort(key=lambda e: (-e["member_count"], e["id"]))
+        page = await self.ops.agents(
+            capability=capability or None, space=space or None, limit=MAX_AGENTS
+        )
+        return {
+            "generated_at": codec.now_ms(),
+            "node": self.ops.node_id,
+            "nodes": docs,
+            "spaces": spaces[:MAX_SPACES],
+            "spaces_total": len(spaces),
+            "agents": page["agents"],
+            "agents_more": page["next_cursor"] is not None,
+        }
+
+    async def disconnect(self, request: web.Request) -> web.Response:
+        assert self.ops is not None
+        try:
+            self._check(request)
+            _same_origin_json(request)
+            try:
+                body = await request.json() if await request.read() else {}
+            except ValueError:
+                raise ApiError(ErrorCode.INVALID_REQUEST, "the body is not valid JSON") from None
+            reason = body.get("reason") if isinstance(body, dict) else None
+            result = await self.ops.disconnect(request.match_info["agent_id"], reason)
+            return json_response(result)
+        except ApiError as exc:
+            return exc.response()
+        except BackplaneUnavailable as exc:
+            return ApiError(ErrorCode.UNAVAILABLE, str(exc)).response()
+
+    def _check(self, request: web.Request) -> None:
+        assert self.sessions is not None
+        if not self.sessions.authenticated(request):
+            raise ApiError("UNAUTHENTICATED", "log in at /admin, or send Authorization: Bearer")
+
+
+def _same_origin_json(request: web.Request) -> None:
+    """Refuse what a page of another site could make a browser send."""
+    if request.content_type != "application/json":
+        raise ApiError(ErrorCode.INVALID_REQUEST, "send the request as application/json")
+    origin = request.headers.get("Origin")
+    if origin is not None and origin != f"{request.scheme}://{request.host}":
+        if origin.partition("://")[2] != request.host:  # a TLS-terminating proxy: scheme differs
+            raise ApiError(ErrorCode.UNAUTHORIZED, "cross-origin requests are refused")
+
+
+def _html(text: str, status: int = 200) -> web.Response:
+    return web.Response(text=text, status=status, content_type="text/html", headers=HTML_HEADERS)
+
+
+async def _to_page(request: web.Request) -> web.Response:
+    raise web.HTTPMovedPermanently("/admin")
+
+
+async def _off(request: web.Request) -> web.Response:
+    return web.Response(
+        status=404, text="not found: the status page is off on this hub (admin_token is unset)\n"
+    )

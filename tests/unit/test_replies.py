@@ -1,0 +1,156 @@
+"""Streams put back together and replies matched to waiting requests (no I/O)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from adapters.replies import ReplyWaiters, StreamAssembler
+
+
+def event(event_id: str, data: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "space.event", "space": "s", "event_id": event_id, "data": data}
+
+
+def delta(stream_id: str, text: str, **data: Any) -> dict[str, Any]:
+    return {"type": "space.event.delta", "space": "s", "event_id": stream_id,
+            "data": {"text": text, **data}}  # fmt: skip
+
+
+def done(stream_id: str) -> dict[str, Any]:
+    return {"type": "space.event.done", "space": "s", "event_id": stream_id}
+
+
+def cancel(stream_id: str, reason: str = "cancelled") -> dict[str, Any]:
+    return {"type": "space.event.cancel", "space": "s", "event_id": stream_id, "reason": reason}
+
+
+# ── StreamAssembler ────────────────────────────────────────────────────────
+
+
+def test_a_stream_is_put_back_together():
+    asm = StreamAssembler(max_bytes=100)
+    assert asm.start(delta("a/1", "Hel", model="m", in_reply_to="e1")) is None
+    assert asm.feed(delta("a/1", "lo ")) is None
+    assert asm.feed(delta("other", "ignored")) is None
+    assert asm.feed(delta("a/1", "wörld")) is None
+    whole = asm.feed(done("a/1"))
+    assert whole is not None and whole.failure is None
+    assert whole.event["type"] == "space.event" and whole.event["event_id"] == "a/1"
+    assert whole.data == {"text": "Hello wörld", "model": "m", "in_reply_to": "e1"}
+    assert len(asm) == 0 and asm.feed(done("a/1")) is None
+
+
+def test_bounds_in_bytes_and_in_streams():
+    asm = StreamAssembler(max_bytes=10, max_streams=2)
+    assert asm.start(delta("a/1", "ü" * 5)) is None  # 10 bytes: at the bound
+    lost = asm.feed(delta("a/1", "x"))
+    assert lost is not None and lost.failure == "stream larger than 10 bytes"
+    assert "a/1" not in asm
+    assert asm.start(delta("a/2", "")) is None
+    assert asm.start(delta("a/3", "")) is None
+    refused = asm.start(delta("a/4", ""))
+    assert refused is not None and "more than 2 streams" in refused.failure
+    asm.drop("a/2")
+    assert asm.start(delta("a/4", "")) is None
+
+
+def test_a_cancelled_stream_is_a_failure_and_odd_frames_are_ignored():
+    asm = StreamAssembler(max_bytes=100)
+    asm.start(delta("a/1", "x"))
+    assert asm.feed({"type": "space.event.delta", "event_id": "a/1", "data": "no"}) is None
+    assert asm.feed({"type": "space.event.delta", "event_id": "a/1"}) is None
+    assert asm.feed({"type": "space.members", "event_id": "a/1"}) is None
+    lost = asm.feed(cancel("a/1", "publisher_disconnected"))
+    assert lost is not None and lost.failure == "stream cancelled (publisher_disconnected)"
+    assert asm.start({"type": "space.event.delta"}) is None  # no event id: not tracked
+
+
+# ── ReplyWaiters ───────────────────────────────────────────────────────────
+
+
+async def test_the_first_reply_resolves_and_others_are_ignored():
+    waiters = ReplyWaiters(100)
+    future = waiters.expect("e1")
+    waiters.feed(event("x", {"body": "not a reply"}))
+    waiters.feed(event("x", {"in_reply_to": "e2", "body": "someone else's"}))
+    assert not future.done()
+    waiters.feed(event("r1", {"in_reply_to": "e1", "body": "first"}))
+    waiters.feed(event("r2", {"in_reply_to": "e1", "body": "second"}))
+    assert future.result().data["body"] == "first"
+    waiters.forget("e1")
+    assert len(waiters) == 0
+
+
+async def test_a_streamed_reply_claims_the_request():
+    waiters = ReplyWaiters(100)
+    future = waiters.expect("e1")
+    waiters.feed(delta("b/1", "par", in_reply_to="e1", status="success"))
+    # A later plain reply does not overtake the stream that answered first.
+    waiters.feed(event("r2", {"in_reply_to": "e1", "body": "later"}))
+    waiters.feed(delta("b/1", "ts"))
+    assert not future.done()
+    waiters.feed(done("b/1"))
+    assert future.result().data == {"text": "parts", "in_reply_to": "e1", "status": "success"}
+    waiters.forget("e1")
+    assert waiters.assembling == 0
+
+
+async def test_a_lost_stream_resolves_with_its_failure():
+    waiters = ReplyWaiters(4)
+    future = waiters.expect("e1")
+    waiters.feed(delta("b/1", "12345", in_reply_to="e1"))
+    assert future.result().failure == "stream larger than 4 bytes"
+    other = waiters.expect("e2")
+    waiters.feed(delta("b/2", "1", in_reply_to="e2"))
+    waiters.feed(cancel("b/2"))
+    assert other.result().failure == "stream cancelled (cancelled)"
+
+
+async def test_forgetting_drops_a_half_assembled_stream():
+    waiters = ReplyWaiters(100)
+    waiters.expect("e1")
+    waiters.feed(delta("b/1", "x", in_reply_to="e1"))
+    assert waiters.assembling == 1
+    waiters.forget("e1")  # the request timed out
+    assert waiters.assembling == 0
+    waiters.feed(delta("b/1", "y"))
+    waiters.feed(done("b/1"))
+    assert len(waiters) == 0
+
+
+async def test_a_reply_that_overtakes_the_publish_is_kept_for_it():
+    waiters = ReplyWaiters(100)
+    with waiters.publishing():
+        waiters.feed(event("r1", {"in_reply_to": "e1", "body": "quick"}))
+        waiters.feed(delta("b/9", "st", in_reply_to="e9"))
+        waiters.feed(delta("b/9", "ream"))
+        waiters.feed(done("b/9"))
+        quick = waiters.expect("e1")
+        streamed = waiters.expect("e9")
+    assert quick.result().data["body"] == "quick"
+    assert streamed.result().data["text"] == "stream"
+    # Outside a publish nothing is kept: a reply to an unknown request is dropped.
+    waiters.feed(event("r3", {"in_reply_to": "e3", "body": "late"}))
+    assert not waiters.expect("e3").done()
+
+
+async def test_the_stash_is_bounded():
+    waiters = ReplyWaiters(100, stash_size=3)
+    with waiters.publishing():
+        for n in range(10):
+            waiters.feed(event(f"r{n}", {"in_reply_to": f"e{n}", "body": n}))
+        assert not waiters.expect("e0").done()  # pushed out by later ones
+        assert waiters.expect("e9").result().data["body"] == 9
+
+
+async def test_fail_all_raises_in_every_waiter():
+    waiters = ReplyWaiters(100)
+    futures = [waiters.expect(f"e{n}") for n in range(3)]
+    futures[0].set_result(None)  # type: ignore[arg-type]
+    waiters.fail_all(RuntimeError("shutting down"))
+    for future in futures[1:]:
+        with pytest.raises(RuntimeError):
+            await asyncio.wait_for(future, 1)
