@@ -20,7 +20,7 @@
  * requests.
  */
 
-import { CloseCode, ConnectionClosed, HubClientError, RequestTimeout } from "./errors.js";
+import { CloseCode, ConnectionClosed, HubClientError, ReplyTimeout } from "./errors.js";
 import {
   acknowledged,
   parseAgentPage,
@@ -40,7 +40,7 @@ import {
   type Registration,
   type SpaceInfo,
 } from "./models.js";
-import { asData, type PublishOptions, type RequestOptions } from "./options.js";
+import { asData, type PublishOptions, type ReplyOptions, type RequestOptions } from "./options.js";
 import { joinMessage } from "./positions.js";
 import { everyPage, type ReplyWaiter } from "./requests.js";
 import { ClientSession } from "./session.js";
@@ -87,21 +87,25 @@ export class HubClient extends ClientSession {
    * again (the hub publishes it at most once).
    */
   publish(space: string, data: Data | string, options: PublishOptions = {}): Promise<Event> {
-    return this.publishWith(space, data, options, null);
+    return this.publishWith(space, data, options, null, null);
   }
 
   /**
-   * Ask: publish `data` and resolve with the first event whose `data.in_reply_to`
-   * is the published event's id — a streamed reply assembled. Throws
-   * `RequestTimeout` when none comes within `timeout` (default 30 s).
+   * Ask: publish `data` (addressed with `to`) and resolve with the first event
+   * whose `data.in_reply_to` is the published event's id — a streamed reply
+   * assembled (check `complete`). No reply within `timeout` ms (default 30 000,
+   * publishing included) throws `ReplyTimeout`; the client stopping for good
+   * throws its error.
    */
   async request(space: string, data: Data | string, options: RequestOptions = {}): Promise<Event> {
     const timeout = options.timeout ?? 30_000;
+    const deadline = performance.now() + timeout;
     let waiter: ReplyWaiter | null = null;
     const replies = this.inbox.replies;
     let sent: Event;
     try {
-      sent = await this.publishWith(space, data, options, (rid) => (waiter = replies.expect(rid, waiter)));
+      const onId = (rid: string): void => void (waiter = replies.expect(rid, waiter));
+      sent = await this.publishWith(space, data, options, onId, deadline);
     } catch (error) {
       if (waiter !== null) replies.abandon(waiter, error as Error);
       throw error;
@@ -110,9 +114,13 @@ export class HubClient extends ClientSession {
     // The reader binds the request to its event id from the frame that acknowledged
     // the publish, before any later frame; this covers an acknowledgement it missed.
     if (pending.eventId === null) replies.acknowledged(pending.requestId, sent.eventId);
-    const timer = setTimeout(() => {
-      replies.abandon(pending, new RequestTimeout(`no reply to ${pending.eventId} within ${timeout} ms`));
-    }, timeout);
+    const timer = setTimeout(
+      () => {
+        const message = `no reply to ${sent.eventId} in ${space} within ${timeout} ms`;
+        replies.abandon(pending, new ReplyTimeout(message, sent.eventId));
+      },
+      Math.max(0, deadline - performance.now()),
+    );
     try {
       return await pending.promise;
     } finally {
@@ -120,11 +128,14 @@ export class HubClient extends ClientSession {
     }
   }
 
-  /** Answer `event`: publish `data` with `in_reply_to` = its id, addressed to its sender. */
-  async reply(event: Event, data: Data | string, options: Omit<PublishOptions, "to"> = {}): Promise<Event> {
-    if (!event.from || event.from === "@hub") throw new TypeError("only an agent's event can be replied to");
+
+  /** Answer `event`: publish `data` with `in_reply_to` = its id in its space,
+   * addressed to its sender (`to: null`: to every member; or other agents). An event
+   * of the hub itself (`"@hub"`) is answered unaddressed. */
+  async reply(event: Event, data: Data | string, options: ReplyOptions = {}): Promise<Event> {
     const payload = { ...asData(data), in_reply_to: event.eventId };
-    return this.publish(event.space, payload, { ...options, to: event.from });
+    const to = options.to === undefined ? senderOf(event) : options.to;
+    return this.publish(event.space, payload, { ...options, to: to ?? undefined });
   }
 
   /** Every space of the hub (cluster-wide) with its member count. */
@@ -192,20 +203,19 @@ export class HubClient extends ClientSession {
 
   /** A stream to publish to `space`: `write()` … `end()`, or `pipe(tokens)`. */
   stream(space: string, options: StreamOptions = {}): OutgoingStream {
-    return new OutgoingStream(
-      this.streamOwner,
-      space,
-      options.eventId ?? `st-${randomHex(6)}`,
-      { ...(options.data ?? {}) },
-      options.echo ?? true,
-      this.streams.newPrefix(),
-    );
+    const eventId = options.eventId ?? `st-${randomHex(6)}`;
+    return new OutgoingStream(this.streamOwner, space, eventId, options, this.streams.newPrefix());
   }
 
-  /** A stream that answers `event` (`data.in_reply_to`). Client streams cannot be
-   * addressed: every member of the space receives it. */
-  replyStream(event: Event, options: Omit<StreamOptions, "data"> & { data?: Data } = {}): OutgoingStream {
-    return this.stream(event.space, { ...options, data: { ...(options.data ?? {}), in_reply_to: event.eventId } });
+  /** A stream that answers `event`: its first delta carries `in_reply_to`, and
+   * `to` as `reply()` sets it — though this hub version relays client streams to
+   * every member of the space (it routes only publishes by `to`). */
+  replyStream(event: Event, options: StreamOptions = {}): OutgoingStream {
+    return this.stream(event.space, {
+      ...options,
+      data: { ...(options.data ?? {}), in_reply_to: event.eventId },
+      to: options.to === undefined ? senderOf(event) : options.to,
+    });
   }
 
   // ── internals ──────────────────────────────────────────────────────────
@@ -215,6 +225,7 @@ export class HubClient extends ClientSession {
     data: Data | string,
     options: PublishOptions,
     onId: ((rid: string) => void) | null,
+    deadline: number | null,
   ): Promise<Event> {
     const payload = asData(data);
     const msg: Frame = { type: "space.publish", space, data: payload, echo: options.echo ?? true };
@@ -223,7 +234,8 @@ export class HubClient extends ClientSession {
     let reply: Frame;
     for (let attempt = 0; ; attempt++) {
       try {
-        reply = await this.connection.request({ ...msg }, onId === null ? {} : { onId });
+        const timeout = deadline === null ? undefined : Math.max(1, deadline - performance.now());
+        reply = await this.connection.request({ ...msg }, { onId: onId ?? undefined, timeout });
         break;
       } catch (error) {
         const retry =
@@ -242,6 +254,13 @@ export class HubClient extends ClientSession {
     }
     return acknowledged(space, this.agentId, payload, reply);
   }
+}
+
+const AGENT_ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
+
+/** Whom a reply to `event` goes to by default: its sender, unless the hub sent it. */
+function senderOf(event: Event): string | null {
+  return AGENT_ID.test(event.from) ? event.from : null;
 }
 
 function randomHex(bytes: number): string {

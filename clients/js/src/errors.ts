@@ -7,6 +7,7 @@
  * │   ├── ConnectionFailed      could not open: refused, DNS, TLS, HTTP status (.status)
  * │   └── ConnectionClosed      closed after opening (.closeCode, .closeReason)
  * ├── RequestTimeout            no answer in time (the request may still have been carried out)
+ * │   └── ReplyTimeout          request(): published, but nobody replied in time (.eventId)
  * ├── BufferFull                the outbound buffer stayed full: nothing was sent
  * ├── SubscriptionEnded         take() on a subscription that was closed
  * ├── StreamCancelled           a stream this client publishes ended early (.reason)
@@ -129,6 +130,17 @@ export class ConnectionClosed extends HubConnectionError {
 /** The hub did not answer in time. The request may still have been carried out. */
 export class RequestTimeout extends HubClientError {
   static override readonly defaultCode: string = "TIMEOUT";
+}
+
+/** `request()` published its event (`eventId`) but no reply came in time; a late
+ * answer can still be matched by hand (its `data.in_reply_to`). */
+export class ReplyTimeout extends RequestTimeout {
+  readonly eventId: string;
+
+  constructor(message: string, eventId: string) {
+    super(message);
+    this.eventId = eventId;
+  }
 }
 
 /** The outbound buffer stayed over its bound for a whole request timeout, or too

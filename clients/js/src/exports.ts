@@ -3,7 +3,7 @@
  */
 
 export { HubClient } from "./client.js";
-export type { ClientOptions, EventsOptions, PublishOptions, RequestOptions } from "./options.js";
+export type { ClientOptions, EventsOptions, PublishOptions, ReplyOptions, RequestOptions } from "./options.js";
 export type { ConnectionState } from "./connection.js";
 export { Backoff, type BackoffOptions } from "./reconnect.js";
 export {
@@ -19,6 +19,7 @@ export {
   InternalError,
   InvalidRequest,
   RateLimited,
+  ReplyTimeout,
   RequestTimeout,
   SpaceFull,
   SpaceNotFound,
@@ -57,5 +58,5 @@ export type {
   SocketRequest,
   TokenPlacement,
 } from "./socket.js";
-export { OutgoingStream, type StreamOptions, type StreamState } from "./streams.js";
+export { COALESCE_MS, MAX_DELTA_CHARS, OutgoingStream, type StreamOptions, type StreamState } from "./streams.js";
 export { Subscription } from "./subscriptions.js";

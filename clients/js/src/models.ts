@@ -32,6 +32,8 @@ export interface Event {
   readonly data: Data;
   /** `data.text` when it is a string. */
   readonly text: string | null;
+  /** `data.in_reply_to` when it is a string: the event this one answers. */
+  readonly inReplyTo: string | null;
   readonly to: string | string[] | null;
   readonly requestId: RequestId | null;
   readonly streamed: boolean;
@@ -200,6 +202,7 @@ export function makeEvent(fields: {
 }): Event {
   const status = fields.status ?? "complete";
   const text = fields.data.text;
+  const inReplyTo = fields.data.in_reply_to;
   return {
     kind: "event",
     space: fields.space,
@@ -209,6 +212,7 @@ export function makeEvent(fields: {
     timestamp: fields.timestamp,
     data: fields.data,
     text: typeof text === "string" ? text : null,
+    inReplyTo: typeof inReplyTo === "string" ? inReplyTo : null,
     to: fields.to ?? null,
     requestId: fields.requestId ?? null,
     streamed: fields.streamed ?? false,

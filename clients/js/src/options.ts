@@ -71,6 +71,11 @@ export interface PublishOptions {
   echo?: boolean;
 }
 
+export interface ReplyOptions extends Omit<PublishOptions, "to"> {
+  /** Whom the reply goes to: the event's sender by default; null: every member. */
+  to?: string | string[] | null;
+}
+
 export interface RequestOptions extends PublishOptions {
   /** Milliseconds to wait for the reply (default 30 000). */
   timeout?: number;

@@ -8,6 +8,14 @@
  * was published meanwhile, and the rejoin's `space.joined` says whether it could
  * (`recovered`) — reported as a `Resumed`.
  *
+ * `agent.status` is the exception: it is rejoined from now, not resumed. Its
+ * events describe presence — who is online — and replayed after a reconnect they
+ * would be stale news told as if it were happening now, this agent's own
+ * `offline` (its old connection's) among them. What a watcher needs after a gap is
+ * the current state, which the directory gives (`findAgents()`); so the rejoin is
+ * reported as a `Resumed` with `recovered: false`, and the live events follow (the
+ * Python client does the same).
+ *
  * Pure bookkeeping, fed by the client's reader and by its requests: no I/O.
  */
 
@@ -20,6 +28,9 @@ import {
   type Position,
   type Resumed,
 } from "./models.js";
+
+/** Spaces rejoined from now after a reconnect, not resumed (see above). */
+export const NOT_RESUMED: ReadonlySet<string> = new Set(["agent.status"]);
 
 /** `space.join`, resuming from `since` when given. */
 export function joinMessage(space: string, since: Position | null | undefined): Frame {
@@ -95,7 +106,7 @@ export class JoinedSpaces {
   rejoining(space: string): Position | null {
     const since = this.position(space);
     if (since !== null) this.resuming.set(space, since);
-    return since;
+    return NOT_RESUMED.has(space) ? null : since;
   }
 
   /** The hub refused the rejoin: the space is no longer joined. */

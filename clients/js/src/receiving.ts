@@ -25,7 +25,7 @@ import {
   type Registration,
   type Resumed,
 } from "./models.js";
-import { JoinedSpaces } from "./positions.js";
+import { JoinedSpaces, NOT_RESUMED } from "./positions.js";
 import { ReplyWaiters, type PendingRequests } from "./requests.js";
 import type { OutgoingStreams } from "./streams.js";
 import { Router } from "./subscriptions.js";
@@ -140,7 +140,9 @@ export class Inbox {
 
   /** Tell the application how a rejoin after a reconnect went. */
   private resumed(resumed: Resumed): void {
-    if (!resumed.recovered) {
+    if (NOT_RESUMED.has(resumed.space)) {
+      this.context.log.info(`rejoined ${resumed.space} from now (presence is not replayed)`);
+    } else if (!resumed.recovered) {
       const why = resumed.epoch !== resumed.since.epoch ? "lost: new epoch" : "no longer reaches back";
       this.context.log.warn(
         `rejoined ${resumed.space}: events after seq ${resumed.since.seq} could not be recovered (history ${why})`,

@@ -40,8 +40,10 @@ describe("a hub that stops answering", () => {
     await reader.connect();
     await writer.connect();
     await reader.join(space);
+    await reader.join("agent.status");
     await writer.join(space);
     const events = reader.events(space, { resumed: true });
+    const presence = reader.events("agent.status", { resumed: true });
     const incoming = writer.stream(space);
     await incoming.write("started");
     const mine = reader.stream(space, { echo: false });
@@ -67,6 +69,10 @@ describe("a hub that stops answering", () => {
     for (const ping of waiting) assert.ok(await ping);
     const resumed = await nextMatching(events, (m) => m.kind === "resumed", 10_000);
     assert.equal(resumed.recovered, true, "the same hub process still has the history");
+    // Presence is rejoined from now, never replayed: old news would read as new.
+    const rejoined = await nextMatching(presence, (m) => m.kind === "resumed", 10_000);
+    assert.equal(rejoined.recovered, false);
+    presence.close();
     await writer.waitConnected(15_000);
     const sentOnce = await within(15_000, once, "the idempotent publish");
     assert.ok(writerLog.some((m) => m.startsWith("publish interrupted")), "it was sent again");

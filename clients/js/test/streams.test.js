@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 
-import { Client, RateLimited, RequestTimeout, StreamCancelled, Unauthorized } from "agora-hub-client";
+import { Client, RateLimited, ReplyTimeout, RequestTimeout, StreamCancelled, Unauthorized } from "agora-hub-client";
 
 import { HubProcess, nextMatching, unique } from "./support/servers.js";
 
@@ -69,6 +69,28 @@ describe("outgoing streams", () => {
       ["done", "", `${alice.agentId}/tokens-1`],
     ]);
     assert.ok(got[0].seq < got[1].seq && got[1].seq < got[2].seq);
+    frames.close();
+  });
+
+  test("token writes are coalesced into few deltas; coalesce: 0 sends one per write", async () => {
+    const [space, alice, bob] = await room("alice", "bob");
+    const frames = bob.events(space, { chunks: true });
+    const s = alice.stream(space, { echo: false });
+    const tokens = Array.from({ length: 400 }, (_, i) => `t${i} `);
+    for (const token of tokens) await s.write(token); // far above the hub's 100 messages/s
+    await s.end();
+    const deltas = [];
+    for (let frame = await frames.take(5000); frame.kind === "delta"; frame = await frames.take(5000)) deltas.push(frame);
+    assert.equal(deltas.map((d) => d.text).join(""), tokens.join(""));
+    assert.equal(s.written, 400);
+    assert.equal(s.sent, deltas.length);
+    assert.ok(deltas.length < 40, `${deltas.length} deltas`);
+
+    const plain = alice.stream(space, { coalesce: 0, echo: false });
+    for (const token of ["a", "b", "c"]) await plain.write(token);
+    await plain.end();
+    const each = [await frames.take(5000), await frames.take(5000), await frames.take(5000)];
+    assert.deepEqual(each.map((f) => [f.kind, f.text]), [["delta", "a"], ["delta", "b"], ["delta", "c"]]);
     frames.close();
   });
 
@@ -188,6 +210,7 @@ describe("request and reply", () => {
     await answered;
     assert.equal(reply.text, "echo: ping?");
     assert.equal(reply.from, answerer.agentId);
+    assert.equal(reply.inReplyTo, reply.data.in_reply_to);
     assert.equal(reply.to, asker.agentId);
     assert.equal(typeof reply.data.in_reply_to, "string");
     await assert.rejects(seen.take(300), RequestTimeout, "neither the question nor the answer reached the bystander");
@@ -212,8 +235,27 @@ describe("request and reply", () => {
     questions.close();
   });
 
-  test("no reply in time is a RequestTimeout", async () => {
+  test("reply(to: null) answers in front of everyone", async () => {
+    const [space, asker, answerer, bystander] = await room("asker", "answerer", "bystander");
+    const questions = answerer.events(space);
+    const seen = bystander.events(space);
+    const asking = asker.request(space, "anyone?", { timeout: 5000 });
+    const question = await nextMatching(questions, (e) => e.from === asker.agentId);
+    const answer = await answerer.reply(question, "yes", { to: null });
+    assert.equal(answer.to, null);
+    assert.equal((await asking).eventId, answer.eventId);
+    const heard = await nextMatching(seen, (e) => e.from === answerer.agentId);
+    assert.deepEqual([heard.text, heard.inReplyTo], ["yes", question.eventId]);
+    questions.close();
+    seen.close();
+  });
+
+  test("no reply in time is a ReplyTimeout", async () => {
     const [space, asker] = await room("asker", "silent");
-    await assert.rejects(asker.request(space, "anyone?", { timeout: 300 }), RequestTimeout);
+    await assert.rejects(asker.request(space, "anyone?", { timeout: 300 }), (e) => {
+      assert.ok(e instanceof ReplyTimeout && e instanceof RequestTimeout);
+      assert.match(e.eventId, /./, "the request was published: its id says which");
+      return true;
+    });
   });
 });
