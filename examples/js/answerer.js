@@ -56,6 +56,6 @@ for (const signal of ["SIGINT", "SIGTERM"]) process.once(signal, () => client.cl
 
 // Ends when the client is closed; throws if the hub refuses it for good.
 for await (const event of client.events(space)) {
-  const isQuestion = event.complete && event.from !== client.agentId && event.data.in_reply_to === undefined;
+  const isQuestion = event.complete && event.from !== client.agentId && event.inReplyTo === null;
   if (isQuestion) void answer(event); // one question does not hold up the next
 }
