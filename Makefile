@@ -10,7 +10,9 @@ RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 ARGS   ?=
 
-.PHONY: run test bench fuzz fuzz-http soak lint venv clean
+JS     := clients/js
+
+.PHONY: run test test-js bench fuzz fuzz-http soak lint lint-js venv clean
 
 venv: $(DEV_STAMP)
 
@@ -31,6 +33,21 @@ run: $(RUN_STAMP)
 
 test: $(DEV_STAMP)
 	$(BIN)/python -m pytest -q $(ARGS)
+	$(MAKE) --no-print-directory test-js
+
+# Node >= 20 with npm, or: outside CI a skip with a note, under CI=true a failure
+# (nothing may be skipped there; .ci/run installs Node).
+NODE_CHECK = if ! node -e 'process.exit(+process.versions.node.split(".")[0] >= 20 ? 0 : 1)' 2>/dev/null \
+	|| ! command -v npm >/dev/null 2>&1; then \
+	case "$${CI:-}" in 1|true|TRUE|True|yes) \
+	echo "Node >= 20 with npm is needed for the JavaScript client (.ci/run installs it)" >&2; exit 1;; esac; \
+	echo "skipping the JavaScript client: Node >= 20 with npm is not installed" >&2; exit 0; fi
+# npm ci when node_modules is missing or older than the lock file (it builds dist/ too).
+JS_DEPS = cd $(JS) && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; }
+
+# The JavaScript client's node --test suites, against real hub processes (.venv's).
+test-js: $(RUN_STAMP)
+	@$(NODE_CHECK); $(JS_DEPS) && npm test
 
 bench: $(DEV_STAMP)
 	$(BIN)/python -m tests.benchmarks $(ARGS)
@@ -52,6 +69,11 @@ soak: $(DEV_STAMP)
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check hub protocol adapters $(CLIENT) tests
 	$(BIN)/ruff format --check hub protocol adapters $(CLIENT) tests
+	$(MAKE) --no-print-directory lint-js
+
+# tsc --noEmit over the JavaScript client's source and the examples.
+lint-js:
+	@$(NODE_CHECK); $(JS_DEPS) && npm run --silent typecheck
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache $(JS)/node_modules $(JS)/dist
