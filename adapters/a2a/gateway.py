@@ -46,8 +46,10 @@ from hub.adapter_host import (
     AdapterHost,
     AuthError,
     BackplaneUnavailable,
+    BodyRefused,
     Caller,
-    read_at_most,
+    check_json,
+    read_body,
 )
 from protocol import codec
 from protocol.a2a import jsonrpc
@@ -56,7 +58,6 @@ from protocol.a2a.jsonrpc import RpcError, RpcRequest
 from protocol.a2a.mapping import VIA, cancel_data, request_data
 from protocol.a2a.model import SendParams, TaskState, send_params, task_query
 from protocol.a2a.tasks import TaskRecord
-from protocol.errors import ProtocolError
 from protocol.names import is_valid_agent_id
 
 log = structlog.get_logger("adapters.a2a")
@@ -268,17 +269,13 @@ class A2aGateway:
 
         The one place a body is read: only after it is whole and valid does a
         request take a slot (an open task, a stream)."""
-        limit = self.max_body_bytes
-        body = await read_at_most(request.content, limit, request.content_length)
-        if body is None:
-            error = RpcError(jsonrpc.INVALID_REQUEST, f"Request body exceeds {limit} bytes")
-            raise Refused(answers.rpc_error(error, 413))
-        obj = jsonrpc.decode(body)
         try:
-            codec.check_json_bounds(body.decode("utf-8", "replace"), obj)
-        except ProtocolError as exc:
+            body = await read_body(request, self.max_body_bytes)
+            obj = jsonrpc.decode(body)  # -32700 for what is not JSON
+            check_json(body.decode("utf-8", "replace"), obj)
+        except BodyRefused as exc:
             error = RpcError(jsonrpc.INVALID_REQUEST, exc.message)
-            raise Refused(answers.rpc_error(error, 400)) from None
+            raise Refused(answers.rpc_error(error, exc.status)) from None
         return obj
 
     # ── SendMessage / SendStreamingMessage ───────────────────────────────

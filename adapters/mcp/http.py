@@ -13,17 +13,24 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from hub.adapter_host import read_at_most
+from hub.adapter_host import check_json
+from hub.adapter_host import read_body as host_read_body
 from protocol.mcp import jsonrpc
 
 #: The custom JSON-RPC code of transport refusals (no session, not allowed…).
 REFUSED = -32600
 
 
-async def read_body(request: web.Request, limit: int) -> bytes | None:
-    """The whole request body, or ``None`` as soon as it is known to exceed
-    ``limit`` (answer 413). The one place ``/mcp`` reads a body."""
-    return await read_at_most(request.content, limit, request.content_length)
+async def read_body(request: web.Request, limit: int) -> bytes:
+    """The whole request body; :class:`BodyRefused` past ``limit`` (413) or
+    when it cannot be decoded (400). The one place ``/mcp`` reads a body."""
+    return await host_read_body(request, limit)
+
+
+def check_depth(body: bytes, decoded: object) -> None:
+    """:class:`BodyRefused` (400) for JSON nested deeper than a frame may be:
+    what a call carries is published one event's worth of levels down."""
+    check_json(body.decode("utf-8", "replace"), decoded)
 
 
 def wants_sse(request: web.Request) -> bool:

@@ -37,7 +37,7 @@ from adapters.mcp.catalog import ToolCatalog
 from adapters.mcp.options import McpOptions
 from adapters.mcp.sessions import McpSession, Sessions
 from adapters.mcp.streams import NotificationStreams
-from hub.adapter_host import AdapterHost, AuthError, BackplaneUnavailable, Caller
+from hub.adapter_host import AdapterHost, AuthError, BackplaneUnavailable, BodyRefused, Caller
 from protocol.mcp import jsonrpc, results, revisions
 from protocol.mcp.jsonrpc import ClientReply, JsonRpcError, Notification, Request
 
@@ -173,22 +173,30 @@ class McpServer:
         caller = await self._caller(request)
         if isinstance(caller, web.Response):
             return caller
-        body = await http.read_body(request, self.options.max_body_bytes)
-        if body is None:
-            limit = self.options.max_body_bytes
-            return http.refused(413, f"Request body larger than {limit} bytes")
+        try:
+            body = await http.read_body(request, self.options.max_body_bytes)
+        except BodyRefused as exc:
+            return http.refused(exc.status, exc.message)
         modern = revisions.is_modern(request.headers.get(revisions.PROTOCOL_VERSION_HEADER))
         try:
-            message = jsonrpc.parse_message(body)
+            message = jsonrpc.parse_message(body, check=http.check_depth)
+        except BodyRefused as exc:
+            return http.refused(exc.status, exc.message)
+        except JsonRpcError as exc:
+            return self._rpc_error(request, exc, modern)
+        try:
             if isinstance(message, Notification | ClientReply):
                 found = await self._session(request, caller)
                 return found if isinstance(found, web.Response) else http.accepted()
             return await self._request(request, caller, message, modern)
         except JsonRpcError as exc:
-            status = revisions.MODERN_ERROR_STATUS.get(exc.code, 200) if modern else 200
-            if exc.code in (jsonrpc.PARSE_ERROR, jsonrpc.INVALID_REQUEST):
-                status = 400
-            return http.answer(request, exc.response(), status=status)
+            return self._rpc_error(request, exc, modern)
+
+    def _rpc_error(self, request: web.Request, exc: JsonRpcError, modern: bool) -> web.Response:
+        status = revisions.MODERN_ERROR_STATUS.get(exc.code, 200) if modern else 200
+        if exc.code in (jsonrpc.PARSE_ERROR, jsonrpc.INVALID_REQUEST):
+            status = 400
+        return http.answer(request, exc.response(), status=status)
 
     async def _request(
         self, request: web.Request, caller: Caller, message: Request, modern: bool

@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from protocol.codec import MAX_DEPTH
 from protocol.errors import ErrorCode, ProtocolError
 
 # JSON-RPC 2.0
@@ -130,6 +131,8 @@ def decode(body: bytes) -> object:
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
+        if "depth" in str(exc):  # past orjson's own bound: too deep to be read at all
+            raise RpcError(INVALID_REQUEST, f"JSON nested deeper than {MAX_DEPTH} levels") from None
         raise RpcError(PARSE_ERROR, f"Parse error: {exc}") from None
 
 

@@ -11,10 +11,13 @@ JSON-RPC a little: an id is a string or an integer (never ``null``), and
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+from protocol.codec import MAX_DEPTH
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -91,12 +94,19 @@ class ClientReply:
 Message = Request | Notification | ClientReply
 
 
-def parse_message(body: bytes) -> Message:
-    """One JSON-RPC message from an HTTP body; :class:`JsonRpcError` otherwise."""
+def parse_message(body: bytes, check: Callable[[bytes, Any], None] | None = None) -> Message:
+    """One JSON-RPC message from an HTTP body; :class:`JsonRpcError` otherwise.
+    ``check`` (the body and its decoded value) may refuse it before it is read
+    as a message."""
     try:
         decoded = orjson.loads(body)
-    except orjson.JSONDecodeError:
+    except orjson.JSONDecodeError as exc:
+        if "depth" in str(exc):  # past orjson's own bound: too deep to be read at all
+            message = f"JSON nested deeper than {MAX_DEPTH} levels"
+            raise JsonRpcError(INVALID_REQUEST, message) from None
         raise JsonRpcError(PARSE_ERROR, "Parse error: the body is not JSON") from None
+    if check is not None:
+        check(body, decoded)
     return message_from(decoded)
 
 

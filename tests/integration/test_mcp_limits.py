@@ -38,7 +38,7 @@ MALFORMED = [
     (b"", 400, -32700),
     (b"{", 400, -32700),
     (b"\xff\x00garbage", 400, -32700),
-    (b"[" * 5000, 400, -32700),
+    (b"[" * 5000, 400, -32600),  # too deep to read: the nesting bound says so
     (b"[]", 400, -32600),
     (b'[{"jsonrpc":"2.0","id":1,"method":"ping"}]', 400, -32600),
     (b"42", 400, -32600),
@@ -110,7 +110,7 @@ async def test_a_20_mb_body_is_refused_and_the_hub_keeps_serving(hub, http):
     mcp = McpHttp(http, server.http_url)
     raw = b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"' + b"x" * 20_000_000 + b'"}}'
     refused = await mcp.post(raw)  # refused from its Content-Length
-    assert refused.status == 413 and "larger than" in refused.error["message"]
+    assert refused.status == 413 and "exceeds" in refused.error["message"]
 
     async def chunks() -> AsyncIterator[bytes]:
         for start in range(0, len(raw), 1 << 20):
@@ -119,6 +119,25 @@ async def test_a_20_mb_body_is_refused_and_the_hub_keeps_serving(hub, http):
     headers = {"Content-Type": "application/json"}
     async with http.post(mcp.url, data=chunks(), headers=headers) as resp:  # no Content-Length
         assert resp.status == 413
+    await still_serving(mcp)
+
+
+@pytest.mark.parametrize("depth", [63, 65, 300, 2000])
+async def test_deep_json_is_a_clear_400_at_every_depth(hub, http, depth):
+    """Arguments nested past what an event may carry (64 levels, as frames)
+    are refused before anything is published, never a 5xx."""
+    server = await hub()
+    mcp = McpHttp(http, server.http_url)
+    nested = "[" * depth + "]" * depth
+    raw = (
+        b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"space_publish",'
+        b'"arguments":{"space":"lab","data":{"x":' + nested.encode() + b"}}}}"
+    )
+    answer = await mcp.post(raw)
+    if depth + 6 > 64:  # the body itself: params, arguments, data, x …
+        assert answer.status == 400 and "nested deeper than 64" in answer.error["message"]
+    else:
+        assert answer.status < 500
     await still_serving(mcp)
 
 
