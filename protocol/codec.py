@@ -382,6 +382,21 @@ def receiver_cancelled(request_id: str | int | None, space: str, event_id: str) 
     )
 
 
+def receiver_gone_notice(space: str, event_id: str, receiver: str) -> bytes:
+    """Tells a hub-hosted stream publisher (a bridge) that ``receiver`` cancelled
+    its copy of the stream: ``from`` is the receiver."""
+    return dumps(
+        {
+            "type": "space.event.cancel",
+            "space": space,
+            "event_id": event_id,
+            "from": receiver,
+            "timestamp": now_ms(),
+            "reason": "receiver_cancelled",
+        }
+    )
+
+
 def cancel_notice(space: str, event_id: str, publisher: str, reason: str) -> bytes:
     """A cancel a node makes up locally for a stream whose end never came."""
     return dumps(

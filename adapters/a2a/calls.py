@@ -258,6 +258,11 @@ class CallTable:
         if stream is not None:
             stream.refused(error)
 
+    def streaming(self, prefix: str) -> Call | None:
+        """The call whose reply stream is ``prefix`` (its event id and a dot)."""
+        stream = self._streams.get(prefix)
+        return next((c for c in self._calls.values() if c.stream is stream), None)
+
     def find(self, sender: object, task_id: str | None, event_id: str | None) -> Call | None:
         """The sender's call answering ``event_id``, or working on ``task_id``."""
         call = self._calls.get(event_id) if event_id is not None else None

@@ -238,6 +238,9 @@ class A2aOutbound:
 
     async def _on_message(self, msg: dict[str, Any]) -> None:
         kind = msg.get("type")
+        if kind == "space.event.cancel" and msg.get("reason") == "receiver_cancelled":
+            await self._receiver_cancelled(msg)
+            return
         if kind == "space.event":
             if self._addressed(msg):
                 await self._accept(msg)
@@ -375,6 +378,22 @@ class A2aOutbound:
         if answer["status"] == "success":
             answer["state"] = "canceled"
         await self._publish(event, {**answer, "task_id": task_id})
+
+    async def _receiver_cancelled(self, notice: dict[str, Any]) -> None:
+        """The sender cancelled its copy of a reply stream (``space.event.cancel``
+        as a receiver; the hub tells the bridge): the remote task is cancelled
+        (``CancelTask``) and the stream ends."""
+        assert self.remote is not None
+        stream_id = str(notice.get("event_id"))
+        call = self._calls.streaming(stream_id.partition("/")[2] + ".")
+        if call is None or call.request.sender != notice.get("from"):
+            return
+        call.interrupt()
+        if call.task_id is not None:
+            try:
+                await self.remote.cancel(call.task_id)
+            except RemoteFailure as exc:
+                log.info("a2a CancelTask failed", agent_id=self.agent_id, reason=exc.reason)
 
     # ── answers ─────────────────────────────────────────────────────────
 

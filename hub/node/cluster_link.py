@@ -31,10 +31,12 @@ import structlog
 from hub.cluster.backplane import Backplane
 from hub.cluster.presence import AgentRecord, Presence
 from hub.config.settings import Settings
+from hub.core.peer import PeerKind
 from hub.core.registry import Registry
 from hub.errors import BackplaneUnavailable
 from hub.handlers.agent_ids import EVICT_CLEANUP
 from hub.handlers.membership import Membership
+from protocol import codec
 from protocol.errors import CloseCode, ErrorCode
 
 #: While waiting for a probe's answer, how often to check the node still listens.
@@ -183,7 +185,35 @@ class ClusterLink:
             self._evict_local(str(msg.get("connection_id", "")))
         elif op == "disconnect" and self._disconnect_local is not None:
             self._disconnect_local(str(msg.get("connection_id", "")), str(msg.get("reason", "")))
+        elif op == "receiver_cancel":
+            self._tell_local(
+                str(msg.get("space", "")), str(msg.get("stream", "")), str(msg.get("receiver", ""))
+            )
         # "ping" (NODE_PING) needs no answer: its sender only counts listeners.
+
+    async def tell_publisher(self, space: str, stream_id: str, receiver: str) -> None:
+        """``receiver`` cancelled its copy of a relayed stream: the stream's
+        publisher hears of it, on whichever node it is, when it is one of the
+        hub's own members (a bridge may then stop the call that feeds the
+        stream). An agent's socket is not told: receiver cancels stay the
+        receiver's own (contract §5). BackplaneUnavailable propagates."""
+        publisher = stream_id.partition("/")[0]
+        if self._tell_local(space, stream_id, receiver):
+            return
+        holder = await self.presence.get_agent(publisher)
+        if holder is None or holder.node_id == self.node_id:
+            return
+        msg = {"op": "receiver_cancel", "space": space, "stream": stream_id, "receiver": receiver}
+        await self.backplane.send_to_node(holder.node_id, orjson.dumps(msg))
+
+    def _tell_local(self, space: str, stream_id: str, receiver: str) -> bool:
+        """True when the publisher is on this node (told if it is a virtual member)."""
+        peer = self.registry.agents.get(stream_id.partition("/")[0])
+        if peer is None:
+            return False
+        if peer.kind in (PeerKind.VIRTUAL, PeerKind.SHARED) and not peer.closing:
+            peer.send_frame(codec.receiver_gone_notice(space, stream_id, receiver))
+        return True
 
     async def _answer_probe(self, msg: dict[str, Any]) -> None:
         alive = await self._probe_local(str(msg.get("connection_id", "")))

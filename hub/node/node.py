@@ -238,7 +238,7 @@ class Node:
             StreamDelta: publishing.stream_delta,
             StreamDone: publishing.stream_done,
             StreamCancel: publishing.stream_cancel,
-            ReceiverCancel: publishing.receiver_cancel,
+            ReceiverCancel: self._receiver_cancel,
             Send: _send,
             Reject: self._reject,
             Close: _close,
@@ -252,6 +252,12 @@ class Node:
             ReadHistory: recovery.history,
             Refresh: expiry.refresh,
         }
+
+    async def _receiver_cancel(self, peer: Peer, a: ReceiverCancel) -> None:
+        """A receiver stops its copy of a stream; a bridge publishing it hears of it."""
+        self.publishing.receiver_cancel(peer, a)
+        with contextlib.suppress(BackplaneUnavailable):
+            await self.cluster.tell_publisher(a.space, a.stream_id, peer.agent_id)
 
     def _reject(self, peer: Peer, a: Reject) -> None:
         self.send_error(peer, a.error.code, a.error.message, a.error.request_id)

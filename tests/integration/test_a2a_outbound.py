@@ -261,6 +261,32 @@ async def test_a_sender_cancels_a_call(hub, remotes):
     await alice.close()
 
 
+async def test_a_senders_cancel_of_the_reply_stream_cancels_the_remote_task(hub, remotes):
+    """Contract §13: the sender's ``space.event.cancel`` of the reply stream (a
+    receiver's cancel) → ``CancelTask`` on the remote; the stream is relayed no more."""
+    remote = await remotes()
+    outbound = bridge(remote.url, timeout=20)
+    server = await hub(adapters=[outbound])
+    await outbound.card_read.wait()
+    alice = await member(server)
+    request = await send(alice, {"text": "hang"})
+    first = await alice._until(
+        lambda m: m.get("from") == BRIDGE and (m.get("data") or {}).get("in_reply_to") == request,
+        15,
+    )
+    assert first["type"] == "space.event.delta"
+    stopped = await alice.request(
+        {"type": "space.event.cancel", "space": first["space"], "event_id": first["event_id"]}
+    )
+    assert stopped["reason"] == "receiver_cancelled"
+    async with asyncio.timeout(15):
+        while "CancelTask" not in remote.methods():
+            remote.called.clear()
+            if "CancelTask" not in remote.methods():
+                await remote.called.wait()
+    await alice.close()
+
+
 async def test_bounds_on_queue_and_bodies(hub, remotes):
     remote = await remotes()
     outbound = bridge(

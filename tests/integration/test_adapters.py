@@ -204,3 +204,91 @@ async def test_a_shared_member_keeps_its_membership_when_one_copy_fails_or_leave
     await first.aclose()
     await second.aclose()
     await asker.close()
+
+
+class Streamer:
+    """Records what reaches a virtual member that publishes a stream."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, Any]] = []
+        self.arrived = asyncio.Event()
+
+    async def on_message(self, msg: dict[str, Any]) -> None:
+        self.seen.append(msg)
+        self.arrived.set()
+
+    async def notice(self, timeout: float = 10.0) -> dict[str, Any]:
+        async with asyncio.timeout(timeout):
+            while True:
+                for msg in self.seen:
+                    if msg.get("type") == "space.event.cancel":
+                        return msg
+                self.arrived.clear()
+                await self.arrived.wait()
+
+
+async def _receiver_cancel_reaches_the_bridge(publisher_node: Any, receiver_node: Any) -> None:
+    streamer = Streamer()
+    member = await publisher_node.node.host.attach("streamer", streamer.on_message)
+    await member.join(SPACE)
+    bob = await WsClient.connect(receiver_node.url, "bob")
+    await bob.join(SPACE)
+    await member.send(
+        {"type": "space.event.delta", "space": SPACE, "event_id": "s1", "data": {"text": "a"}}
+    )
+    first = await bob.wait_for("space.event.delta")
+    stopped = await bob.request(
+        {"type": "space.event.cancel", "space": SPACE, "event_id": first["event_id"]}
+    )
+    assert stopped["reason"] == "receiver_cancelled"
+    notice = await streamer.notice()
+    assert notice == {
+        "type": "space.event.cancel",
+        "space": SPACE,
+        "event_id": "streamer/s1",
+        "from": "bob",
+        "timestamp": notice["timestamp"],
+        "reason": "receiver_cancelled",
+    }
+    # The stream goes on for anyone else; bob gets no more of it.
+    await member.send(
+        {"type": "space.event.delta", "space": SPACE, "event_id": "s1", "data": {"text": "b"}}
+    )
+    ping = await bob.request({"type": "space.publish", "space": SPACE, "data": {"n": 1}})
+    assert ping["type"] == "space.event"
+    assert not [m for m in bob.backlog if m.get("type") == "space.event.delta"]
+    await bob.close()
+    await member.aclose()
+
+
+async def test_a_receivers_cancel_reaches_a_bridge_publishing_the_stream(hub):
+    server = await hub()
+    await _receiver_cancel_reaches_the_bridge(server, server)
+
+
+@pytest.mark.redis
+async def test_a_receivers_cancel_reaches_a_bridge_on_another_node(hub, redis_server):
+    settings = {"redis_url": redis_server.url, "heartbeat_interval": 0.5, "heartbeat_timeout": 5}
+    one = await hub(**settings)
+    two = await hub(**settings)
+    await _receiver_cancel_reaches_the_bridge(one, two)
+
+
+async def test_an_agents_socket_is_not_told_of_receiver_cancels(hub):
+    """Contract §5: a receiver's cancel is the receiver's own; a WebSocket
+    publisher hears nothing of it."""
+    server = await hub()
+    alice = await WsClient.connect(server.url, "alice")
+    bob = await WsClient.connect(server.url, "bob")
+    await alice.join(SPACE)
+    await bob.join(SPACE)
+    await alice.send(
+        {"type": "space.event.delta", "space": SPACE, "event_id": "s1", "data": {"text": "a"}}
+    )
+    first = await bob.wait_for("space.event.delta")
+    await bob.request({"type": "space.event.cancel", "space": SPACE, "event_id": first["event_id"]})
+    marker = await alice.request({"type": "space.publish", "space": SPACE, "data": {"n": 1}})
+    assert marker["type"] == "space.event"
+    assert not [m for m in alice.backlog if m.get("type") == "space.event.cancel"]
+    await alice.close()
+    await bob.close()
