@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import math
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -64,6 +65,7 @@ class ClusterLink:
         probe_local: Callable[[str], Awaitable[bool]],
         evict_local: Callable[[str], None],
         disconnect_local: Callable[[str, str], bool] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.settings = settings
         self.node_id = node_id
@@ -74,11 +76,12 @@ class ClusterLink:
         self._probe_local = probe_local
         self._evict_local = evict_local
         self._disconnect_local = disconnect_local
+        self._clock = clock
         self.log = structlog.get_logger("hub").bind(node=node_id)
         self._probes: dict[str, asyncio.Future[bool]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         #: When this node last touched its registration, and since when it has
-        #: done so without a gap longer than the node timeout (loop time).
+        #: done so without a gap longer than the node timeout (``clock`` time).
         self._touched: float | None = None
         self._steady_since = -math.inf
 
@@ -88,7 +91,7 @@ class ClusterLink:
         """One round of touch / restore / reap; BackplaneUnavailable propagates."""
         presence = self.presence
         dead_after = self.settings.node_dead_after
-        now = asyncio.get_running_loop().time()
+        now = self._clock()
         if await presence.touch_node():
             await self._restore()
         if self._touched is not None and now - self._touched > dead_after:

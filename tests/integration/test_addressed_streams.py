@@ -204,4 +204,3 @@ async def test_an_addressed_stream_across_nodes(hub, redis_server):
     assert (await carol.wait_for("space.event"))["event_id"] == nxt["event_id"]
     assert _no_frame_of(carol, "alice/s1")
     await _close(alice, bob, carol)
-
