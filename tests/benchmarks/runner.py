@@ -3,10 +3,10 @@
     .venv/bin/python -m tests.benchmarks [--quick] [--only fanout,latency,...]
         [--compression both|none|deflate] [--json PATH] [--profile]
 
-Scenarios: fanout, latency, idle, stream, signed, cluster, workers, massjoin
-(cluster, workers and the two-node half of massjoin need a redis-server and the
-hub's Redis backplane; they are skipped, with the reason, when a Redis-mode hub
-does not come up).
+Scenarios: fanout, latency, idle, stream, signed, cluster, workers, massjoin,
+tokenstream (cluster, workers and the two-node half of massjoin need a
+redis-server and the hub's Redis backplane; they are skipped, with the reason,
+when a Redis-mode hub does not come up).
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from typing import Any
 from tests.benchmarks import procs, profiling, report
 from tests.benchmarks.suite import QUIET_PCT, Bench, log, raise_fd_limit
 
-ALL = ("fanout", "latency", "idle", "stream", "signed", "cluster", "workers", "massjoin")
+ALL = ("fanout", "latency", "idle", "stream", "signed", "cluster", "workers", "massjoin",
+       "tokenstream")  # fmt: skip
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
