@@ -54,9 +54,9 @@ class StreamBudget:
     """The deltas of a connection's open streams: per second, at once, and
     how long an overshoot may last before it is abuse (see the module docstring)."""
 
-    rate: float = 1000.0
-    burst: float = 2000.0
-    abuse_seconds: float = 5.0
+    rate: float
+    burst: float
+    abuse_seconds: float
 
 
 class PublisherStreams:

@@ -67,18 +67,18 @@ async def test_a_killed_nodes_agents_are_gone_within_10_s_on_default_settings(
     assert elapsed < 10.0, f"departures took {elapsed:.1f} s"
 
 
-async def test_sub_second_node_liveness_settings_find_a_dead_node_in_a_second(
+async def test_sub_second_node_liveness_settings_find_a_dead_node_in_about_a_second(
     redis_server, hub_process, clients
 ):
     settings = {
         "redis_url": redis_server.url,
-        "node_heartbeat_interval": 0.1,
-        "node_heartbeat_timeout": 0.5,
+        "node_heartbeat_interval": 0.2,
+        "node_heartbeat_timeout": 0.8,
     }
     n0 = hub_process(node_id="node0", **settings)
     n1 = hub_process(node_id="node1", **settings)
     elapsed, survivor = await _kill_and_time_departures(n0, n1, clients)
-    assert elapsed < 5.0, f"departures took {elapsed:.1f} s"  # ~0.6 s; generous for a busy box
+    assert elapsed < 5.0, f"departures took {elapsed:.1f} s"  # ~1 s; generous for a busy box
     # The id is free again, on the surviving node, and addressable there.
     back = await clients(n1.url, "doomed")
     await back.join(SPACE)
