@@ -56,6 +56,22 @@ class _BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
     caller wait (up to the socket timeout) for a free one instead of failing."""
 
 
+class _Cluster(RedisCluster):
+    """``RedisCluster`` that reads the slot map before resolving a command.
+
+    redis-py 8 resolves a command's routing policy (a server round trip)
+    before its lazy first read of the slot map, which then replaces the
+    connections those concurrent first commands are using: a burst of first
+    commands fails with "connection lost". Reading the map first (the read is
+    locked and done once) avoids it; so does every later re-read the client
+    decides on after a failure."""
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        if self._initialize:
+            await self.initialize()
+        return await super().execute_command(*args, **kwargs)
+
+
 class RedisConnection:
     """A node's Redis: the command client, and subscriber connections on demand."""
 
@@ -117,7 +133,7 @@ class RedisConnection:
                 **common,
             )
         else:
-            self.client = RedisCluster(
+            self.client = _Cluster(
                 startup_nodes=[ClusterNode(h, p) for h, p in target.hosts],
                 username=target.username,
                 password=target.password,
@@ -145,8 +161,10 @@ class RedisConnection:
         master by name, and which master a channel's slot belongs to."""
         assert isinstance(self.client, RedisCluster)
         cluster = self.client
-        await cluster.initialize()
-        await cluster.nodes_manager.initialize()
+        if cluster._initialize:
+            await cluster.initialize()
+        else:  # read the slot map afresh: a master may have failed over
+            await cluster.nodes_manager.initialize()
         manager = cluster.nodes_manager
         connections = {
             node.name: node.connection_class(**{**node.connection_kwargs, "socket_timeout": None})

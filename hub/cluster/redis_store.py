@@ -62,7 +62,7 @@ async def run_scripts(
         pipe = client.pipeline(transaction=False)
         for i in todo:
             keys, args = calls[i]
-            pipe.evalsha(script.sha, len(keys), *keys, *args)
+            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
         try:
             replies = await pipe.execute(raise_on_error=False)
         except REDIS_ERRORS as exc:

@@ -9,13 +9,17 @@ import pytest
 
 from tests.support.stores import Connections
 
+REDIS_MODES = {"redis": "redis_server", "sentinel": "redis_sentinel", "cluster": "redis_cluster"}
+BACKENDS = ["memory", *(pytest.param(mode, marks=pytest.mark.redis) for mode in REDIS_MODES)]
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+
+@pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> Any:
-    """None for memory; the private redis-server for Redis."""
+    """None for memory; for Redis something with the ``url`` of the mode: a
+    private redis-server, the shared Sentinel setup, the shared Redis Cluster."""
     if request.param == "memory":
         return None
-    return request.getfixturevalue("redis_server")
+    return request.getfixturevalue(REDIS_MODES[request.param])
 
 
 @pytest.fixture

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from redis.asyncio import Redis
 
 from hub.cluster.presence import AgentRecord, MemoryPresence, Presence, ReapedAgent
 from hub.cluster.presence.redis import RedisPresence
 from hub.cluster.redis_connection import RedisConnection
 from hub.errors import SpaceFull
+from tests.support.redis_ha import flush_all
 
 
 @dataclass
@@ -50,9 +50,7 @@ class PresenceCluster:
     async def lose_data(self) -> None:
         """The store restarts empty (memory: a single node never loses data)."""
         if self.url is not None:
-            client = Redis.from_url(self.url)
-            await client.flushall()
-            await client.aclose()
+            await flush_all(self.url)
 
     async def aclose(self) -> None:
         for presence in self.nodes.values():

@@ -17,8 +17,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from redis.asyncio import Redis
-
 from hub.cluster.redis_connection import RedisConnection
 
 WAIT = 10.0
@@ -69,7 +67,9 @@ class Nodes(Generic[S]):
 async def until_expired(url: str, key: str, write: Callable[[], Awaitable[Any]]) -> None:
     """Run ``write`` (which stores Redis key ``key`` with a TTL) and return
     once Redis has expired that key."""
-    client = Redis.from_url(url)
+    from tests.support.redis_ha import direct_client
+
+    client = await direct_client(url, key)
     try:
         await client.config_set("notify-keyspace-events", "Ex")
         pubsub = client.pubsub()

@@ -103,6 +103,9 @@ class PubSubLink:
         self._confirmed: set[bytes] = set()  # on the current connections
         self._awaiting: set[bytes] = set()  # of the (re)subscribe batch
         self._pending: dict[bytes, asyncio.Future[None]] = {}
+        # Unsubscribes sent and not yet confirmed (a cluster also unsubscribes
+        # by itself, when a channel's slot moves: that one is not ours).
+        self._leaving: dict[bytes, int] = {}
         # Highest seq acknowledged (or read at a join), and the last one
         # delivered, per subscribed space: the floors the seq is raised to
         # after a reconnect; a delivered seq that skips numbers means missed
@@ -190,6 +193,7 @@ class PubSubLink:
         self._epochs.pop(space, None)
         shard = self._shard_of(ch)
         if shard is not None:
+            self._leaving[ch] = self._leaving.get(ch, 0) + 1
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(
                     shard.conn.send_command(self._unsubscribe_command, ch, check_health=False),
@@ -298,6 +302,7 @@ class PubSubLink:
             finally:
                 was_ready = self.ready
                 shards, self._shards = self._shards, {}
+                self._leaving.clear()
                 self._confirmed.clear()
                 self._awaiting.clear()
                 if not self._closed:
@@ -416,9 +421,18 @@ class PubSubLink:
                     self._log.exception("delivery failed", channel=channel[:200])
             elif kind == self._confirm_kind:
                 self._on_subscribed(msg[1])
-            elif kind == b"sunsubscribe" and (msg[1] in channels or msg[1] == node_channel):
+            elif kind == b"sunsubscribe" and not self._left(msg[1]):
                 # Unasked: the channel's slot moved to another master.
                 raise ConnectionError("a sharded channel's slot moved")
+
+    def _left(self, channel: bytes) -> bool:
+        """Whether this unsubscribe confirms one this link sent."""
+        n = self._leaving.get(channel, 0)
+        if n <= 1:
+            self._leaving.pop(channel, None)
+        else:
+            self._leaving[channel] = n - 1
+        return n > 0
 
     def _on_subscribed(self, channel: bytes) -> None:
         self._confirmed.add(channel)
