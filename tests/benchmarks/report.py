@@ -108,6 +108,9 @@ def build_rows(records: list[dict], compressions: list[str]) -> list[Row]:
         _cluster_rows(rows, records, comp)
         _workers_rows(rows, records, comp)
         _massjoin_rows(rows, records, comp)
+        from tests.benchmarks import redis_modes  # it imports this module
+
+        rows += redis_modes.rows(records, comp)
     return rows
 
 

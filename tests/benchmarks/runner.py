@@ -28,7 +28,7 @@ from typing import Any
 from tests.benchmarks import procs, profiling, report
 from tests.benchmarks.suite import QUIET_PCT, Bench, log, raise_fd_limit
 
-ALL = ("fanout", "latency", "idle", "stream", "signed", "cluster", "workers", "massjoin")
+ALL = ("fanout", "latency", "idle", "stream", "signed", "cluster", "workers", "massjoin", "redis")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
