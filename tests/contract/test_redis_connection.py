@@ -135,3 +135,43 @@ async def test_space_keys_of_each_mode(mode: str, request: Any, connect: Any) ->
     finally:
         await backplane.aclose()
         await presence.aclose()
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("mode", ["redis_server", "redis_sentinel"])
+async def test_an_epoch_from_another_master_makes_live_members_resume(
+    mode: str, request: Any, connect: Any
+) -> None:
+    """As after a failover: the space's epoch was made by another master. The
+    node, reconnecting, finds it replaced and says its members must resume —
+    where a replica can be promoted; on one Redis nothing changes."""
+    setup = request.getfixturevalue(mode)
+    prefix = f"s{mode[6:9]}"
+    backplane = RedisBackplane(connect(setup.url), prefix=prefix, node_id="n")
+    handler = Recorder()
+    await backplane.start(handler)
+    await handler.wait_ready(True)
+    try:
+        await backplane.subscribe("room")
+        before = await backplane.position("room")  # what a joining member is told
+        await backplane.publish("room", draft("x"))
+        key = f"{prefix}:epoch:room"
+        client = await direct_client(setup.url, key)
+        try:
+            foreign = before.epoch.rpartition(".")[0] + ".000000000000"
+            await client.set(key, foreign if mode != "redis_server" else before.epoch)
+        finally:
+            await client.aclose()
+        conn = backplane._conn
+        assert conn is not None
+        await conn.disconnect()  # the link drops and reconnects
+        await handler.wait_until(lambda: handler.readiness[-2:] == [False, True])
+        after = await backplane.position("room")
+        if mode == "redis_server":
+            assert handler.lost_spaces == [] and after.epoch == before.epoch
+        else:
+            assert handler.lost_spaces == ["room"]
+            assert after.epoch not in (before.epoch, foreign)
+            assert after.seq == before.seq + 1  # the seq went on
+    finally:
+        await backplane.aclose()

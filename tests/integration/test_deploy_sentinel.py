@@ -77,6 +77,7 @@ async def test_the_files_redis_and_sentinels_run_and_a_hub_is_ready_on_them(hub)
         return mapped
 
     servers: list[_Server] = []
+    node = None
     try:
         for name in ("redis-primary", "redis-replica"):
             servers.append(_Server(binary, ports[name], local(services[name]["command"])).start())
@@ -94,6 +95,8 @@ async def test_the_files_redis_and_sentinels_run_and_a_hub_is_ready_on_them(hub)
             while not node.node.ready:  # noqa: ASYNC110 (a readiness flag: nothing to await)
                 await asyncio.sleep(0.05)
     finally:
+        if node is not None:
+            await node.aclose()  # before its Redis goes
         for server in servers:
             await asyncio.to_thread(server.remove)
 

@@ -37,14 +37,11 @@ from typing import Any
 from redis.asyncio.connection import AbstractConnection
 
 from hub.cluster.backplane.base import DeliveryHandler
+from hub.cluster.backplane.redis_positions import SpacePositions
 from hub.cluster.backplane.redis_scripts import SpaceKeys, parse_message
 from hub.cluster.redis_connection import RedisConnection
-from hub.cluster.redis_store import REDIS_ERRORS, run_scripts, unavailable
+from hub.cluster.redis_store import REDIS_ERRORS, unavailable
 from hub.errors import BackplaneUnavailable
-
-# Spaces whose seqs one raise script takes on one Redis (a cluster: one each,
-# a script touches one slot).
-RAISE_CHUNK = 500
 
 
 class _Shard:
@@ -76,10 +73,11 @@ class PubSubLink:
     ):
         self._redis = redis
         self._keys = keys
-        self._raise_script = raise_script
         self._node_channel = node_channel
-        self._seq_ttl = seq_ttl
-        self._candidate = candidate
+        #: Floors, delivered seqs and epochs of the subscribed spaces.
+        self.positions = SpacePositions(
+            redis, keys, raise_script, seq_ttl=seq_ttl, candidate=candidate
+        )
         self._timeout = redis.socket_timeout
         self._ping_interval = ping_interval
         self._backoff = backoff
@@ -106,13 +104,6 @@ class PubSubLink:
         # Unsubscribes sent and not yet confirmed (a cluster also unsubscribes
         # by itself, when a channel's slot moves: that one is not ours).
         self._leaving: dict[bytes, int] = {}
-        # Highest seq acknowledged (or read at a join), and the last one
-        # delivered, per subscribed space: the floors the seq is raised to
-        # after a reconnect; a delivered seq that skips numbers means missed
-        # messages. And the epoch the space's members are on.
-        self._floors: dict[str, int] = {}
-        self._delivered: dict[str, int] = {}
-        self._epochs: dict[str, str] = {}
         self.ready = False
         self._reported: bool | None = None
         self.lag = 0.0
@@ -188,9 +179,7 @@ class PubSubLink:
         ch = self._keys.channel(space)
         self._channels.pop(ch, None)
         self._confirmed.discard(ch)
-        self._floors.pop(space, None)
-        self._delivered.pop(space, None)
-        self._epochs.pop(space, None)
+        self.positions.forget(space)
         shard = self._shard_of(ch)
         if shard is not None:
             self._leaving[ch] = self._leaving.get(ch, 0) + 1
@@ -202,20 +191,19 @@ class PubSubLink:
 
     def acknowledged(self, space: str, seq: int) -> None:
         """A publish of this node got ``seq``: a floor while the space is subscribed."""
-        if seq > self._floors.get(space, 0) and self._keys.channel(space) in self._channels:
-            self._floors[space] = seq
+        if self._keys.channel(space) in self._channels:
+            self.positions.raise_floor(space, seq)
 
     def observed(self, space: str, epoch: str, seq: int) -> None:
         """A read of a subscribed space found it at ``epoch``/``seq``: what its
         members are on. (Ignored while not ready: the read may have reached a
         Redis the link has not checked yet.)"""
         if self.ready and self._keys.channel(space) in self._channels:
-            self._epochs[space] = epoch
-            if seq > self._floors.get(space, 0):
-                self._floors[space] = seq
+            self.positions.epochs[space] = epoch
+            self.positions.raise_floor(space, seq)
 
     def delivered(self, space: str) -> int:
-        return self._delivered.get(space, 0)
+        return self.positions.delivered.get(space, 0)
 
     # ── the connection loop ─────────────────────────────────────────────
 
@@ -254,7 +242,8 @@ class PubSubLink:
             await asyncio.wait_for(
                 asyncio.gather(*(s.conn.connect() for s in shards.values())), 2 * self._timeout
             )
-            await self._raise_sequences()
+            for space in await self.positions.resync(set(self._channels.values())):
+                self._lost(space)
             channels = [self._node_channel, *self._channels]
             by_shard: dict[str, list[bytes]] = {}
             for ch in channels:
@@ -318,52 +307,6 @@ class PubSubLink:
             await asyncio.sleep(delay * (0.5 + random.random() / 2))
             delay = min(delay * 2, high)
 
-    async def _raise_sequences(self) -> None:
-        """Keep seq strictly increasing for this node even if Redis restarted
-        empty or failed over behind; tell the handler of every space whose
-        epoch is no longer the one its members are on."""
-        wanted = set(self._channels.values())
-        highest = dict(self._floors)
-        for space, seq in self._delivered.items():
-            if seq > highest.get(space, 0):
-                highest[space] = seq
-        for space in self._epochs:
-            highest.setdefault(space, 0)
-        floors = [(s, n) for s, n in highest.items() if s in wanted]
-        chunk_size = 1 if self._redis.clustered else RAISE_CHUNK
-        chunks = [floors[i : i + chunk_size] for i in range(0, len(floors), chunk_size)]
-        for i in range(0, len(chunks), 256):
-            batch = chunks[i : i + 256]
-            calls = []
-            for chunk in batch:
-                keys = []
-                for s, _ in chunk:
-                    keys += self._keys.position(s)
-                calls.append((keys, [self._seq_ttl, self._candidate(), *(n for _, n in chunk)]))
-            results = await run_scripts(self._redis.client, self._raise_script, calls)
-            for chunk, epochs in zip(batch, results, strict=True):
-                if isinstance(epochs, BaseException):
-                    raise epochs
-                for (space, _), epoch in zip(chunk, epochs, strict=True):
-                    self._check_epoch(space, epoch)
-
-    def _check_epoch(self, space: str, epoch: bytes | str) -> None:
-        epoch = epoch.decode() if isinstance(epoch, bytes) else epoch
-        known = self._epochs.get(space)
-        self._epochs[space] = epoch
-        # On one Redis members that stayed connected through a restart carry
-        # on (their node's seq floors and gap fills cover them); where a
-        # replica was promoted, what the old master acknowledged may never
-        # have reached anyone, so they resume and are told.
-        if not self._redis.failover:
-            return
-        if known is not None and known != epoch and self._handler is not None:
-            self._log.warning("space history may have been lost", space=space)
-            try:
-                self._handler.lost(space)
-            except Exception:
-                self._log.exception("lost handler failed")
-
     async def _keepalive(self, shard: _Shard) -> None:
         """Detect a silent dead peer: nothing received across two pings → drop it."""
         seen = -1
@@ -390,7 +333,7 @@ class PubSubLink:
         read = shard.conn.read_response
         channels = self._channels
         node_channel = self._node_channel
-        delivered = self._delivered
+        delivered = self.positions.delivered
         handler = self._handler
         assert handler is not None
         deliver = handler.deliver
@@ -424,6 +367,14 @@ class PubSubLink:
             elif kind == b"sunsubscribe" and not self._left(msg[1]):
                 # Unasked: the channel's slot moved to another master.
                 raise ConnectionError("a sharded channel's slot moved")
+
+    def _lost(self, space: str) -> None:
+        self._log.warning("space history may have been lost", space=space)
+        if self._handler is not None:
+            try:
+                self._handler.lost(space)
+            except Exception:
+                self._log.exception("lost handler failed")
 
     def _left(self, channel: bytes) -> bool:
         """Whether this unsubscribe confirms one this link sent."""
