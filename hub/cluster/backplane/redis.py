@@ -19,6 +19,7 @@ are in the key — a hash tag — and the channels are sharded.)
     redis_pubsub     PubSubLink: subscriptions, the connection loop, the pump
     redis_publisher  RedisPublisher: publishes, pipelined in submission order
     redis_history    HistoryReader: position and history reads
+    redis_positions  SpacePositions: floors, delivered seqs, epochs; the reconnect's raise
 
 It runs on the node's :class:`~hub.cluster.redis_connection.RedisConnection`
 (which it does not close). One dedicated pub/sub connection per node (one per
