@@ -3,6 +3,7 @@ every store, closing, and the key layout of each mode."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -173,5 +174,59 @@ async def test_an_epoch_from_another_master_makes_live_members_resume(
             assert handler.lost_spaces == ["room"]
             assert after.epoch not in (before.epoch, foreign)
             assert after.seq == before.seq + 1  # the seq went on
+    finally:
+        await backplane.aclose()
+
+
+@pytest.mark.redis
+async def test_a_space_moved_to_another_master_goes_on(redis_cluster: Any, connect: Any) -> None:
+    """Resharding moves a space's slot: commands follow MOVED, the node hears
+    its sharded subscription end (``sunsubscribe``), resubscribes on the new
+    master, and the space's seq and history go on."""
+    prefix = "moved"
+    backplane = RedisBackplane(connect(redis_cluster.url), prefix=prefix, node_id="n")
+    handler = Recorder()
+    await backplane.start(handler)
+    await handler.wait_ready(True)
+    try:
+        await backplane.subscribe("room")
+        assert await backplane.publish("room", draft("1")) == 1
+        await handler.wait_until(lambda: handler.seqs("room") == [1])
+        key = f"{prefix}:seq:{{room}}"
+        before = redis_cluster.master_of(key)
+        other = next(p for p in redis_cluster.masters() if p != before)
+        await asyncio.to_thread(redis_cluster.move_slot, key, other)
+        assert redis_cluster.master_of(key) == other
+        await handler.wait_until(lambda: handler.readiness[-2:] == [False, True])
+        assert await backplane.publish("room", draft("2")) == 2
+        await handler.wait_until(lambda: handler.seqs("room") == [1, 2])
+        history = await backplane.history("room", after=0, limit=10)
+        assert [e.seq for e in history.events] == [1, 2]
+        assert handler.lost_spaces == []  # same master identity: nothing lost
+    finally:
+        await backplane.aclose()
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("mode", ["redis_server", "redis_sentinel", "redis_cluster"])
+async def test_a_reconnect_resubscribes_many_spaces(mode: str, request: Any, connect: Any) -> None:
+    """Spaces in many hash slots (on a cluster several per master, beside the
+    node's own channel) are all subscribed again after the link drops."""
+    setup = request.getfixturevalue(mode)
+    backplane = RedisBackplane(connect(setup.url), prefix=f"many{mode[6:9]}", node_id="n")
+    handler = Recorder()
+    await backplane.start(handler)
+    await handler.wait_ready(True)
+    spaces = [f"s{i}" for i in range(24)]
+    try:
+        for space in spaces:
+            await backplane.subscribe(space)
+        conn = backplane._conn
+        assert conn is not None
+        await conn.disconnect()
+        await handler.wait_until(lambda: handler.readiness[-2:] == [False, True])
+        for space in spaces:
+            assert await backplane.publish(space, draft(space)) == 1
+        await handler.wait_until(lambda: all(handler.seqs(s) == [1] for s in spaces))
     finally:
         await backplane.aclose()

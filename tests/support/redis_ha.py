@@ -277,6 +277,22 @@ class ClusterSetup:
                         return port
         raise RuntimeError(f"no master serves slot {slot}")
 
+    def node_id(self, port: int) -> str:
+        return _redis_cli(port, "CLUSTER", "MYID").strip()
+
+    def move_slot(self, key: str | bytes, to_port: int) -> None:
+        """Migrate ``key``'s slot, with its keys, to the master on ``to_port``
+        (what a resharding does, one slot)."""
+        slot = str(key_slot(key.encode() if isinstance(key, str) else key))
+        src = self.master_of(key)
+        src_id, dst_id = self.node_id(src), self.node_id(to_port)
+        _redis_cli(to_port, "CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+        _redis_cli(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+        while keys := _redis_cli(src, "CLUSTER", "GETKEYSINSLOT", slot, "100").split():
+            _redis_cli(src, "MIGRATE", "127.0.0.1", str(to_port), "", "0", "5000", "KEYS", *keys)
+        for port in self.masters():
+            _redis_cli(port, "CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+
     def kill_master(self, key: str | bytes) -> int:
         """``kill -9`` the master of ``key``'s slot; returns its port."""
         port = self.master_of(key)

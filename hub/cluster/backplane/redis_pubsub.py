@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from redis.asyncio.connection import AbstractConnection
+from redis.crc import key_slot
 
 from hub.cluster.backplane.base import DeliveryHandler
 from hub.cluster.backplane.redis_positions import SpacePositions
@@ -245,17 +246,21 @@ class PubSubLink:
             for space in await self.positions.resync(set(self._channels.values())):
                 self._lost(space)
             channels = [self._node_channel, *self._channels]
-            by_shard: dict[str, list[bytes]] = {}
+            # One SUBSCRIBE per connection; sharded, one SSUBSCRIBE per hash
+            # slot (its channels must share one), all sent in one write.
+            groups: dict[str, dict[object, list[bytes]]] = {}
             for ch in channels:
-                by_shard.setdefault(owner(ch), []).append(ch)
+                slot = key_slot(ch) if self._redis.clustered else 0
+                groups.setdefault(owner(ch), {}).setdefault(slot, []).append(ch)
             self._confirmed.clear()
             self._awaiting = set(channels)
-            for name, chs in by_shard.items():
+            for name, by_slot in groups.items():
+                conn = shards[name].conn
+                packed = conn.pack_commands(
+                    [(self._subscribe_command, *chs) for chs in by_slot.values()]
+                )
                 await asyncio.wait_for(
-                    shards[name].conn.send_command(
-                        self._subscribe_command, *chs, check_health=False
-                    ),
-                    self._timeout,
+                    conn.send_packed_command(packed, check_health=False), self._timeout
                 )
         except BaseException:
             for shard in shards.values():
