@@ -142,10 +142,6 @@ class RedisConnection:
                 **common,
             )
 
-    @classmethod
-    def from_url(cls, url: str, **options: Any) -> RedisConnection:
-        return cls(url, **options)
-
     # ── subscribers ─────────────────────────────────────────────────────
 
     def subscriber(self) -> AbstractConnection:
