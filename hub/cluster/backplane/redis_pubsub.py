@@ -16,7 +16,10 @@ lost (or silent across two pings), or a cluster tells it a channel's slot
 moved (``sunsubscribe`` unasked), all are dropped and the whole is
 reconnected with capped, jittered backoff — a master failover or a slot move
 costs one resubscription, and every message missed meanwhile is noticed by
-its seq.
+its seq. (redis-py's own cluster pub/sub is not used: it builds a dict per
+message and polls one connection per node in turn, where this pump reads
+each connection's raw replies as they come; and the link must raise seqs
+before it subscribes and be ready only once every shard confirmed.)
 
 The link also keeps, per subscribed space, the highest seq acknowledged to a
 publisher of this node (or read at a join) and the last one delivered: the
