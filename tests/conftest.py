@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 
+from tests.support.redis_ha import ClusterSetup, SentinelSetup
 from tests.support.servers import HubProcess, RedisServer, redis_server_binary, start_hub
 from tests.support.tcpproxy import TcpProxy
 
@@ -141,8 +143,63 @@ def redis_factory() -> Iterator[Any]:
         server.kill()
 
 
+def _ha_binary() -> str:
+    binary = _redis_binary()
+    if shutil.which("redis-cli") is None:
+        if IN_CI:
+            pytest.fail("redis-cli is not installed: CI must run the Redis tests")
+        pytest.skip("redis-cli is not installed")
+    return binary
+
+
+@pytest.fixture(scope="session")
+def redis_sentinel() -> Iterator[SentinelSetup]:
+    """A primary, a replica and three sentinels, shared by the tests that
+    don't kill its master (each uses its own key prefix)."""
+    setup = SentinelSetup(_ha_binary())
+    try:
+        yield setup.start()
+    finally:
+        setup.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[ClusterSetup]:
+    """A Redis Cluster of three masters with a replica each, shared by the
+    tests that don't kill a master (each uses its own key prefix)."""
+    setup = ClusterSetup(_ha_binary())
+    try:
+        yield setup.start()
+    finally:
+        setup.stop()
+
+
+@pytest.fixture
+def redis_ha_factory() -> Iterator[Any]:
+    """``factory("sentinel" | "cluster")``: a fresh setup of this test's own
+    (for tests that kill a master), removed at its end."""
+    made: list[Any] = []
+
+    def _start(kind: str) -> Any:
+        setup = (SentinelSetup if kind == "sentinel" else ClusterSetup)(_ha_binary())
+        made.append(setup)
+        return setup.start()
+
+    yield _start
+    for setup in made:
+        setup.stop()
+
+
+_redis_tests: set[str] = set()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # By its marker, not its keywords: a folder named like it would count too.
+    _redis_tests.update(item.nodeid for item in items if item.get_closest_marker("redis"))
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.skipped and "redis" in report.keywords:
+    if report.skipped and report.nodeid in _redis_tests:
         _skipped_redis.append(report.nodeid)
 
 

@@ -39,6 +39,7 @@ from pydantic_settings import (
 
 from hub.config.checks import FILES, check_file, closest_field, parse_networks
 from hub.config.checks import unknown_env_vars as _unknown_env_vars
+from hub.config.redis_url import parse_redis_url
 from hub.core.authz import parse_patterns
 from hub.errors import ConfigError
 from protocol.names import SpaceKind, is_valid_agent_id, space_kind
@@ -111,7 +112,11 @@ class Settings(BaseSettings):
         description="HTTP port: bridges, health and metrics (0 picks a free one).",
     )
     redis_url: str | None = Field(
-        None, description="redis://… makes this node part of a cluster; unset = in-memory."
+        None,
+        description=(
+            "redis://…, redis+sentinel://h:p,…/MASTER or redis+cluster://h:p,… makes this"
+            " node part of a cluster; unset = in-memory."
+        ),
     )
     redis_prefix: str = Field("agora", description="Prefix of every Redis key and channel.")
     node_id: str = Field(
@@ -303,6 +308,13 @@ class Settings(BaseSettings):
 
     # Where these settings were read from, for SIGHUP (see reread_settings).
     _sources: tuple[dict[str, Any], Path | None] | None = PrivateAttr(default=None)
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str | None) -> str | None:
+        if value and not value.startswith("memory://"):
+            parse_redis_url(value)  # ValueError says what is wrong with it
+        return value
 
     @field_validator("allowed_origins", mode="before")
     @classmethod

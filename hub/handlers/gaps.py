@@ -72,6 +72,17 @@ class GapFiller:
         self._log.info("missed messages: filling from history", space=space, after=after, upto=upto)
         self._spawn(self._fill(space, after, upto))
 
+    def lost(self, space: str) -> None:
+        """The space's history may have lost what its members received (its
+        epoch changed under them): they reconnect and resume, and learn
+        ``recovered: false``."""
+        if space in self.holding:
+            self._broken.add(space)  # the fill gives up when it ends
+        elif self.registry.has_space(space):
+            self._give_up(
+                space, 0, 0, f"the history of {space!r} may have been lost: reconnect and resume"
+            )
+
     def hold(self, env: Delivery) -> bool:
         """Keep ``env`` back while its space's gap is filled."""
         held = self.holding.get(env.space)
@@ -112,7 +123,7 @@ class GapFiller:
                 self._deliver(env)
             self.holding.pop(space, None)
 
-    def _give_up(self, space: str, after: int, upto: int) -> None:
+    def _give_up(self, space: str, after: int, upto: int, reason: str = "") -> None:
         closed = 0
         for member in self.registry.members(space):
             if member.kind is not PeerKind.SOCKET:
@@ -120,7 +131,7 @@ class GapFiller:
             member.close_for(
                 CloseCode.TRY_AGAIN_LATER,
                 ErrorCode.UNAVAILABLE,
-                f"this node missed events of {space!r}: reconnect and resume",
+                reason or f"this node missed events of {space!r}: reconnect and resume",
             )
             closed += 1
         self._log.warning(

@@ -106,6 +106,9 @@ class NodeDelivery:
     def missed(self, space: str, after: int, upto: int) -> None:
         self._gaps.missed(space, after, upto)
 
+    def lost(self, space: str) -> None:
+        self._gaps.lost(space)
+
     def take_space_events(self) -> dict[str, int] | None:
         """Events per space since the last call; ``None``: not counted."""
         return None

@@ -28,7 +28,9 @@ from hub.adapter_host import Adapter
 from hub.auth import build_authenticator
 from hub.cluster.backplane import Backplane, create_backplane
 from hub.cluster.kvstore import create_kv_store
+from hub.cluster.nodestats import create_node_stats
 from hub.cluster.presence import Presence, create_presence
+from hub.cluster.redis_connection import open_redis
 from hub.cluster.subscriptions import Subscriptions
 from hub.config.hub_identity import HubIdentity
 from hub.config.settings import Settings
@@ -103,15 +105,18 @@ class Node:
         self.accepting = True
 
         # ── the cluster's state: in memory on one node, in Redis in a cluster
+        #: The node's Redis connections (one command client, the backplane's
+        #: subscribers): every Redis store uses it, the node closes it last.
+        self.redis = open_redis(s.redis_url)
         self.backplane = backplane or create_backplane(
-            s.redis_url, prefix=s.redis_prefix, node_id=s.node_id,
+            self.redis, prefix=s.redis_prefix, node_id=s.node_id,
             history_size=s.history_size, history_ttl=s.history_ttl,
         )  # fmt: skip
         self.presence = presence or create_presence(
-            s.redis_url, prefix=s.redis_prefix, node_id=s.node_id, ttl=s.node_dead_after
+            self.redis, prefix=s.redis_prefix, node_id=s.node_id, ttl=s.node_dead_after
         )
         #: Small shared state with expiry (seen envelope ids, bridge conversations).
-        self.kv = create_kv_store(s.redis_url, prefix=s.redis_prefix, max_entries=s.kv_max_entries)
+        self.kv = create_kv_store(self.redis, prefix=s.redis_prefix, max_entries=s.kv_max_entries)
         signed_spaces = frozenset(d.id for d in s.spaces if d.require_signed)
         self.envelopes = EnvelopeCheck(
             SeenIds(self.kv), signed_spaces=signed_spaces, max_skew=s.envelope_max_skew
@@ -212,6 +217,7 @@ class Node:
             ),
             disconnect_local=self._disconnect_local,
             disconnect_remote=self.cluster.disconnect_remote,
+            node_stats=create_node_stats(self.redis, prefix=s.redis_prefix),
         )  # fmt: skip
         self.operator.mount(self.http_app)
         #: What the hosted adapters get (:class:`~hub.adapter_host.AdapterHost`).
@@ -320,6 +326,8 @@ class Node:
             await self.envelopes.aclose()
         with contextlib.suppress(Exception):
             await self.kv.aclose()
+        if self.redis is not None:
+            await self.redis.aclose()
 
     async def __aenter__(self) -> Node:
         await self.start()

@@ -118,6 +118,10 @@ def build_rows(records: list[dict], compressions: list[str]) -> list[Row]:
         from tests.benchmarks import token_stream  # its own module (issue 28)
 
         rows.extend(token_stream.report_rows(records, comp))
+
+        from tests.benchmarks import redis_modes  # it imports this module
+
+        rows += redis_modes.rows(records, comp)
     return rows
 
 

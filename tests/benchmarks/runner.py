@@ -4,7 +4,7 @@
         [--compression both|none|deflate] [--json PATH] [--profile]
 
 Scenarios: fanout, latency, idle, stream, signed, cluster, workers, massjoin,
-a2a, mcp, tokenstream (cluster, workers and the two-node half of massjoin need a
+a2a, mcp, tokenstream, redis (cluster, workers, redis and the two-node half of massjoin need a
 redis-server and the hub's Redis backplane; they are skipped, with the reason,
 when a Redis-mode hub does not come up).
 """
@@ -30,7 +30,7 @@ from tests.benchmarks.suite import QUIET_PCT, Bench, log, raise_fd_limit
 
 ALL = (
     "fanout", "latency", "idle", "stream", "signed", "cluster", "workers", "massjoin", "a2a",
-    "mcp", "tokenstream",
+    "mcp", "tokenstream", "redis",
 )  # fmt: skip
 
 

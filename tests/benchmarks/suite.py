@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tests.benchmarks import a2a as a2a_bench
-from tests.benchmarks import mcp_bench, procs, report, scenarios
+from tests.benchmarks import mcp_bench, procs, redis_modes, report, scenarios
 from tests.benchmarks.procs import Pinning, ServerProcess, StartFailed
 from tests.benchmarks.scenarios import Target
 
@@ -422,6 +422,10 @@ class Bench:
             )
         finally:
             await asyncio.to_thread(redis.stop)
+
+    async def redis(self, comp: str) -> None:
+        """A 3-master Redis Cluster beside one Redis; failover to ready."""
+        await redis_modes.run(self, comp)
 
     async def massjoin(self, comp: str) -> None:
         """N agents form one space on default settings: one node, then two."""

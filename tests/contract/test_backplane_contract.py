@@ -19,6 +19,7 @@ import pytest
 
 from hub.cluster.backplane import Backplane, Delivery, Draft, MemoryBackplane, StreamOp
 from hub.cluster.backplane.redis import RedisBackplane
+from hub.cluster.redis_connection import RedisConnection
 from hub.errors import BackplaneUnavailable
 from protocol.codec import complete
 
@@ -33,6 +34,7 @@ class Recorder:
         self.node_messages: list[bytes] = []
         self.readiness: list[bool] = []
         self.gaps: list[tuple[str, int, int]] = []
+        self.lost_spaces: list[str] = []
         self._changed = asyncio.Event()
 
     def deliver(self, envelope: Delivery) -> None:
@@ -49,6 +51,10 @@ class Recorder:
 
     def missed(self, space: str, after: int, upto: int) -> None:
         self.gaps.append((space, after, upto))
+        self._changed.set()
+
+    def lost(self, space: str) -> None:
+        self.lost_spaces.append(space)
         self._changed.set()
 
     async def wait_until(self, condition: Callable[[], bool], timeout: float = WAIT) -> None:
@@ -97,13 +103,16 @@ class BackplaneCluster:
     async def aclose(self) -> None:
         for member in self.members.values():
             await member.backplane.aclose()
+            redis = getattr(member.backplane, "_redis", None)  # a Redis node's own
+            if redis is not None:
+                await redis.aclose()
 
 
 def redis_backplane_factory(url: str, **kwargs: Any) -> Callable[[str], RedisBackplane]:
     prefix = f"t{secrets.token_hex(3)}"
 
     def make(node_id: str) -> RedisBackplane:
-        return RedisBackplane(url, prefix=prefix, node_id=node_id, **kwargs)
+        return RedisBackplane(RedisConnection(url), prefix=prefix, node_id=node_id, **kwargs)
 
     return make
 

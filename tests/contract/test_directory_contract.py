@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -13,10 +14,9 @@ from hub.cluster.presence.base import MAX_PREFIX_CAPABILITIES
 from tests.contract.test_presence_contract import PresenceCluster, rec
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
-async def cluster(request: pytest.FixtureRequest) -> AsyncIterator[PresenceCluster]:
-    url = None if request.param == "memory" else request.getfixturevalue("redis_server").url
-    c = PresenceCluster(url)
+@pytest.fixture
+async def cluster(backend: Any) -> AsyncIterator[PresenceCluster]:
+    c = PresenceCluster(None if backend is None else backend.url)
     yield c
     await c.aclose()
 

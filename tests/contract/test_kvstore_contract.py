@@ -26,7 +26,7 @@ from hub.cluster.kvstore import (
 from hub.cluster.kvstore.redis import RedisKeyValueStore
 from hub.errors import BackplaneUnavailable, HubError
 from tests.support.servers import free_port
-from tests.support.stores import WAIT, FakeClock, Nodes, until_expired
+from tests.support.stores import WAIT, Connections, FakeClock, Nodes, until_expired
 
 
 class StoreCluster(Nodes[KeyValueStore]):
@@ -34,7 +34,7 @@ class StoreCluster(Nodes[KeyValueStore]):
         super().__init__(
             url,
             lambda clock: MemoryKeyValueStore(clock=clock),
-            lambda url, prefix: RedisKeyValueStore(url, prefix=prefix),
+            lambda redis, prefix: RedisKeyValueStore(redis, prefix=prefix),
         )
 
     async def outlive(self, store: KeyValueStore, key: str, value: bytes, ttl: float) -> None:
@@ -164,8 +164,8 @@ async def test_memory_store_rewrites_do_not_grow_memory() -> None:
 
 
 @pytest.mark.redis
-async def test_redis_keys_carry_their_ttl(redis_server: Any) -> None:
-    store = RedisKeyValueStore(redis_server.url, prefix="ttl")
+async def test_redis_keys_carry_their_ttl(redis_server: Any, connect: Connections) -> None:
+    store = RedisKeyValueStore(connect(redis_server.url), prefix="ttl")
     client = Redis.from_url(redis_server.url)
     try:
         await store.set("k", b"v", 2.5)
@@ -178,9 +178,11 @@ async def test_redis_keys_carry_their_ttl(redis_server: Any) -> None:
 
 
 @pytest.mark.redis
-async def test_redis_prefixes_are_separate_namespaces(redis_server: Any) -> None:
-    a = RedisKeyValueStore(redis_server.url, prefix="one")
-    b = RedisKeyValueStore(redis_server.url, prefix="two")
+async def test_redis_prefixes_are_separate_namespaces(
+    redis_server: Any, connect: Connections
+) -> None:
+    a = RedisKeyValueStore(connect(redis_server.url), prefix="one")
+    b = RedisKeyValueStore(connect(redis_server.url), prefix="two")
     try:
         await a.set("k", b"a", 60)
         assert await b.get("k") is None
@@ -189,9 +191,9 @@ async def test_redis_prefixes_are_separate_namespaces(redis_server: Any) -> None
         await b.aclose()
 
 
-async def test_redis_down_is_unavailable() -> None:
+async def test_redis_down_is_unavailable(connect: Connections) -> None:
     store = RedisKeyValueStore(
-        f"redis://127.0.0.1:{free_port()}/0", socket_timeout=1.0, connect_timeout=1.0
+        connect(f"redis://127.0.0.1:{free_port()}/0", socket_timeout=1.0, connect_timeout=1.0)
     )
     for call in (store.get("k"), store.set("k", b"v", 60), store.delete("k")):
         with pytest.raises(BackplaneUnavailable):
@@ -203,8 +205,10 @@ async def test_redis_down_is_unavailable() -> None:
 
 
 @pytest.mark.redis
-async def test_redis_server_killed_mid_use_is_unavailable(redis_server: Any) -> None:
-    store = RedisKeyValueStore(redis_server.url, socket_timeout=1.0, connect_timeout=1.0)
+async def test_redis_server_killed_mid_use_is_unavailable(
+    redis_server: Any, connect: Connections
+) -> None:
+    store = RedisKeyValueStore(connect(redis_server.url, socket_timeout=1.0, connect_timeout=1.0))
     try:
         await store.set("k", b"v", 60)
         redis_server.kill()
@@ -214,10 +218,9 @@ async def test_redis_server_killed_mid_use_is_unavailable(redis_server: Any) -> 
         await store.aclose()
 
 
-async def test_factory_picks_the_backend_from_the_url() -> None:
+async def test_factory_picks_the_backend_from_the_connection(connect: Connections) -> None:
     assert isinstance(create_kv_store(None), MemoryKeyValueStore)
-    assert isinstance(create_kv_store("memory://"), MemoryKeyValueStore)
     assert create_kv_store(None, max_entries=5).max_entries == 5  # type: ignore[attr-defined]
-    redis_store = create_kv_store("redis://127.0.0.1:1/0", prefix="p")
+    redis_store = create_kv_store(connect("redis://127.0.0.1:1/0"), prefix="p")
     assert isinstance(redis_store, RedisKeyValueStore)
     await redis_store.aclose()

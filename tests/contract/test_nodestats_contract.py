@@ -21,7 +21,7 @@ from hub.cluster.nodestats import MemoryNodeStats, NodeStatsStore, create_node_s
 from hub.cluster.nodestats.redis import RedisNodeStats
 from hub.errors import BackplaneUnavailable
 from tests.support.servers import free_port
-from tests.support.stores import WAIT, Nodes
+from tests.support.stores import WAIT, Connections, Nodes
 
 
 class StatsCluster(Nodes[NodeStatsStore]):
@@ -29,7 +29,7 @@ class StatsCluster(Nodes[NodeStatsStore]):
         super().__init__(
             url,
             lambda clock: MemoryNodeStats(clock=clock),
-            lambda url, prefix: RedisNodeStats(url, prefix=prefix),
+            lambda redis, prefix: RedisNodeStats(redis, prefix=prefix),
         )
 
     async def until_gone(self, store: NodeStatsStore, node_id: str, ttl: float) -> None:
@@ -100,14 +100,13 @@ async def test_a_bad_ttl_is_refused(cluster: StatsCluster, ttl: Any) -> None:
     assert await store.read_all() == {}
 
 
-def test_the_url_picks_the_store() -> None:
+def test_the_connection_picks_the_store(connect: Connections) -> None:
     assert isinstance(create_node_stats(None), MemoryNodeStats)
-    assert isinstance(create_node_stats("memory://"), MemoryNodeStats)
-    assert isinstance(create_node_stats("redis://127.0.0.1:1/0"), RedisNodeStats)
+    assert isinstance(create_node_stats(connect("redis://127.0.0.1:1/0")), RedisNodeStats)
 
 
-async def test_redis_unreachable_is_backplane_unavailable() -> None:
-    store = RedisNodeStats(f"redis://127.0.0.1:{free_port()}/0", connect_timeout=0.5)
+async def test_redis_unreachable_is_backplane_unavailable(connect: Connections) -> None:
+    store = RedisNodeStats(connect(f"redis://127.0.0.1:{free_port()}/0", connect_timeout=0.5))
     try:
         with pytest.raises(BackplaneUnavailable):
             await store.put("n", b"v", 6)

@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from redis.asyncio import Redis
 
 from hub.cluster.presence import AgentRecord, MemoryPresence, Presence, ReapedAgent
 from hub.cluster.presence.redis import RedisPresence
+from hub.cluster.redis_connection import RedisConnection
 from hub.errors import SpaceFull
+from tests.support.redis_ha import flush_all
 
 
 @dataclass
@@ -28,6 +29,7 @@ class PresenceCluster:
     prefix: str = field(default_factory=lambda: f"t{secrets.token_hex(3)}")
     nodes: dict[str, Any] = field(default_factory=dict)
     shared: MemoryPresence = field(default_factory=MemoryPresence)
+    connections: list[RedisConnection] = field(default_factory=list)
 
     @property
     def distributed(self) -> bool:
@@ -38,7 +40,9 @@ class PresenceCluster:
             return self.shared
         presence = self.nodes.get(node_id)
         if presence is None:
-            presence = RedisPresence(self.url, prefix=self.prefix, node_id=node_id, ttl=5.0)
+            redis = RedisConnection(self.url)
+            self.connections.append(redis)
+            presence = RedisPresence(redis, prefix=self.prefix, node_id=node_id, ttl=5.0)
             await presence.start()
             self.nodes[node_id] = presence
         return presence
@@ -46,13 +50,13 @@ class PresenceCluster:
     async def lose_data(self) -> None:
         """The store restarts empty (memory: a single node never loses data)."""
         if self.url is not None:
-            client = Redis.from_url(self.url)
-            await client.flushall()
-            await client.aclose()
+            await flush_all(self.url)
 
     async def aclose(self) -> None:
         for presence in self.nodes.values():
             await presence.aclose()
+        for redis in self.connections:
+            await redis.aclose()
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from redis.asyncio import Redis
 from hub.cluster.backplane.redis import RedisBackplane
 from tests.contract.test_backplane_contract import Recorder, draft
 from tests.support.servers import RedisServer
+from tests.support.stores import Connections
 
 pytestmark = pytest.mark.redis
 
@@ -23,8 +24,10 @@ WAIT = 20.0
 
 
 @pytest.fixture
-async def node(redis_server: RedisServer) -> AsyncIterator[tuple[RedisBackplane, Recorder]]:
-    backplane = RedisBackplane(redis_server.url, prefix="e", node_id="n1")
+async def node(
+    redis_server: RedisServer, connect: Connections
+) -> AsyncIterator[tuple[RedisBackplane, Recorder]]:
+    backplane = RedisBackplane(connect(redis_server.url), prefix="e", node_id="n1")
     handler = Recorder()
     await backplane.start(handler)
     await handler.wait_ready(True, WAIT)
@@ -118,12 +121,12 @@ async def test_keys_and_their_lifetimes(node: Any, redis: Redis) -> None:
 
 
 async def test_a_reconnect_after_an_evicted_seq_continues_after_the_history(
-    redis_server: RedisServer,
+    redis_server: RedisServer, connect: Connections
 ) -> None:
     """The seq a reconnecting node raises to is never below the newest recorded
     message (it once was: publishes then failed and the epoch was dropped)."""
-    a = RedisBackplane(redis_server.url, prefix="v", node_id="a")
-    b = RedisBackplane(redis_server.url, prefix="v", node_id="b")
+    a = RedisBackplane(connect(redis_server.url), prefix="v", node_id="a")
+    b = RedisBackplane(connect(redis_server.url), prefix="v", node_id="b")
     ha, hb = Recorder(), Recorder()
     client = Redis.from_url(redis_server.url)
     try:
@@ -150,9 +153,11 @@ async def test_a_reconnect_after_an_evicted_seq_continues_after_the_history(
         await b.aclose()
 
 
-async def test_a_node_that_missed_messages_hears_of_the_gap(redis_server: RedisServer) -> None:
-    a = RedisBackplane(redis_server.url, prefix="g", node_id="a")
-    b = RedisBackplane(redis_server.url, prefix="g", node_id="b", backoff_min=1.0)
+async def test_a_node_that_missed_messages_hears_of_the_gap(
+    redis_server: RedisServer, connect: Connections
+) -> None:
+    a = RedisBackplane(connect(redis_server.url), prefix="g", node_id="a")
+    b = RedisBackplane(connect(redis_server.url), prefix="g", node_id="b", backoff_min=1.0)
     ha, hb = Recorder(), Recorder()
     try:
         for bp, h in ((a, ha), (b, hb)):

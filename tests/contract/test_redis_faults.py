@@ -23,6 +23,7 @@ from hub.cluster.presence.redis import RedisPresence
 from hub.errors import BackplaneUnavailable
 from tests.contract.test_backplane_contract import Recorder, draft
 from tests.support.servers import RedisServer
+from tests.support.stores import Connections
 
 pytestmark = pytest.mark.redis
 
@@ -31,11 +32,13 @@ FAST_FAIL = 5.0  # a publisher must hear "unavailable" within this
 
 
 @pytest.fixture
-async def make_backplane(redis_server: RedisServer) -> AsyncIterator[Any]:
+async def make_backplane(redis_server: RedisServer, connect: Connections) -> AsyncIterator[Any]:
     made: list[RedisBackplane] = []
 
     async def make(node_id: str, wait: bool = True, **kwargs: Any) -> tuple[Any, Recorder]:
-        backplane = RedisBackplane(redis_server.url, prefix="f", node_id=node_id, **kwargs)
+        timeouts = {k: kwargs.pop(k) for k in ("socket_timeout", "connect_timeout") if k in kwargs}
+        redis = connect(redis_server.url, **timeouts)
+        backplane = RedisBackplane(redis, prefix="f", node_id=node_id, **kwargs)
         made.append(backplane)
         handler = Recorder()
         await backplane.start(handler)
@@ -147,11 +150,11 @@ async def test_script_cache_flush_is_survived(
     await ha.wait_until(lambda: ha.seqs("room") == [1, 2])
 
 
-async def test_close_is_safe_in_any_state(redis_server: RedisServer) -> None:
-    never = RedisBackplane(redis_server.url, node_id="never")
+async def test_close_is_safe_in_any_state(redis_server: RedisServer, connect: Connections) -> None:
+    never = RedisBackplane(connect(redis_server.url), node_id="never")
     await never.aclose()
     await never.aclose()
-    down = RedisBackplane(redis_server.url, node_id="down")
+    down = RedisBackplane(connect(redis_server.url), node_id="down")
     redis_server.kill()
     await down.start(Recorder())
     started = time.monotonic()
@@ -160,7 +163,7 @@ async def test_close_is_safe_in_any_state(redis_server: RedisServer) -> None:
     assert time.monotonic() - started < FAST_FAIL
     with pytest.raises(BackplaneUnavailable):
         await down.publish("room", draft("x"))
-    presence = RedisPresence(redis_server.url, node_id="p", ttl=5.0)
+    presence = RedisPresence(connect(redis_server.url), node_id="p", ttl=5.0)
     await presence.start()  # Redis down: still starts
     await presence.aclose()
     await presence.aclose()
@@ -169,8 +172,8 @@ async def test_close_is_safe_in_any_state(redis_server: RedisServer) -> None:
 # ── presence ───────────────────────────────────────────────────────────────
 
 
-async def test_presence_outage_and_restore(redis_server: RedisServer) -> None:
-    a = RedisPresence(redis_server.url, prefix="f", node_id="a", ttl=5.0)
+async def test_presence_outage_and_restore(redis_server: RedisServer, connect: Connections) -> None:
+    a = RedisPresence(connect(redis_server.url), prefix="f", node_id="a", ttl=5.0)
     try:
         await a.start()
         assert await a.touch_node() is True
@@ -204,11 +207,13 @@ async def test_presence_outage_and_restore(redis_server: RedisServer) -> None:
         await a.aclose()
 
 
-async def test_restarted_node_id_hands_old_agents_to_reapers(redis_server: RedisServer) -> None:
+async def test_restarted_node_id_hands_old_agents_to_reapers(
+    redis_server: RedisServer, connect: Connections
+) -> None:
     """A process restarted under the same node id doesn't keep ghosts alive."""
-    old = RedisPresence(redis_server.url, prefix="f", node_id="n1", ttl=5.0)
-    other = RedisPresence(redis_server.url, prefix="f", node_id="n2", ttl=5.0)
-    new = RedisPresence(redis_server.url, prefix="f", node_id="n1", ttl=5.0)
+    old = RedisPresence(connect(redis_server.url), prefix="f", node_id="n1", ttl=5.0)
+    other = RedisPresence(connect(redis_server.url), prefix="f", node_id="n2", ttl=5.0)
+    new = RedisPresence(connect(redis_server.url), prefix="f", node_id="n1", ttl=5.0)
     try:
         await old.start()
         await old.touch_node()

@@ -22,7 +22,7 @@ from hub.cluster.kvstore import KeyValueStore, KeyValueStoreFull, MemoryKeyValue
 from hub.cluster.kvstore.redis import RedisKeyValueStore
 from hub.errors import BackplaneUnavailable
 from hub.handlers.seen_ids import SeenIds
-from tests.support.stores import WAIT, FakeClock, Nodes, until_expired
+from tests.support.stores import WAIT, Connections, FakeClock, Nodes, until_expired
 
 
 class ReplayCluster:
@@ -32,7 +32,7 @@ class ReplayCluster:
         self.stores: Nodes[KeyValueStore] = Nodes(
             url,
             lambda clock: MemoryKeyValueStore(clock=clock),
-            lambda url, prefix: RedisKeyValueStore(url, prefix=prefix),
+            lambda redis, prefix: RedisKeyValueStore(redis, prefix=prefix),
         )
         self.caches: dict[str, SeenIds] = {}
 
@@ -142,8 +142,10 @@ async def test_a_full_store_refuses_rather_than_lets_through() -> None:
 
 
 @pytest.mark.redis
-async def test_redis_killed_mid_use_is_unavailable_not_new(redis_server: Any) -> None:
-    store = RedisKeyValueStore(redis_server.url, socket_timeout=1.0, connect_timeout=1.0)
+async def test_redis_killed_mid_use_is_unavailable_not_new(
+    redis_server: Any, connect: Connections
+) -> None:
+    store = RedisKeyValueStore(connect(redis_server.url, socket_timeout=1.0, connect_timeout=1.0))
     cache = SeenIds(store)
     try:
         assert await cache.seen("k", 60) is False

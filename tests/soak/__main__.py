@@ -18,9 +18,18 @@ def parse(argv: list[str]) -> Options:
     p.add_argument("--churn", type=float, default=d.churn, help="connections cut per second")
     p.add_argument("--nodes", type=int, default=d.nodes)
     p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument(
+        "--redis",
+        choices=("single", "sentinel", "cluster"),
+        default=d.redis,
+        help="one redis-server (restarted empty mid-run), a Sentinel setup or a Redis Cluster"
+        " (a master killed mid-run)",
+    )
     p.add_argument("--markdown", metavar="FILE", help="also write the report to FILE")
     a = p.parse_args(argv)
-    return Options(a.duration, a.agents, a.spaces, a.rate, a.churn, a.nodes, a.seed, a.markdown)
+    return Options(
+        a.duration, a.agents, a.spaces, a.rate, a.churn, a.nodes, a.seed, a.markdown, a.redis
+    )
 
 
 if __name__ == "__main__":

@@ -8,7 +8,10 @@ connection to the next live node. During the run:
 * connections are cut at random (``churn`` per second): the SDK reconnects,
   possibly to another node, and resumes;
 * at 30 % of the run one node is killed with SIGKILL, at 45 % it is started
-  again; at 65 % Redis is killed and started again, empty.
+  again; at 65 % Redis is killed and started again, empty — or, with
+  ``--redis sentinel`` / ``--redis cluster`` (a primary, a replica and three
+  sentinels; three masters with a replica each), a master is killed with
+  SIGKILL (on a cluster, the one holding ``space-0``) and a replica takes over.
 
 At the end publishing stops, every agent gets time to catch up, and the
 ledger says, for every acknowledged event and every agent that should have
@@ -24,9 +27,11 @@ import random
 import signal
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from tests.soak import ledger
 from tests.soak.agents import SoakAgent, publish_steadily
+from tests.support.redis_ha import ClusterSetup, SentinelSetup
 from tests.support.servers import HubProcess, RedisServer, redis_server_binary
 from tests.support.tcpproxy import TcpProxy
 
@@ -50,6 +55,7 @@ class Options:
     nodes: int = 3
     seed: int = 1
     markdown: str | None = None
+    redis: str = "single"  # single | sentinel | cluster
 
 
 @dataclass
@@ -83,7 +89,9 @@ async def soak(opts: Options) -> int:
         return 2
     run = Run(opts)
     rng = random.Random(opts.seed)
-    redis = RedisServer(binary).start()
+    redis: Any = {"single": RedisServer, "sentinel": SentinelSetup, "cluster": ClusterSetup}[
+        opts.redis
+    ](binary).start()
     nodes = [
         HubProcess(redis_url=redis.url, node_id=f"soak-{i}", **HUB).start()
         for i in range(opts.nodes)
@@ -129,11 +137,14 @@ async def soak(opts: Options) -> int:
         await proxy.aclose()
         for node in nodes:
             node.close()
-        redis.kill()
+        if isinstance(redis, RedisServer):
+            redis.kill()
+        else:
+            redis.stop()
 
 
 async def _chaos(
-    run: Run, nodes: list[HubProcess], redis: RedisServer, proxy: TcpProxy, rng: random.Random
+    run: Run, nodes: list[HubProcess], redis: Any, proxy: TcpProxy, rng: random.Random
 ) -> None:
     d = run.opts.duration
     loop = asyncio.get_running_loop()
@@ -141,7 +152,7 @@ async def _chaos(
     events = [
         (0.30 * d, "kill node"),
         (0.45 * d, "restart node"),
-        (0.65 * d, "restart redis"),
+        (0.65 * d, "restart redis" if run.opts.redis == "single" else "kill master"),
     ]
     victim = nodes[1] if len(nodes) > 1 else nodes[0]
     next_cut = start
@@ -170,6 +181,12 @@ async def _chaos(
                 victim.close()
                 victim = fresh
                 run.note(f"{fresh.settings['node_id']} started again")
+            elif what == "kill master":
+                key = ("agora:seq:{space-0}",) if run.opts.redis == "cluster" else ()
+                old = await asyncio.to_thread(redis.kill_master, *key)
+                run.note(f"redis master :{old} killed (SIGKILL)")
+                new = await asyncio.to_thread(redis.wait_failover, old, *key)
+                run.note(f"redis replica :{new} promoted")
             else:
                 redis.kill()
                 run.note("redis killed")
@@ -201,7 +218,8 @@ def _report(run: Run, agents: list[SoakAgent], publishes: ledger.PublishLog) -> 
     o = run.opts
     extra = ledger.summary(logs)
     lines = [
-        f"soak: {o.duration:g} s, {o.nodes} nodes, {o.agents} agents in {o.spaces} spaces, "
+        f"soak: {o.duration:g} s, {o.nodes} nodes on {o.redis} Redis, "
+        f"{o.agents} agents in {o.spaces} spaces, "
         f"{o.rate:g} publishes/s, {run.cuts} connections cut "
         f"(~{o.churn:g}/s), {extra['rejoins']} rejoins ({extra['not recovered']} not recovered)",
         "",

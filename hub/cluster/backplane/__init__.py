@@ -1,8 +1,8 @@
 """How space messages travel between nodes.
 
-:class:`~hub.cluster.backplane.base.Backplane` is the interface; ``memory://`` (one
-node, the default) and ``redis://`` implementations are chosen from
-``redis_url`` by :func:`create_backplane`.
+:class:`~hub.cluster.backplane.base.Backplane` is the interface; in memory (one
+node, the default) or on the node's Redis connection (a cluster), chosen by
+:func:`create_backplane`.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from hub.cluster.backplane.base import (
     StreamOp,
 )
 from hub.cluster.backplane.memory import MemoryBackplane
+from hub.cluster.redis_connection import RedisConnection
 
 __all__ = [
     "Backplane",
@@ -42,19 +43,20 @@ __all__ = [
 
 
 def create_backplane(
-    redis_url: str | None,
+    redis: RedisConnection | None,
     *,
     prefix: str = "agora",
     node_id: str = "",
     history_size: int = 1000,
     history_ttl: float = 300.0,
 ) -> Backplane:
-    if not redis_url or redis_url.startswith("memory://"):
+    """In memory without a Redis connection, on it otherwise."""
+    if redis is None:
         return MemoryBackplane(history_size=history_size, history_ttl=history_ttl)
     from hub.cluster.backplane.redis import RedisBackplane
 
     return RedisBackplane(
-        redis_url,
+        redis,
         prefix=prefix,
         node_id=node_id,
         history_size=history_size,

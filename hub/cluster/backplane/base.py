@@ -163,6 +163,12 @@ class DeliveryHandler(Protocol):
         delivered. They may still be in the history."""
         ...
 
+    def lost(self, space: str) -> None:
+        """The space's epoch changed under this node's members (Redis failed
+        over, or came back behind): what they received may be gone from its
+        history, so they cannot just carry on — they must resume."""
+        ...
+
 
 class Broker(Protocol):
     """Carries space messages to every subscribed node: sequenced publishes

@@ -10,15 +10,20 @@ message and epochs: :mod:`hub.cluster.backplane.redis_scripts`)::
     P:space:{space}     channel the space's messages
     P:node:{node_id}    channel messages for one node (send_to_node)
 
+(On one Redis ``{space}`` stands for the name; on a Redis Cluster the braces
+are in the key — a hash tag — and the channels are sharded.)
+
 :class:`RedisBackplane` puts together the parts, each in its module::
 
     redis_scripts    the layout: key names, the channel message, the Lua scripts
     redis_pubsub     PubSubLink: subscriptions, the connection loop, the pump
     redis_publisher  RedisPublisher: publishes, pipelined in submission order
     redis_history    HistoryReader: position and history reads
-    redis_client     the pool and the errors, shared with the other Redis stores
+    redis_positions  SpacePositions: floors, delivered seqs, epochs; the reconnect's raise
 
-One dedicated pub/sub connection per node, driven by a background task that
+It runs on the node's :class:`~hub.cluster.redis_connection.RedisConnection`
+(which it does not close). One dedicated pub/sub connection per node (one per
+master on a cluster), driven by a background task that
 reconnects with capped, jittered backoff, raises each subscribed space's seq
 to the highest this node has seen (Redis may have restarted empty), then
 resubscribes everything; only then is the node ``ready``. Commands (publish,
@@ -31,26 +36,26 @@ See ``docs/cluster.md`` (Redis layout) for the delivery guarantee.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import structlog
 from redis.asyncio.connection import AbstractConnection
 
 from hub.cluster.backplane.base import Delivery, DeliveryHandler, Draft, History, Position
-from hub.cluster.backplane.redis_client import (
-    REDIS_ERRORS,
-    as_unavailable,
-    redis_client,
-    redis_pool,
-    unavailable,
-)
 from hub.cluster.backplane.redis_history import HistoryReader
 from hub.cluster.backplane.redis_publisher import MAX_BATCH, RedisPublisher
 from hub.cluster.backplane.redis_pubsub import PubSubLink
-from hub.cluster.backplane.redis_scripts import SEQ_TTL, EpochCandidates, SpaceKeys, routing
+from hub.cluster.backplane.redis_scripts import (
+    SEQ_TTL,
+    EpochCandidates,
+    Scripts,
+    SpaceKeys,
+    routing,
+)
+from hub.cluster.redis_connection import RedisConnection
+from hub.cluster.redis_store import REDIS_ERRORS, as_unavailable, unavailable
 from hub.errors import BackplaneUnavailable
 
-__all__ = ["MAX_BATCH", "REDIS_ERRORS", "RedisBackplane", "redis_pool", "unavailable"]
+__all__ = ["MAX_BATCH", "REDIS_ERRORS", "RedisBackplane", "unavailable"]
 
 _NOT_READY_TEXT = "redis unavailable: the node is not connected and subscribed"
 
@@ -60,15 +65,12 @@ class RedisBackplane:
 
     def __init__(
         self,
-        url: str,
+        redis: RedisConnection,
         *,
         prefix: str = "agora",
         node_id: str,
         history_size: int = 1000,
         history_ttl: float = 300.0,
-        socket_timeout: float = 3.0,
-        connect_timeout: float = 2.0,
-        max_connections: int = 64,
         ping_interval: float = 5.0,
         backoff_min: float = 0.05,
         backoff_max: float = 2.0,
@@ -76,21 +78,21 @@ class RedisBackplane:
         self.node_id = node_id
         history_ttl_s = max(1, round(history_ttl))
         seq_ttl = max(SEQ_TTL, history_ttl_s)
-        self._keys = keys = SpaceKeys(prefix)
-        self._client = client = redis_client(
-            url,
-            socket_timeout=socket_timeout,
-            connect_timeout=connect_timeout,
-            max_connections=max_connections,
-        )
+        self._redis = redis
+        self._client = client = redis.client
+        self._keys = keys = SpaceKeys(prefix, redis.clustered)
+        scripts = Scripts(clustered=redis.clustered, failover=redis.failover)
+        # Node messages: sharded on a cluster too, so a publish's receiver
+        # count is the subscribers of that node's channel (0: it is gone).
+        self._publish_command = "SPUBLISH" if redis.clustered else "PUBLISH"
         candidate = EpochCandidates()
         self._link = PubSubLink(
-            client,
+            redis,
             keys,
+            client.register_script(scripts.raise_seq),
             node_channel=keys.node_channel(node_id).encode(),
             seq_ttl=seq_ttl,
             candidate=candidate,
-            timeout=socket_timeout,
             ping_interval=ping_interval,
             backoff=(backoff_min, backoff_max),
             log=structlog.get_logger("hub.cluster.backplane").bind(node=node_id),
@@ -98,13 +100,21 @@ class RedisBackplane:
         self._publisher = RedisPublisher(
             client,
             keys,
+            client.register_script(scripts.publish),
             self._link,
             history_size=int(history_size),
             history_ttl=history_ttl_s,
             seq_ttl=seq_ttl,
             candidate=candidate,
         )
-        self._reads = HistoryReader(client, keys, seq_ttl=seq_ttl, candidate=candidate)
+        self._reads = HistoryReader(
+            client,
+            keys,
+            scripts,
+            seq_ttl=seq_ttl,
+            candidate=candidate,
+            observed=self._link.observed,
+        )
         self._closed = False
 
     # ── properties and lifecycle ────────────────────────────────────────
@@ -127,14 +137,13 @@ class RedisBackplane:
         self._link.start(handler)
 
     async def aclose(self) -> None:
-        """Stop the loop and close every connection. Idempotent."""
+        """Stop the loop, close the pub/sub connections and fail what was not
+        sent; the command client is the connection owner's. Idempotent."""
         if self._closed:
             return
         self._closed = True
         await self._link.aclose()
         await self._publisher.aclose()
-        with contextlib.suppress(Exception):
-            await self._client.aclose()
 
     async def __aenter__(self) -> RedisBackplane:
         return self
@@ -194,12 +203,15 @@ class RedisBackplane:
         seq = b"" if message.seq is None else b"%d" % message.seq
         msg = seq + routing(message) + message.frame
         with as_unavailable("send"):
-            await self._client.publish(self._keys.channel(message.space), msg)
+            await self._client.execute_command(
+                self._publish_command, self._keys.channel(message.space), msg
+            )
 
     async def send_to_node(self, node_id: str, payload: bytes) -> int:
         self._refuse_unless_ready()
         with as_unavailable("send_to_node"):
-            return int(await self._client.publish(self._keys.node_channel(node_id), payload))
+            channel = self._keys.node_channel(node_id)
+            return int(await self._client.execute_command(self._publish_command, channel, payload))
 
     # ── history ─────────────────────────────────────────────────────────
 

@@ -12,24 +12,30 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from redis.asyncio import Redis
-
 from hub.cluster.backplane.base import History, Position, complete_streams
-from hub.cluster.backplane.redis_client import as_unavailable
-from hub.cluster.backplane.redis_scripts import HISTORY_LUA, POSITION_LUA, SpaceKeys, parse_message
+from hub.cluster.backplane.redis_scripts import Scripts, SpaceKeys, parse_message
+from hub.cluster.redis_store import as_unavailable
 
 
 class HistoryReader:
     """Position and history reads of one backplane."""
 
     def __init__(
-        self, client: Redis, keys: SpaceKeys, *, seq_ttl: int, candidate: Callable[[], str]
+        self,
+        client: Any,
+        keys: SpaceKeys,
+        scripts: Scripts,
+        *,
+        seq_ttl: int,
+        candidate: Callable[[], str],
+        observed: Callable[[str, str, int], None],
     ):
         self._keys = keys
         self._seq_ttl = seq_ttl
         self._candidate = candidate
-        self._position_script = client.register_script(POSITION_LUA)
-        self._history_script = client.register_script(HISTORY_LUA)
+        self._observed = observed
+        self._position_script = client.register_script(scripts.position)
+        self._history_script = client.register_script(scripts.history)
 
     async def position(self, space: str) -> Position:
         with as_unavailable("position"):
@@ -37,7 +43,9 @@ class HistoryReader:
                 keys=self._keys.position(space), args=[self._candidate(), self._seq_ttl]
             )
         epoch, seq = reply
-        return Position(_text(epoch), int(seq))
+        position = Position(_text(epoch), int(seq))
+        self._observed(space, position.epoch, position.seq)
+        return position
 
     async def history(
         self, space: str, *, after: int | None, before: int | None, limit: int, streams: bool
@@ -52,7 +60,9 @@ class HistoryReader:
         args = [self._candidate(), self._seq_ttl, mode, bound, max(0, limit), scan]
         with as_unavailable("history"):
             reply = await self._history_script(keys=self._keys.position(space), args=args)
-        return history_from(space, reply, newest_first=mode != "after", streams=scan == "1")
+        history = history_from(space, reply, newest_first=mode != "after", streams=scan == "1")
+        self._observed(space, history.epoch, history.seq)
+        return history
 
 
 def history_from(space: str, reply: Any, newest_first: bool, streams: bool) -> History:

@@ -16,20 +16,19 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Callable
-
-from redis.asyncio import Redis
-from redis.exceptions import NoScriptError
+from typing import Any
 
 from hub.cluster.backplane.base import Draft, Duplicate
 from hub.cluster.backplane.idempotency import receipt
-from hub.cluster.backplane.redis_client import REDIS_ERRORS, unavailable
 from hub.cluster.backplane.redis_pubsub import PubSubLink
-from hub.cluster.backplane.redis_scripts import PUBLISH_LUA, SpaceKeys, routing, stream_code
+from hub.cluster.backplane.redis_scripts import SpaceKeys, routing, stream_code
+from hub.cluster.redis_store import run_scripts, unavailable
 
 # Most publish scripts sent in one pipeline.
 MAX_BATCH = 256
 
-_Publish = tuple[str, tuple[object, ...], asyncio.Future[int]]
+_Call = tuple[list[str], list[object]]
+_Publish = tuple[str, _Call, asyncio.Future[int]]
 
 
 class RedisPublisher:
@@ -37,8 +36,9 @@ class RedisPublisher:
 
     def __init__(
         self,
-        client: Redis,
+        client: Any,
         keys: SpaceKeys,
+        script: Any,
         link: PubSubLink,
         *,
         history_size: int,
@@ -53,7 +53,7 @@ class RedisPublisher:
         self._history_ttl = history_ttl
         self._seq_ttl = seq_ttl
         self._candidate = candidate
-        self._script = client.register_script(PUBLISH_LUA)
+        self._script = script
         # Publishes not yet sent, in order, and the task that pipelines them.
         self._outgoing: deque[_Publish] = deque()
         self._in_flight = 0
@@ -66,15 +66,13 @@ class RedisPublisher:
 
     def submit(self, space: str, draft: Draft, future: asyncio.Future[int]) -> None:
         """Queue a publish; ``future`` gets its seq, a Duplicate or BackplaneUnavailable."""
-        keys = self._keys
+        names = self._keys
         stream = draft.stream.encode() if draft.stream else b""
-        args: tuple[object, ...] = (
-            keys.seq(space),
-            keys.history(space),
-            keys.epoch(space),
+        keys = names.position(space)
+        args: list[object] = [
             draft.head,
             draft.tail,
-            keys.channel(space),
+            names.channel(space),
             routing(draft),
             self._history_size,
             self._history_ttl,
@@ -82,11 +80,12 @@ class RedisPublisher:
             self._candidate(),
             stream,
             stream_code(draft),
-        )
+        ]
         once = draft.once
         if once is not None:
-            args = (*args[:3], keys.once(space, once.key), *args[3:], receipt(once))
-        self._outgoing.append((space, args, future))
+            keys.append(names.once(space, once.key))
+            args.append(receipt(once))
+        self._outgoing.append((space, (keys, args), future))
         if self._drainer is None or self._drainer.done():
             self._drainer = asyncio.get_running_loop().create_task(self._drain())
 
@@ -105,7 +104,9 @@ class RedisPublisher:
             batch = [outgoing.popleft() for _ in range(min(len(outgoing), MAX_BATCH))]
             self._in_flight = len(batch)
             try:
-                results = await self._run_publishes([args for _, args, _ in batch])
+                results = await run_scripts(
+                    self._client, self._script, [call for _, call, _ in batch]
+                )
             except asyncio.CancelledError:
                 self._fail_batch(batch, asyncio.CancelledError())
                 raise
@@ -124,42 +125,6 @@ class RedisPublisher:
                 seq = int(result)  # type: ignore[call-overload]
                 acknowledged(space, seq)
                 future.set_result(seq)
-
-    async def _run_publishes(self, batch: list[tuple[object, ...]]) -> list[object]:
-        """EVALSHA each publish in one pipeline; reload the script after NOSCRIPT.
-
-        A NOSCRIPT reply means that script did not run, so running it again
-        cannot publish twice.
-        """
-        results: list[object] = [None] * len(batch)
-        todo = list(range(len(batch)))
-        for attempt in range(2):
-            pipe = self._client.pipeline(transaction=False)
-            for i in todo:
-                args = batch[i]
-                pipe.evalsha(self._script.sha, 3 if len(args) == 13 else 4, *args)
-            try:
-                replies = await pipe.execute(raise_on_error=False)
-            except REDIS_ERRORS as exc:
-                for i in todo:
-                    results[i] = exc
-                return results
-            missing = []
-            for i, reply in zip(todo, replies, strict=True):
-                if isinstance(reply, NoScriptError) and attempt == 0:
-                    missing.append(i)
-                else:
-                    results[i] = reply
-            if not missing:
-                break
-            try:
-                await self._client.script_load(PUBLISH_LUA)
-            except REDIS_ERRORS as exc:
-                for i in missing:
-                    results[i] = exc
-                break
-            todo = missing
-        return results
 
     def _fail_batch(self, batch: list[_Publish], exc: BaseException) -> None:
         for _, _, future in batch:

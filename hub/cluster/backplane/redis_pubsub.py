@@ -1,16 +1,31 @@
-"""The Redis backplane's pub/sub link: one dedicated connection per node.
+r"""The Redis backplane's pub/sub link: the node's subscriptions and the
+connections that carry them.
 
-A background task connects, raises each subscribed space's seq to the highest
-this node has seen (Redis may have restarted empty, or come back behind),
-then subscribes the node channel and every wanted space in one ``SUBSCRIBE``;
-the node is ``ready`` once Redis confirmed them all. The pump then reads the
-connection and pushes every message to the node's
-:class:`~hub.cluster.backplane.base.DeliveryHandler`. A lost link (or one silent
-across two pings) is dropped and reconnected with capped, jittered backoff.
+On one Redis (or behind Sentinel) one dedicated connection carries every
+channel (``SUBSCRIBE``). On a Redis Cluster space traffic is sharded pub/sub:
+each channel lives on the master that owns its hash slot, so the link holds
+one connection per master and ``SSUBSCRIBE``\ s each channel on its owner.
+The link is one unit either way: a background task reads the slot map (on a
+cluster), connects every connection, raises each subscribed space's seq to
+the highest this node has seen (Redis may have restarted empty, come back
+behind, or failed over to a replica that was behind), then subscribes every
+wanted channel; the node is ``ready`` once Redis confirmed them all. The
+pumps then read the connections and push every message to the node's
+:class:`~hub.cluster.backplane.base.DeliveryHandler`. When any connection is
+lost (or silent across two pings), or a cluster tells it a channel's slot
+moved (``sunsubscribe`` unasked), all are dropped and the whole is
+reconnected with capped, jittered backoff — a master failover or a slot move
+costs one resubscription, and every message missed meanwhile is noticed by
+its seq. (redis-py's own cluster pub/sub is not used: it builds a dict per
+message and polls one connection per node in turn, where this pump reads
+each connection's raw replies as they come; and the link must raise seqs
+before it subscribes and be ready only once every shard confirmed.)
 
 The link also keeps, per subscribed space, the highest seq acknowledged to a
-publisher of this node and the last one delivered: the floors of the raise,
-and how a skipped seq (missed messages) is noticed.
+publisher of this node (or read at a join) and the last one delivered: the
+floors of the raise, and how a skipped seq (missed messages) is noticed; and
+the epoch its members are on: when the raise finds another one, what they
+received may be gone from Redis (``lost``), and they must resume.
 """
 
 from __future__ import annotations
@@ -22,61 +37,87 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
+from redis.crc import key_slot
 
 from hub.cluster.backplane.base import DeliveryHandler
-from hub.cluster.backplane.redis_client import REDIS_ERRORS, unavailable
-from hub.cluster.backplane.redis_scripts import RAISE_SEQ_LUA, SpaceKeys, parse_message
+from hub.cluster.backplane.redis_positions import SpacePositions
+from hub.cluster.backplane.redis_scripts import SpaceKeys, parse_message
+from hub.cluster.redis_connection import RedisConnection
+from hub.cluster.redis_store import REDIS_ERRORS, unavailable
 from hub.errors import BackplaneUnavailable
 
 
+class _Shard:
+    """One pub/sub connection and what the keepalive needs to know of it."""
+
+    __slots__ = ("conn", "name", "received")
+
+    def __init__(self, name: str, conn: AbstractConnection):
+        self.name = name
+        self.conn = conn
+        self.received = 0
+
+
 class PubSubLink:
-    """The node's subscriptions and the connection that carries them."""
+    """The node's subscriptions and the connection(s) that carry them."""
 
     def __init__(
         self,
-        client: Redis,
+        redis: RedisConnection,
         keys: SpaceKeys,
+        raise_script: Any,
         *,
         node_channel: bytes,
         seq_ttl: int,
         candidate: Callable[[], str],
-        timeout: float,
         ping_interval: float,
         backoff: tuple[float, float],
         log: Any,
     ):
-        self._pool = client.connection_pool
+        self._redis = redis
         self._keys = keys
-        self._raise_script = client.register_script(RAISE_SEQ_LUA)
         self._node_channel = node_channel
-        self._seq_ttl = seq_ttl
-        self._candidate = candidate
-        self._timeout = timeout
+        #: Floors, delivered seqs and epochs of the subscribed spaces.
+        self.positions = SpacePositions(
+            redis, keys, raise_script, seq_ttl=seq_ttl, candidate=candidate
+        )
+        self._timeout = redis.socket_timeout
         self._ping_interval = ping_interval
         self._backoff = backoff
         self._log = log
+        sharded = redis.clustered
+        self._subscribe_command = "SSUBSCRIBE" if sharded else "SUBSCRIBE"
+        self._unsubscribe_command = "SUNSUBSCRIBE" if sharded else "UNSUBSCRIBE"
+        self._message_kind = b"smessage" if sharded else b"message"
+        self._confirm_kind = b"ssubscribe" if sharded else b"subscribe"
 
         self._handler: DeliveryHandler | None = None
         self._task: asyncio.Task[None] | None = None
         self._closed = False
-        # The live pub/sub connection, set once its SUBSCRIBE has been sent.
-        self.conn: AbstractConnection | None = None
+        self._dropped = asyncio.Event()
+        # The live connections by shard (one, named "", unless sharded), set
+        # once their SUBSCRIBEs have been sent, and which shard owns a channel.
+        self._shards: dict[str, _Shard] = {}
+        self._owner: Callable[[bytes], str] = lambda channel: ""
         # Every space channel this node wants, channel -> space.
         self._channels: dict[bytes, str] = {}
-        self._confirmed: set[bytes] = set()  # on the current connection
+        self._confirmed: set[bytes] = set()  # on the current connections
         self._awaiting: set[bytes] = set()  # of the (re)subscribe batch
         self._pending: dict[bytes, asyncio.Future[None]] = {}
-        # Highest seq acknowledged, and the last one delivered, per subscribed
-        # space: the floors the seq is raised to after a reconnect (Redis may
-        # be empty); a delivered seq that skips numbers means missed messages.
-        self._floors: dict[str, int] = {}
-        self._delivered: dict[str, int] = {}
+        # Unsubscribes sent and not yet confirmed (a cluster also unsubscribes
+        # by itself, when a channel's slot moves: that one is not ours).
+        self._leaving: dict[bytes, int] = {}
         self.ready = False
         self._reported: bool | None = None
         self.lag = 0.0
-        self._received = 0
+
+    @property
+    def conn(self) -> AbstractConnection | None:
+        """A live pub/sub connection (a test drops it to cut the link)."""
+        for shard in self._shards.values():
+            return shard.conn
+        return None
 
     def start(self, handler: DeliveryHandler) -> None:
         if self._task is not None or self._closed:
@@ -96,11 +137,22 @@ class PubSubLink:
 
     # ── subscriptions ───────────────────────────────────────────────────
 
+    def _shard_of(self, channel: bytes) -> _Shard | None:
+        try:
+            shard = self._shards.get(self._owner(channel))
+        except Exception:  # the slot map is being refreshed
+            return None
+        if shard is None or not shard.conn.is_connected or self._closed:
+            return None
+        return shard
+
     async def subscribe(self, space: str) -> None:
         """Returns once Redis confirmed the subscription."""
         ch = self._keys.channel(space)
-        conn = self.conn
-        if conn is None or not conn.is_connected or self._closed:
+        shard = self._shard_of(ch)
+        if shard is None:
+            if self._shards:  # connected, but the slot's master is not ours
+                self._drop("a channel's slot has a master this node is not connected to")
             raise BackplaneUnavailable("redis unavailable: not connected")
         if ch in self._confirmed and ch in self._channels:
             return
@@ -112,7 +164,8 @@ class PubSubLink:
                 # Concurrent subscribes to one channel share one SUBSCRIBE.
                 future = self._pending[ch] = asyncio.get_running_loop().create_future()
                 await asyncio.wait_for(
-                    conn.send_command("SUBSCRIBE", ch, check_health=False), self._timeout
+                    shard.conn.send_command(self._subscribe_command, ch, check_health=False),
+                    self._timeout,
                 )
             await asyncio.wait_for(asyncio.shield(future), self._timeout)
         except BaseException as exc:
@@ -130,22 +183,31 @@ class PubSubLink:
         ch = self._keys.channel(space)
         self._channels.pop(ch, None)
         self._confirmed.discard(ch)
-        self._floors.pop(space, None)
-        self._delivered.pop(space, None)
-        conn = self.conn
-        if conn is not None and conn.is_connected:
+        self.positions.forget(space)
+        shard = self._shard_of(ch)
+        if shard is not None:
+            self._leaving[ch] = self._leaving.get(ch, 0) + 1
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(
-                    conn.send_command("UNSUBSCRIBE", ch, check_health=False), self._timeout
+                    shard.conn.send_command(self._unsubscribe_command, ch, check_health=False),
+                    self._timeout,
                 )
 
     def acknowledged(self, space: str, seq: int) -> None:
         """A publish of this node got ``seq``: a floor while the space is subscribed."""
-        if seq > self._floors.get(space, 0) and self._keys.channel(space) in self._channels:
-            self._floors[space] = seq
+        if self._keys.channel(space) in self._channels:
+            self.positions.raise_floor(space, seq)
+
+    def observed(self, space: str, epoch: str, seq: int) -> None:
+        """A read of a subscribed space found it at ``epoch``/``seq``: what its
+        members are on. (Ignored while not ready: the read may have reached a
+        Redis the link has not checked yet.)"""
+        if self.ready and self._keys.channel(space) in self._channels:
+            self.positions.epochs[space] = epoch
+            self.positions.raise_floor(space, seq)
 
     def delivered(self, space: str) -> int:
-        return self._delivered.get(space, 0)
+        return self.positions.delivered.get(space, 0)
 
     # ── the connection loop ─────────────────────────────────────────────
 
@@ -166,30 +228,68 @@ class PubSubLink:
                 future.set_exception(BackplaneUnavailable("redis unavailable: connection lost"))
                 future.exception()  # mark retrieved: a waiter may have given up
 
+    def _drop(self, why: str) -> None:
+        """Cut every connection: the loop reconnects the whole link."""
+        self._log.warning("redis pub/sub reconnecting", reason=why)
+        self._dropped.set()
+
+    async def _connect(self) -> None:
+        if self._redis.clustered:
+            conns, owner = await asyncio.wait_for(self._redis.shards(), 2 * self._timeout)
+        else:
+            conns, owner = {"": self._redis.subscriber()}, (lambda channel: "")
+        shards = {name: _Shard(name, conn) for name, conn in conns.items()}
+        try:
+            # These connections have no read timeout (they wait for
+            # messages), so bound the handshake here: a hung Redis must not
+            # stall us.
+            await asyncio.wait_for(
+                asyncio.gather(*(s.conn.connect() for s in shards.values())), 2 * self._timeout
+            )
+            for space in await self.positions.resync(set(self._channels.values())):
+                self._lost(space)
+            channels = [self._node_channel, *self._channels]
+            # One SUBSCRIBE per connection; sharded, one SSUBSCRIBE per hash
+            # slot (its channels must share one), all sent in one write.
+            groups: dict[str, dict[object, list[bytes]]] = {}
+            for ch in channels:
+                slot = key_slot(ch) if self._redis.clustered else 0
+                groups.setdefault(owner(ch), {}).setdefault(slot, []).append(ch)
+            self._confirmed.clear()
+            self._awaiting = set(channels)
+            for name, by_slot in groups.items():
+                conn = shards[name].conn
+                packed = conn.pack_commands(
+                    [(self._subscribe_command, *chs) for chs in by_slot.values()]
+                )
+                await asyncio.wait_for(
+                    conn.send_packed_command(packed, check_health=False), self._timeout
+                )
+        except BaseException:
+            for shard in shards.values():
+                with contextlib.suppress(Exception):
+                    await shard.conn.disconnect(nowait=True)
+            raise
+        self._shards, self._owner = shards, owner
+
     async def _run(self) -> None:
         low, high = self._backoff
         delay = low
         failures = 0
         while not self._closed:
-            conn: AbstractConnection | None = None
-            keepalive: asyncio.Task[None] | None = None
+            tasks: list[asyncio.Task[None]] = []
             try:
-                conn = self._pool.connection_class(
-                    **{**self._pool.connection_kwargs, "socket_timeout": None}
-                )
-                # This connection has no read timeout (it waits for messages),
-                # so bound the handshake here: a hung Redis must not stall us.
-                await asyncio.wait_for(conn.connect(), 2 * self._timeout)
-                await self._raise_sequences()
-                channels = [self._node_channel, *self._channels]
-                self._confirmed.clear()
-                self._awaiting = set(channels)
-                await asyncio.wait_for(
-                    conn.send_command("SUBSCRIBE", *channels, check_health=False), self._timeout
-                )
-                self.conn = conn
-                keepalive = asyncio.get_running_loop().create_task(self._keepalive(conn))
-                await self._pump(conn)
+                await self._connect()
+                loop = asyncio.get_running_loop()
+                self._dropped.clear()
+                tasks.append(loop.create_task(self._dropped.wait()))  # type: ignore[arg-type]
+                for shard in self._shards.values():
+                    tasks.append(loop.create_task(self._pump(shard)))
+                    tasks.append(loop.create_task(self._keepalive(shard)))
+                done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    task.result()  # a pump's error
+                raise ConnectionError("a pub/sub connection was dropped")
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -198,46 +298,32 @@ class PubSubLink:
                 failures += 1
             finally:
                 was_ready = self.ready
-                self.conn = None
+                shards, self._shards = self._shards, {}
+                self._leaving.clear()
                 self._confirmed.clear()
                 self._awaiting.clear()
                 if not self._closed:
                     self._set_ready(False)
                 self._fail_pending()
-                if keepalive is not None:
-                    keepalive.cancel()
-                if conn is not None:
+                for task in tasks:
+                    task.cancel()
+                for shard in shards.values():
                     with contextlib.suppress(Exception):
-                        await conn.disconnect(nowait=True)
+                        await shard.conn.disconnect(nowait=True)
             if was_ready:
                 delay, failures = low, 1
             await asyncio.sleep(delay * (0.5 + random.random() / 2))
             delay = min(delay * 2, high)
 
-    async def _raise_sequences(self) -> None:
-        """Keep seq strictly increasing for this node even if Redis restarted empty."""
-        wanted = set(self._channels.values())
-        highest = dict(self._floors)
-        for space, seq in self._delivered.items():
-            if seq > highest.get(space, 0):
-                highest[space] = seq
-        floors = [(s, n) for s, n in highest.items() if s in wanted]
-        for i in range(0, len(floors), 500):
-            chunk = floors[i : i + 500]
-            keys = []
-            for s, _ in chunk:
-                keys += self._keys.position(s)
-            args = [self._seq_ttl, self._candidate(), *(n for _, n in chunk)]
-            await self._raise_script(keys=keys, args=args)
-
-    async def _keepalive(self, conn: AbstractConnection) -> None:
+    async def _keepalive(self, shard: _Shard) -> None:
         """Detect a silent dead peer: nothing received across two pings → drop it."""
         seen = -1
         pinged = False
+        conn = shard.conn
         while True:
             await asyncio.sleep(self._ping_interval)
-            if self._received != seen:
-                seen, pinged = self._received, False
+            if shard.received != seen:
+                seen, pinged = shard.received, False
                 continue
             if pinged:
                 self._log.warning("redis pub/sub connection silent: reconnecting")
@@ -250,21 +336,22 @@ class PubSubLink:
                 await conn.disconnect(nowait=True)
                 return
 
-    async def _pump(self, conn: AbstractConnection) -> None:
-        """Read the pub/sub connection until it fails; the fan-out hot path."""
-        read = conn.read_response
+    async def _pump(self, shard: _Shard) -> None:
+        """Read one pub/sub connection until it fails; the fan-out hot path."""
+        read = shard.conn.read_response
         channels = self._channels
         node_channel = self._node_channel
-        delivered = self._delivered
+        delivered = self.positions.delivered
         handler = self._handler
         assert handler is not None
         deliver = handler.deliver
         clock = time.time
+        message_kind = self._message_kind
         while True:
             msg = await read()
-            self._received += 1
+            shard.received += 1
             kind = msg[0]
-            if kind == b"message":
+            if kind == message_kind:
                 channel = msg[1]
                 data = msg[2]
                 space = channels.get(channel)
@@ -283,8 +370,28 @@ class PubSubLink:
                         handler.node_message(data)
                 except Exception:
                     self._log.exception("delivery failed", channel=channel[:200])
-            elif kind == b"subscribe":
+            elif kind == self._confirm_kind:
                 self._on_subscribed(msg[1])
+            elif kind == b"sunsubscribe" and not self._left(msg[1]):
+                # Unasked: the channel's slot moved to another master.
+                raise ConnectionError("a sharded channel's slot moved")
+
+    def _lost(self, space: str) -> None:
+        self._log.warning("space history may have been lost", space=space)
+        if self._handler is not None:
+            try:
+                self._handler.lost(space)
+            except Exception:
+                self._log.exception("lost handler failed")
+
+    def _left(self, channel: bytes) -> bool:
+        """Whether this unsubscribe confirms one this link sent."""
+        n = self._leaving.get(channel, 0)
+        if n <= 1:
+            self._leaving.pop(channel, None)
+        else:
+            self._leaving[channel] = n - 1
+        return n > 0
 
     def _on_subscribed(self, channel: bytes) -> None:
         self._confirmed.add(channel)

@@ -52,32 +52,42 @@ SEQ_TTL = 86400
 
 
 class SpaceKeys:
-    """The names of a space's keys and channels under one prefix."""
+    """The names of a space's keys and channels under one prefix.
 
-    def __init__(self, prefix: str):
+    On a Redis Cluster (``clustered``) the space's name is a hash tag —
+    ``P:seq:{space}``, ``P:history:{space}``, … — so every key and the channel
+    of one space share one hash slot (each script touches one slot, and the
+    sharded channel lives on the master that holds the keys); a node's channel
+    is tagged by the node id. On one Redis the names carry no braces."""
+
+    def __init__(self, prefix: str, clustered: bool = False):
         self.prefix = prefix
+        self.clustered = clustered
+
+    def _tag(self, name: str) -> str:
+        return f"{{{name}}}" if self.clustered else name
 
     def seq(self, space: str) -> str:
-        return f"{self.prefix}:seq:{space}"
+        return f"{self.prefix}:seq:{self._tag(space)}"
 
     def history(self, space: str) -> str:
-        return f"{self.prefix}:history:{space}"
+        return f"{self.prefix}:history:{self._tag(space)}"
 
     def epoch(self, space: str) -> str:
-        return f"{self.prefix}:epoch:{space}"
+        return f"{self.prefix}:epoch:{self._tag(space)}"
 
     def position(self, space: str) -> list[str]:
         """The KEYS of :data:`POSITION_FN`: seq, history, epoch."""
         return [self.seq(space), self.history(space), self.epoch(space)]
 
     def once(self, space: str, key: str) -> str:
-        return redis_key(self.prefix, space, key)
+        return redis_key(self.prefix, self._tag(space), key)
 
     def channel(self, space: str) -> bytes:
-        return f"{self.prefix}:space:{space}".encode()
+        return f"{self.prefix}:space:{self._tag(space)}".encode()
 
     def node_channel(self, node_id: str) -> str:
-        return f"{self.prefix}:node:{node_id}"
+        return f"{self.prefix}:node:{self._tag(node_id)}"
 
 
 class EpochCandidates:
@@ -149,6 +159,9 @@ def stream_code(draft: Draft) -> bytes:
 POSITION_FN = """
 local function position(seq_key, history_key, epoch_key, candidate, seq_ttl)
   local epoch = redis.call('GET', epoch_key)
+  if epoch and STAMP and string.sub(epoch, -#STAMP - 1) ~= '.' .. STAMP then
+    epoch = false  -- written under another master: history may have been lost
+  end
   local seq = redis.call('GET', seq_key)
   if not seq then
     local last = redis.call('XREVRANGE', history_key, '+', '-', 'COUNT', 1)
@@ -162,6 +175,7 @@ local function position(seq_key, history_key, epoch_key, candidate, seq_ttl)
   end
   if not epoch then
     epoch = candidate
+    if STAMP then epoch = candidate .. '.' .. STAMP end
     redis.call('SET', epoch_key, epoch, 'EX', seq_ttl)
   end
   return epoch, tonumber(seq)
@@ -194,7 +208,7 @@ if tonumber(ARGV[5]) > 0 then
 end
 redis.call('EXPIRE', KEYS[1], ARGV[7])
 redis.call('EXPIRE', KEYS[3], ARGV[7])
-redis.call('PUBLISH', ARGV[3], msg)
+redis.call(PUBLISH_COMMAND, ARGV[3], msg)
 if KEYS[4] then redis.call('SET', KEYS[4], seq .. ' ' .. ARGV[11], 'EX', ttl) end
 return seq
 """
@@ -203,23 +217,27 @@ return seq
 # KEYS: seq, history and epoch key of each space, in threes. ARGV[1]: ttl,
 # ARGV[2]: candidate epoch, ARGV[i + 2]: the floor for the i-th space.
 # Raising a seq means Redis came back behind what was delivered: its history
-# may have lost messages, so the epoch goes. A missing seq is first restored
-# from the history, as in every script: raised from 0 instead it could stay
-# below the newest entry, and every publish would fail until it passed it.
+# may have lost messages, so the epoch is replaced. A missing seq is first
+# restored from the history, as in every script: raised from 0 instead it
+# could stay below the newest entry, and every publish would fail until it
+# passed it. Returns each space's epoch afterwards.
 RAISE_SEQ_LUA = (
     POSITION_FN
     + """
 local ttl = ARGV[1]
+local epochs = {}
 for i = 1, #KEYS / 3 do
   local key, epoch_key = KEYS[3 * i - 2], KEYS[3 * i]
   local floor = tonumber(ARGV[i + 2])
-  local _, cur = position(key, KEYS[3 * i - 1], epoch_key, ARGV[2], ttl)
+  local epoch, cur = position(key, KEYS[3 * i - 1], epoch_key, ARGV[2] .. 'a' .. i, ttl)
   if cur < floor then
     redis.call('SET', key, floor, 'EX', ttl)
     redis.call('DEL', epoch_key)
+    epoch = position(key, KEYS[3 * i - 1], epoch_key, ARGV[2] .. 'b' .. i, ttl)
   end
+  epochs[i] = epoch
 end
-return 0
+return epochs
 """
 )
 
@@ -277,3 +295,31 @@ end
 return {epoch, seq, oldest, msgs, complete}
 """
 )
+
+
+class Scripts:
+    """The scripts' text for one mode of Redis.
+
+    On a cluster a space's messages go out with ``SPUBLISH`` (sharded pub/sub:
+    only the master holding the space's slot carries them). Where a replica
+    may be promoted (Sentinel, Cluster), each script reads the master's
+    replication id (``INFO replication``, a few microseconds) and an epoch
+    carries its first twelve hex digits: a promoted replica has a new
+    replication id, so the first script to touch a space there replaces its
+    epoch — what the old master acknowledged but had not yet replicated may
+    be gone, and resumes across the failover say ``recovered: false``.
+    """
+
+    def __init__(self, *, clustered: bool, failover: bool):
+        command = "SPUBLISH" if clustered else "PUBLISH"
+        stamp = (
+            "string.sub(string.match(redis.call('INFO', 'replication'),"
+            " 'master_replid:(%x+)') or '', 1, 12)"
+            if failover
+            else "false"
+        )
+        head = f"local PUBLISH_COMMAND = '{command}'\nlocal STAMP = {stamp}\n"
+        self.publish = head + PUBLISH_LUA
+        self.raise_seq = head + RAISE_SEQ_LUA
+        self.position = head + POSITION_LUA
+        self.history = head + HISTORY_LUA

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 from hub.cluster.kvstore.base import KeyValueStore, KeyValueStoreFull
 from hub.cluster.kvstore.memory import MemoryKeyValueStore
+from hub.cluster.redis_connection import RedisConnection
 
 __all__ = ["KeyValueStore", "KeyValueStoreFull", "MemoryKeyValueStore", "create_kv_store"]
 
 
 def create_kv_store(
-    redis_url: str | None, *, prefix: str = "agora", max_entries: int = 100_000
+    redis: RedisConnection | None, *, prefix: str = "agora", max_entries: int = 100_000
 ) -> KeyValueStore:
-    if not redis_url or redis_url.startswith("memory://"):
+    """In memory without a Redis connection, on it otherwise."""
+    if redis is None:
         return MemoryKeyValueStore(max_entries=max_entries)
     from hub.cluster.kvstore.redis import RedisKeyValueStore
 
-    return RedisKeyValueStore(redis_url, prefix=prefix)
+    return RedisKeyValueStore(redis, prefix=prefix)

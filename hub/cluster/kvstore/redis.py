@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import math
 
-from hub.cluster.backplane.redis_client import RedisStore
 from hub.cluster.kvstore.base import check_condition, check_ttl
+from hub.cluster.redis_store import RedisStore
 
 
 class RedisKeyValueStore(RedisStore):
-    """Options: those of :class:`~hub.cluster.backplane.redis_client.RedisStore`."""
+    """On the node's :class:`~hub.cluster.redis_connection.RedisConnection`.
 
-    pool_size = 8
+    Each key is its own command, so on a Redis Cluster the keys spread over
+    every slot (a key containing ``{…}`` is placed by that hash tag)."""
 
     def _key(self, key: str) -> str:
         return f"{self._prefix}:kv:{key}"

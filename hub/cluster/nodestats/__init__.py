@@ -12,13 +12,15 @@ from __future__ import annotations
 
 from hub.cluster.nodestats.base import NodeStatsStore
 from hub.cluster.nodestats.memory import MemoryNodeStats
+from hub.cluster.redis_connection import RedisConnection
 
 __all__ = ["MemoryNodeStats", "NodeStatsStore", "create_node_stats"]
 
 
-def create_node_stats(redis_url: str | None, *, prefix: str = "agora") -> NodeStatsStore:
-    if not redis_url or redis_url.startswith("memory://"):
+def create_node_stats(redis: RedisConnection | None, *, prefix: str = "agora") -> NodeStatsStore:
+    """In memory without a Redis connection, on it otherwise."""
+    if redis is None:
         return MemoryNodeStats()
     from hub.cluster.nodestats.redis import RedisNodeStats
 
-    return RedisNodeStats(redis_url, prefix=prefix)
+    return RedisNodeStats(redis, prefix=prefix)

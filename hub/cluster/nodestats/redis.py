@@ -15,10 +15,10 @@ document, so a cluster that is gone leaves nothing behind. A failed command rais
 from __future__ import annotations
 
 import math
-from typing import Any
 
-from hub.cluster.backplane.redis_client import RedisStore
 from hub.cluster.kvstore.base import check_ttl
+from hub.cluster.redis_connection import RedisConnection
+from hub.cluster.redis_store import RedisStore, tagged
 
 # KEYS: hash, zset. ARGV: node id, document, ttl (ms).
 PUT_LUA = """
@@ -48,13 +48,13 @@ return redis.call('HGETALL', KEYS[1])
 
 
 class RedisNodeStats(RedisStore):
-    """Options: those of :class:`~hub.cluster.backplane.redis_client.RedisStore`."""
+    """On the node's :class:`~hub.cluster.redis_connection.RedisConnection`;
+    on a Redis Cluster both keys carry the hash tag ``{P}`` (one slot)."""
 
-    pool_size = 4
-
-    def __init__(self, url: str, **options: Any):
-        super().__init__(url, **options)
-        self._keys = [f"{self._prefix}:nodestats", f"{self._prefix}:nodestats:expiry"]
+    def __init__(self, redis: RedisConnection, *, prefix: str = "agora"):
+        super().__init__(redis, prefix=prefix)
+        p = tagged(prefix, redis.clustered)
+        self._keys = [f"{p}:nodestats", f"{p}:nodestats:expiry"]
         self._put = self._client.register_script(PUT_LUA)
         self._read = self._client.register_script(READ_LUA)
 

@@ -20,6 +20,7 @@ from hub.cluster.presence.base import (
     ReapedAgent,
 )
 from hub.cluster.presence.memory import MemoryPresence
+from hub.cluster.redis_connection import RedisConnection
 
 __all__ = [
     "AgentClaims",
@@ -39,10 +40,11 @@ __all__ = [
 
 
 def create_presence(
-    redis_url: str | None, *, prefix: str = "agora", node_id: str = "", ttl: float = 60.0
+    redis: RedisConnection | None, *, prefix: str = "agora", node_id: str = "", ttl: float = 60.0
 ) -> Presence:
-    if not redis_url or redis_url.startswith("memory://"):
+    """In memory without a Redis connection, on it otherwise."""
+    if redis is None:
         return MemoryPresence()
     from hub.cluster.presence.redis import RedisPresence
 
-    return RedisPresence(redis_url, prefix=prefix, node_id=node_id, ttl=ttl)
+    return RedisPresence(redis, prefix=prefix, node_id=node_id, ttl=ttl)

@@ -34,7 +34,6 @@ from typing import Any
 
 import orjson
 
-from hub.cluster.backplane.redis_client import RedisStore
 from hub.cluster.presence.base import (
     AgentRecord,
     AgentsPage,
@@ -58,6 +57,8 @@ from hub.cluster.presence.redis_scripts import (
     UPDATE_LUA,
     PresenceKeys,
 )
+from hub.cluster.redis_connection import RedisConnection
+from hub.cluster.redis_store import RedisStore, run_scripts, tagged
 from hub.errors import BackplaneUnavailable, SpaceFull
 
 
@@ -73,16 +74,20 @@ def _info(record: AgentRecord) -> bytes:
 
 
 class RedisPresence(RedisStore):
-    """Presence shared by every node of a cluster through one Redis.
+    """Presence shared by every node of a cluster, on the node's
+    :class:`~hub.cluster.redis_connection.RedisConnection`.
 
-    Options: those of :class:`~hub.cluster.backplane.redis_client.RedisStore`
-    (``prefix``, ``socket_timeout``, ``connect_timeout``, ``max_connections``).
+    On a Redis Cluster every presence key carries the hash tag ``{P}``: they
+    all live in one slot, so every script stays one atomic step (reaping a
+    dead node touches its agents, their memberships and the directory at
+    once). Presence is written per connect, join and heartbeat interval, not
+    per message: one shard carries it easily while space traffic spreads.
     """
 
-    pool_size = 32
-
-    def __init__(self, url: str, *, node_id: str, ttl: float = 60.0, **options: Any):
-        super().__init__(url, **options)
+    def __init__(
+        self, redis: RedisConnection, *, node_id: str, ttl: float = 60.0, prefix: str = "agora"
+    ):
+        super().__init__(redis, prefix=tagged(prefix, redis.clustered))
         self.node_id = node_id
         # The liveness window the node promises; reaping uses the caller's
         # ``dead_after``, this is the fallback when that is not positive.
@@ -262,11 +267,12 @@ class RedisPresence(RedisStore):
             conflicts: list[AgentRecord] = []
             for i in range(0, len(calls), 200):
                 chunk = calls[i : i + 200]
-                async with self._client.pipeline(transaction=False) as pipe:
-                    for _, keys, args in chunk:
-                        await self._restore(keys=keys, args=args, client=pipe)
-                    results = await pipe.execute()
+                results = await run_scripts(
+                    self._client, self._restore, [(keys, args) for _, keys, args in chunk]
+                )
                 for (aid, _, _), holder in zip(chunk, results, strict=True):
+                    if isinstance(holder, BaseException):
+                        raise holder
                     if holder:
                         conflicts.append(_record(aid, *holder))
         return conflicts

@@ -24,9 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
-from redis.asyncio import Redis
 
-from hub.cluster.backplane.redis_client import as_unavailable
 from hub.cluster.presence.base import (
     MAX_PREFIX_CAPABILITIES,
     AgentRecord,
@@ -36,6 +34,7 @@ from hub.cluster.presence.base import (
     MembersPage,
 )
 from hub.cluster.presence.redis_scripts import PresenceKeys
+from hub.cluster.redis_store import as_unavailable
 from protocol.names import is_valid_agent_id
 
 
@@ -59,7 +58,7 @@ def record_from(agent_id: str, node: bytes, conn: bytes, info: bytes | None) -> 
 class RedisDirectory:
     """Paged reads for :class:`~hub.cluster.presence.redis.RedisPresence`."""
 
-    def __init__(self, client: Redis, keys: PresenceKeys, check_open: Callable[[str], None]):
+    def __init__(self, client: Any, keys: PresenceKeys, check_open: Callable[[str], None]):
         self._client = client
         self._keys = keys
         self._check_open = check_open

@@ -49,7 +49,7 @@ class OperatorFaces:
         self.reporter: NodeStatsReporter | None = None
         self.operations: Operations | None = None
         if self.enabled:
-            store = node_stats or create_node_stats(s.redis_url, prefix=s.redis_prefix)
+            store = node_stats or create_node_stats(None)
             self.reporter = NodeStatsReporter(node_id, __version__, counters, readings, store)
             self.operations = Operations(
                 s, node_id, run, presence, space_exists, store,
