@@ -38,7 +38,7 @@ from adapters.a2a.contexts import BridgeMemory
 from adapters.a2a.remote import RemoteAgent, RemoteFailure
 from adapters.holding import Holding
 from adapters.replies import StreamAssembler, in_reply_to
-from adapters.takeover import unanswered
+from adapters.takeover import answer_unanswered
 from hub.adapter_host import (
     AdapterHost,
     BackplaneUnavailable,
@@ -200,29 +200,16 @@ class A2aOutbound:
     async def _claimed(self, member: VirtualMember, seq: int) -> None:
         if self.card is not None and self._registration()[0] != member.record.capabilities:
             await self._card_changed(self.card)  # the card came while claiming
-        task = asyncio.get_running_loop().create_task(self._answer_orphans(seq))
-        self._background = [t for t in self._background if not t.done()] + [task]
-
-    async def _answer_orphans(self, upto_seq: int) -> None:
-        """Requests a lost holder left unanswered get a failure (see :mod:`adapters.takeover`)."""
-        member = self.member
-        if member is None or not upto_seq:
-            return
-        try:
-            orphans = await unanswered(
-                member, self.space, upto_seq, request_keys=_request_keys, answer_key=in_reply_to
-            )
-        except (RequestFailed, TimeoutError, BackplaneUnavailable) as exc:
-            log.warning("a2a bridge cannot read back history", reason=str(exc))
-            return
-        if orphans:
-            log.warning("a2a bridge answers requests its lost holder left", count=len(orphans))
         moved = RemoteOutcome(
             "failure",
             error="Bridge moved to another hub node while this request was in flight: try again",
         )
-        for event in orphans:
-            await self._reply(event, moved)
+        orphans = answer_unanswered(
+            member, self.space, seq, request_keys=_request_keys, answer_key=in_reply_to,
+            answer=lambda event: self._reply(event, moved), label="a2a bridge",
+        )  # fmt: skip
+        task = asyncio.get_running_loop().create_task(orphans)
+        self._background = [t for t in self._background if not t.done()] + [task]
 
     # ── events addressed to the bridge ──────────────────────────────────
 

@@ -35,11 +35,11 @@ import structlog
 
 from adapters.agora_http.conversations import OutboundConversations, RemoteConversation
 from adapters.agora_http.remote import RemoteEndpoint, failed
+from adapters.holding import Holding
 from adapters.replies import StreamAssembler, in_reply_to
-from adapters.takeover import unanswered
+from adapters.takeover import answer_unanswered
 from hub.adapter_host import (
     AdapterHost,
-    AgentIdTaken,
     BackplaneUnavailable,
     RequestFailed,
     VirtualMember,
@@ -99,11 +99,12 @@ class AgoraHttpOutbound:
         self.sources = [] if document is None else [encode_source(document)]
         self.options = options or OutboundOptions()
         self.timeout = timeout
-        self.member: VirtualMember | None = None
+        self.held = Holding(
+            agent_id, space, self._on_message, type="agora-http-bridge",
+            registration=lambda: (("agora-http",), {}), on_claimed=self._claimed,
+            label="agora-http bridge",
+        )  # fmt: skip
         self.conversations: OutboundConversations | None = None
-        #: Set while this node holds the bridge's agent id.
-        self.holding = asyncio.Event()
-        self._host: AdapterHost | None = None
         self._remote: RemoteEndpoint | None = None
         self._calls = asyncio.Semaphore(self.options.max_concurrency)
         self._streams = StreamAssembler(
@@ -113,15 +114,13 @@ class AgoraHttpOutbound:
         self._expiries: dict[str, float] = {}
         self._heap: list[tuple[float, str]] = []
         self._background: list[asyncio.Task[None]] = []
-        self._retry = 1.0
 
     # ── lifecycle and the claim ─────────────────────────────────────────
 
     async def start(self, host: AdapterHost) -> None:
         s = host.settings
-        self._host = host
         self.timeout = self.timeout or s.bridge_timeout
-        self._retry = self.options.retry_interval or s.heartbeat_interval
+        retry = self.options.retry_interval or s.heartbeat_interval
         ttl = self.options.conversation_ttl
         self.conversations = OutboundConversations(host.kv, self.agent_id, ttl)
         self._remote = RemoteEndpoint(
@@ -130,10 +129,10 @@ class AgoraHttpOutbound:
             max_connections=self.options.max_concurrency,
             limits=self.options.limits,
         )
-        await self._claim()
+        await self.held.claim(host)
         loop = asyncio.get_running_loop()
         self._background += [
-            loop.create_task(self._keep()),
+            loop.create_task(self.held.keep(host, retry)),
             loop.create_task(self._sweep(max(0.05, min(1.0, ttl / 4)))),
         ]
 
@@ -152,74 +151,30 @@ class AgoraHttpOutbound:
                     await asyncio.gather(
                         *(self._answer(e, failed("Bridge shutting down")) for e in unanswered)
                     )
-        member, self.member = self.member, None
-        self.holding.clear()
-        if member is not None:
-            await member.aclose()
+        await self.held.release()
         if self._remote is not None:
             await self._remote.aclose()
 
-    async def _claim(self) -> bool:
-        try:
-            assert self._host is not None
-            member = await self._host.attach(
-                self.agent_id, self._on_message, type="agora-http-bridge",
-                capabilities=("agora-http",),
-            )  # fmt: skip
-        except (AgentIdTaken, BackplaneUnavailable):
-            return False
-        try:
-            joined = await member.join(self.space)
-        except (RequestFailed, TimeoutError) as exc:
-            log.warning("agora-http bridge cannot join", agent_id=self.agent_id, reason=str(exc))
-            await member.aclose()
-            return False
-        self.member = member
-        self.holding.set()
-        log.info("agora-http bridge active", agent_id=self.agent_id, space=self.space)
-        task = asyncio.get_running_loop().create_task(self._answer_orphans(joined.get("seq", 0)))
-        self._background = [t for t in self._background if not t.done()] + [task]
-        return True
+    @property
+    def member(self) -> VirtualMember | None:
+        """The bridge's member while this node holds its agent id."""
+        return self.held.member
 
-    async def _answer_orphans(self, upto_seq: int) -> None:
-        """Requests a lost holder left unanswered get a failure (see :mod:`adapters.takeover`)."""
-        member = self.member
-        if member is None or not upto_seq:
-            return
-        try:
-            orphans = await unanswered(
-                member,
-                self.space,
-                upto_seq,
-                request_keys=_request_keys,
-                answer_key=in_reply_to,
-            )
-        except (RequestFailed, TimeoutError, BackplaneUnavailable) as exc:
-            log.warning("agora-http bridge cannot read back history", reason=str(exc))
-            return
-        if orphans:
-            log.warning(
-                "agora-http bridge answers requests its lost holder left", count=len(orphans)
-            )
-        reply = failed(
+    @property
+    def holding(self) -> asyncio.Event:
+        """Set while this node holds the bridge's agent id."""
+        return self.held.holding
+
+    async def _claimed(self, member: VirtualMember, seq: int) -> None:
+        moved = failed(
             "Bridge moved to another hub node while this request was in flight: try again"
         )
-        for event in orphans:
-            await self._answer(event, reply)
-
-    async def _keep(self) -> None:
-        """Hold the agent id, or stand by and retry the claim until it is free."""
-        while True:
-            member = self.member
-            if member is None:
-                if not await self._claim():
-                    await asyncio.sleep(self._retry)
-                continue
-            await member.cleaned_up.wait()  # closed by the hub (replaced elsewhere)
-            if self.member is member:
-                self.member = None
-                self.holding.clear()
-                log.warning("agora-http bridge lost its agent id", agent_id=self.agent_id)
+        orphans = answer_unanswered(
+            member, self.space, seq, request_keys=_request_keys, answer_key=in_reply_to,
+            answer=lambda event: self._answer(event, moved), label="agora-http bridge",
+        )  # fmt: skip
+        task = asyncio.get_running_loop().create_task(orphans)
+        self._background = [t for t in self._background if not t.done()] + [task]
 
     # ── events addressed to the bridge ──────────────────────────────────
 
