@@ -36,7 +36,8 @@ import structlog
 from adapters.agora_http.conversations import OutboundConversations, RemoteConversation
 from adapters.agora_http.remote import RemoteEndpoint, failed
 from adapters.holding import Holding
-from adapters.replies import StreamAssembler, in_reply_to
+from adapters.intake import RequestIntake
+from adapters.replies import in_reply_to
 from adapters.takeover import answer_unanswered
 from hub.adapter_host import (
     AdapterHost,
@@ -99,18 +100,21 @@ class AgoraHttpOutbound:
         self.sources = [] if document is None else [encode_source(document)]
         self.options = options or OutboundOptions()
         self.timeout = timeout
-        self.held = Holding(
-            agent_id, space, self._on_message, type="agora-http-bridge",
-            registration=lambda: (("agora-http",), {}), on_claimed=self._claimed,
-            label="agora-http bridge",
-        )  # fmt: skip
         self.conversations: OutboundConversations | None = None
         self._remote: RemoteEndpoint | None = None
         self._calls = asyncio.Semaphore(self.options.max_concurrency)
-        self._streams = StreamAssembler(
-            self.options.limits.max_request_bytes, max_streams=self.options.max_queued
-        )
-        self._tasks: dict[asyncio.Task[None], dict[str, Any]] = {}
+        o = self.options
+        self.intake = RequestIntake(
+            agent_id, space, serve=self._serve,
+            refuse=lambda event, why: self._answer(event, failed(why)),
+            max_request_bytes=o.limits.max_request_bytes, max_concurrency=o.max_concurrency,
+            max_queued=o.max_queued,
+        )  # fmt: skip
+        self.held = Holding(
+            agent_id, space, self.intake.feed, type="agora-http-bridge",
+            registration=lambda: (("agora-http",), {}), on_claimed=self._claimed,
+            label="agora-http bridge",
+        )  # fmt: skip
         self._expiries: dict[str, float] = {}
         self._heap: list[tuple[float, str]] = []
         self._background: list[asyncio.Task[None]] = []
@@ -138,19 +142,13 @@ class AgoraHttpOutbound:
 
     async def aclose(self) -> None:
         """Stop; events still being served get a failure answer, not silence."""
-        unanswered = list(self._tasks.values())
-        for task in [*self._background, *self._tasks]:
+        for task in self._background:
             task.cancel()
-        for task in [*self._background, *self._tasks]:
+        for task in self._background:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._background.clear()
-        if unanswered:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(5):
-                    await asyncio.gather(
-                        *(self._answer(e, failed("Bridge shutting down")) for e in unanswered)
-                    )
+        await self.intake.aclose()
         await self.held.release()
         if self._remote is not None:
             await self._remote.aclose()
@@ -177,44 +175,6 @@ class AgoraHttpOutbound:
         self._background = [t for t in self._background if not t.done()] + [task]
 
     # ── events addressed to the bridge ──────────────────────────────────
-
-    def _addressed(self, msg: dict[str, Any]) -> bool:
-        to = msg.get("to")
-        recipients = [to] if isinstance(to, str) else to if isinstance(to, list) else ()
-        return (
-            self.agent_id in recipients
-            and msg.get("space") == self.space
-            and msg.get("from") != self.agent_id
-            and in_reply_to(msg) is None  # an answer is not a request (no bridge loops)
-        )
-
-    async def _on_message(self, msg: dict[str, Any]) -> None:
-        kind = msg.get("type")
-        if kind == "space.event":
-            if self._addressed(msg):
-                await self._accept(msg)
-            return
-        if kind == "space.event.delta" and msg.get("event_id") not in self._streams:
-            if self._addressed(msg):
-                lost = self._streams.start(msg)
-                if lost is not None:
-                    await self._answer(lost.event, failed(f"Request lost: {lost.failure}"))
-            return
-        whole = self._streams.feed(msg)
-        if whole is None:
-            return
-        if whole.failure is not None:
-            await self._answer(whole.event, failed(f"Request lost: {whole.failure}"))
-        else:
-            await self._accept(whole.event)
-
-    async def _accept(self, event: dict[str, Any]) -> None:
-        if len(self._tasks) >= self.options.max_concurrency + self.options.max_queued:
-            await self._answer(event, failed("Bridge busy: try again"))
-            return
-        task = asyncio.get_running_loop().create_task(self._serve(event))
-        self._tasks[task] = event
-        task.add_done_callback(lambda done: self._tasks.pop(done, None))
 
     async def _serve(self, event: dict[str, Any]) -> None:
         async with self._calls:
