@@ -26,6 +26,7 @@ from hub.adapter_host import (
     AgentIdTaken,
     BackplaneUnavailable,
     MessageHandler,
+    RequestFailed,
     VirtualMember,
 )
 
@@ -78,6 +79,19 @@ class Holding:
                 self.member = None
                 self.holding.clear()
                 log.warning(f"{self._label} lost its agent id", agent_id=self.agent_id)
+
+    async def answer(self, event: dict[str, Any], data: dict[str, Any]) -> None:
+        """Publish ``data`` in the space, addressed to ``event``'s sender; an
+        answer that cannot be published (the id is not held here, the sender
+        left) is logged, never raised."""
+        member, sender = self.member, event.get("from")
+        if member is None or not isinstance(sender, str):
+            log.warning(f"{self._label} answer lost: bridge not held", agent_id=self.agent_id)
+            return
+        try:
+            await member.publish(self.space, data, to=sender)
+        except (RequestFailed, TimeoutError) as exc:  # the sender left, say
+            log.info(f"{self._label} answer not delivered", agent_id=self.agent_id, reason=str(exc))
 
     async def release(self) -> None:
         member, self.member = self.member, None

@@ -327,7 +327,7 @@ class A2aOutbound:
                 await self.memory.forget_waiting(task_id)
         if answer["status"] == "success":
             answer["state"] = "canceled"
-        await self._publish(event, {**answer, "task_id": task_id})
+        await self.held.answer(event, {**answer, "task_id": task_id})
 
     async def _receiver_cancelled(self, notice: dict[str, Any]) -> None:
         """The sender cancelled its copy of a reply stream (``space.event.cancel``
@@ -355,17 +355,7 @@ class A2aOutbound:
         context_id: str | None = None,
     ) -> None:
         data = reply_data(str(event.get("event_id")), outcome, task_id, context_id)
-        await self._publish(event, data)
-
-    async def _publish(self, event: dict[str, Any], data: dict[str, Any]) -> None:
-        member, sender = self.member, event.get("from")
-        if member is None or not isinstance(sender, str):
-            log.warning("a2a answer lost: bridge not held", agent_id=self.agent_id)
-            return
-        try:
-            await member.publish(self.space, data, to=sender)
-        except (RequestFailed, TimeoutError) as exc:  # the sender left, say
-            log.info("a2a answer not delivered", agent_id=self.agent_id, reason=str(exc))
+        await self.held.answer(event, data)
 
 
 def _data(event: dict[str, Any]) -> dict[str, Any]:

@@ -42,7 +42,6 @@ from adapters.takeover import answer_unanswered
 from hub.adapter_host import (
     AdapterHost,
     BackplaneUnavailable,
-    RequestFailed,
     VirtualMember,
 )
 from protocol.agora_http import (
@@ -190,19 +189,12 @@ class AgoraHttpOutbound:
     async def _answer(
         self, event: dict[str, Any], reply: Reply, conversation_id: str | None = None
     ) -> None:
-        member, sender = self.member, event.get("from")
-        if member is None or not isinstance(sender, str):
-            log.warning("agora-http answer lost: bridge not held", agent_id=self.agent_id)
-            return
         data = {
             "in_reply_to": event.get("event_id"),
             **reply.event_data(),
             "conversation_id": conversation_id,
         }
-        try:
-            await member.publish(self.space, data, to=sender)
-        except (RequestFailed, TimeoutError) as exc:  # the sender left, say
-            log.info("agora-http answer not delivered", agent_id=self.agent_id, reason=str(exc))
+        await self.held.answer(event, data)
 
     # ── one exchange with the remote ────────────────────────────────────
 
