@@ -204,6 +204,9 @@ class ClientDelta(_Message):
     event_id: EventId
     data: dict[str, Any]
     echo: bool = True
+    #: On the first delta only: the stream goes to these members (and the
+    #: publisher's echo), as an addressed publish does.
+    to: AgentId | Recipients | None = None
 
 
 class ClientDone(_Message):

@@ -204,8 +204,9 @@ class Call:
                 "context_id": self.context_id,
             }
             self._stream = ReplyStream(
-                self._member, self.request.space, first, flush_interval=self.flush_interval
-            )
+                self._member, self.request.space, first,
+                flush_interval=self.flush_interval, to=self.request.sender,
+            )  # fmt: skip
             self._on_stream(self._stream)
         await self._stream.write(text)
 

@@ -33,8 +33,18 @@ class Sender(Protocol):
 
 
 class ReplyStream:
-    def __init__(self, member: Sender, space: str, first: dict[str, Any], *, flush_interval: float):
+    def __init__(
+        self,
+        member: Sender,
+        space: str,
+        first: dict[str, Any],
+        *,
+        flush_interval: float,
+        to: str | None = None,
+    ):
         self.event_id = f"a2a-{secrets.token_hex(8)}"
+        #: Who gets the stream (addressed on its first delta); None: every member.
+        self.to = to
         self.prefix = f"{self.event_id}."
         self.space = space
         self.flush_interval = flush_interval
@@ -84,14 +94,16 @@ class ReplyStream:
             text = "".join(self._buffer)
             self._buffer.clear()
             self._buffered = 0
-            data = {"text": text}
+            frame: dict[str, Any] = {
+                "type": "space.event.delta", "space": self.space, "event_id": self.event_id,
+                "data": {"text": text}, "echo": False,
+            }  # fmt: skip
             if self._first is not None:
-                data = {**self._first, "text": text}
+                frame["data"] = {**self._first, "text": text}
+                if self.to is not None:
+                    frame["to"] = self.to
                 self._first = None
-            await self._send(
-                {"type": "space.event.delta", "space": self.space, "event_id": self.event_id,
-                 "data": data, "echo": False}
-            )  # fmt: skip
+            await self._send(frame)
             self._last = asyncio.get_running_loop().time()
 
     async def done(self) -> None:

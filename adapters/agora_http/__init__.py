@@ -95,8 +95,9 @@ def adapters_for(settings: HubSettings, bridges: Mapping[str, list[BaseModel]]) 
         what = f"[[spaces]] {declared.id}"
         texts = [read_document(path, what) for path in declared.agora_protocols]
         spaces[declared.id] = documents_by_hash(texts)
-    if spaces:
-        adapters.append(AgoraHttpInbound(spaces))
+    # Even without a space to serve: its routes answer /agora/* with the spec's
+    # JSON failure (404), not the HTTP server's plain-text page.
+    adapters.append(AgoraHttpInbound(spaces))
     seen: set[str] = set()
     for n, bridge in enumerate(of_kind(bridges, "agora_http", AgoraHttpBridge)):
         what = f"[[bridges.agora_http]] #{n + 1}"

@@ -107,6 +107,11 @@ class AgoraHttpInbound:
     # ── lifecycle ────────────────────────────────────────────────────────
 
     async def start(self, host: AdapterHost) -> None:
+        if not self.spaces:
+            # No space is served, but /agora/* still answers as the spec does:
+            # a JSON failure, not the HTTP server's plain-text 404.
+            host.mount(self._routes())
+            return
         s = host.settings
         self.timeout = s.bridge_timeout
         self.conversations = InboundConversations(host.kv, self.options.conversation_ttl)
@@ -118,15 +123,16 @@ class AgoraHttpInbound:
         )
         # What cannot be joined now is joined in the background, and by requests.
         await self.joining.start(host, self._on_message)
-        host.mount(
-            [
-                web.post("/agora/{space}", self._post),
-                web.post("/agora/{space}/conversations/{id}", self._post),
-                web.delete("/agora/{space}/conversations/{id}", self._delete),
-                web.get("/agora/{space}/wellknown", self._wellknown),
-            ],
-            on_shutdown=self._on_shutdown,
-        )
+        host.mount(self._routes(), on_shutdown=self._on_shutdown)
+
+    def _routes(self) -> list[web.RouteDef]:
+        return [
+            web.post("/agora/{space}", self._post),
+            web.post("/agora/{space}/conversations/{id}", self._post),
+            web.delete("/agora/{space}/conversations/{id}", self._delete),
+            web.get("/agora/{space}/wellknown", self._wellknown),
+            web.route("*", "/agora{tail:.*}", self._no_route),  # last: what the others miss
+        ]
 
     async def aclose(self) -> None:
         await self.joining.aclose()
@@ -189,6 +195,23 @@ class AgoraHttpInbound:
         except BackplaneUnavailable:
             return _respond(503, failure("Hub unavailable: try again"), retry=True)
         return _respond(200, {digest: [text] for digest, text in sorted(documents.items())})
+
+    async def _no_route(self, request: web.Request) -> web.Response:
+        """Anything else under ``/agora``: a JSON failure like every answer here —
+        405 (with ``Allow``) for a route of a served space asked with another
+        method, else 404."""
+        parts = request.match_info["tail"].strip("/").split("/")
+        space = parts[0]
+        if not space:
+            return _respond(404, failure("No such HTTP Agora route"))
+        if space not in self.spaces:
+            return _unknown_space(space)
+        allowed = _allowed_methods(parts)
+        if allowed is None:
+            return _respond(404, failure("No such HTTP Agora route"))
+        response = _respond(405, failure(f"Method {request.method} not allowed here"))
+        response.headers["Allow"] = allowed
+        return response
 
     # ── one request ──────────────────────────────────────────────────────
 
@@ -307,6 +330,17 @@ async def _quietly(coro: Any) -> None:
         await coro
     except BackplaneUnavailable:
         pass  # the key expires by itself
+
+
+def _allowed_methods(parts: list[str]) -> str | None:
+    """The methods of the route ``/agora/{parts…}`` names, None when none does."""
+    if len(parts) == 1:
+        return "POST"
+    if len(parts) == 2 and parts[1] == "wellknown":
+        return "GET"
+    if len(parts) == 3 and parts[1] == "conversations" and parts[2]:
+        return "DELETE, POST"
+    return None
 
 
 def _unknown_space(space: str) -> web.Response:

@@ -127,6 +127,15 @@ class Settings(BaseSettings):
     liveness_probe_timeout: float = Field(
         5.0, gt=0, description="How long a duplicate's holder has to answer a ping."
     )
+    node_heartbeat_interval: float = Field(
+        1.0, gt=0, description="How often a cluster node marks itself alive in Redis."
+    )
+    node_heartbeat_timeout: float = Field(
+        5.0,
+        gt=0,
+        description="A node silent this long is dead: another node reaps its agents "
+        "(capped at heartbeat_timeout).",
+    )
     max_frame_bytes: int = Field(
         1_048_576, ge=1024, description="Largest inbound frame; bigger closes with 1009."
     )
@@ -138,6 +147,12 @@ class Settings(BaseSettings):
     rate_abuse_seconds: float = Field(
         5.0, gt=0, description="Rate-limited overshoot, in seconds of rate, that closes 4429."
     )
+    stream_rate_limit: float = Field(
+        1000.0,
+        gt=0,
+        description="Deltas per second per connection on its open streams (their own bucket).",
+    )
+    stream_rate_burst: float = Field(2000.0, ge=1, description="Stream token bucket size.")
     space_capacity: int = Field(10_000, ge=1, description="Members per space.")
     members_list_limit: int = Field(
         100,
@@ -333,6 +348,8 @@ class Settings(BaseSettings):
     def _consistent(self) -> Settings:
         if self.heartbeat_timeout <= self.heartbeat_interval:
             raise ValueError("heartbeat_timeout must be greater than heartbeat_interval")
+        if self.node_heartbeat_timeout <= self.node_heartbeat_interval:
+            raise ValueError("node_heartbeat_timeout must be greater than node_heartbeat_interval")
         if self.auth_mode == "tokens" and self.auth_tokens_file is None:
             raise ValueError("auth_mode=tokens needs auth_tokens_file")
         jwt_keys = [k for k in (self.jwt_secret, self.jwt_public_key, self.jwt_jwks_url) if k]
@@ -373,6 +390,19 @@ class Settings(BaseSettings):
     @property
     def declared(self) -> dict[str, DeclaredSpace]:
         return {s.id: s for s in self.spaces}
+
+    @property
+    def node_dead_after(self) -> float:
+        """Seconds of silence after which a node is dead and its agents are
+        reaped: ``node_heartbeat_timeout``, never more than ``heartbeat_timeout``
+        (so a dead node's agents are gone within 2 × heartbeat_timeout)."""
+        return min(self.node_heartbeat_timeout, self.heartbeat_timeout)
+
+    @property
+    def node_beat_every(self) -> float:
+        """How often the node beats (and reaps): ``node_heartbeat_interval``,
+        at most a third of :attr:`node_dead_after` so one late beat kills nobody."""
+        return min(self.node_heartbeat_interval, self.node_dead_after / 3)
 
 
 # Settings that only make sense in the config file, not as flags.

@@ -128,6 +128,11 @@ class StreamDelta:
     echo: bool
     first: bool
     request_id: RequestId
+    #: An addressed stream: who gets every frame of it — the recipients its
+    #: first delta named, then its publisher (whose echo ``echo`` decides).
+    to: tuple[str, ...] | None = None
+    #: ``to`` as the first delta sent it, which that delta carries unchanged.
+    to_field: str | list[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +140,7 @@ class StreamDone:
     space: str
     stream_id: str
     request_id: RequestId
+    to: tuple[str, ...] | None = None  # an addressed stream's audience (StreamDelta.to)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +151,7 @@ class StreamCancel:
     stream_id: str
     reason: str
     request_id: RequestId = None
+    to: tuple[str, ...] | None = None  # an addressed stream's audience (StreamDelta.to)
 
 
 @dataclass(frozen=True, slots=True)

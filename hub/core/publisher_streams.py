@@ -6,6 +6,19 @@ or the hub does (idle, disconnect, leaving the space). This keeps the open
 streams (at most ``max_streams``) and the ids of recently finished ones, so a
 late delta is refused rather than opening a new stream. Hub-side ids are
 namespaced ``<agent>/<event_id>`` so two agents cannot collide.
+
+**An addressed stream.** ``to`` on the first delta (never on a later one)
+fixes who gets every frame of the stream: those recipients and the publisher
+(its echo). Each action of the stream carries that audience, so every frame is
+routed and recorded in history as addressed.
+
+**The stream budget.** The first delta opens a stream and is charged to the
+connection's message bucket like any publish; the later deltas and the done of
+an open stream are charged to a bucket of their own (:meth:`charge`,
+``stream_rate_limit`` / ``stream_rate_burst``, shared by the connection's open
+streams), so a model's token stream outlives the message rate while a flood of
+separate publishes does not. That bucket has its own abuse score: a flood of
+deltas far above it for ``rate_abuse_seconds`` still closes 4429.
 """
 
 from __future__ import annotations
@@ -15,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hub.core.actions import Action, Denied, RequestId, StreamCancel, StreamDelta, StreamDone
+from hub.core.ratelimit import TokenBucket, Verdict
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.messages import ClientCancel, ClientDelta, ClientDone
 from protocol.names import check_event_id
@@ -31,19 +45,40 @@ class OpenStream:
     space: str
     stream_id: str
     last_active: float
+    #: An addressed stream's audience (recipients, then the publisher), else None.
+    to: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamBudget:
+    """The deltas of a connection's open streams: per second, at once, and
+    how long an overshoot may last before it is abuse (see the module docstring)."""
+
+    rate: float
+    burst: float
+    abuse_seconds: float
 
 
 class PublisherStreams:
-    __slots__ = ("_finished", "_open", "agent_id", "max_streams")
+    __slots__ = ("_budget", "_finished", "_open", "agent_id", "max_streams")
 
-    def __init__(self, agent_id: str, max_streams: int):
+    def __init__(self, agent_id: str, max_streams: int, budget: StreamBudget, now: float):
         self.agent_id = agent_id
         self.max_streams = max_streams
         self._open: dict[str, OpenStream] = {}
         self._finished: OrderedDict[str, None] = OrderedDict()
+        self._budget = TokenBucket(budget.rate, budget.burst, budget.abuse_seconds, now)
 
     def __len__(self) -> int:
         return len(self._open)
+
+    def charge(self, event_id: str, now: float) -> Verdict | None:
+        """Charge a delta or done of the open stream ``event_id`` to the stream
+        budget; None when ``event_id`` names no open stream of this publisher
+        (then it is an ordinary message: a new stream, or an error)."""
+        if self._own(event_id) is None:
+            return None
+        return self._budget.take(now)
 
     def delta(self, msg: ClientDelta, now: float, admit: Admit) -> Action:
         """A delta: opens a stream (when ``admit`` lets it) or continues one."""
@@ -69,13 +104,22 @@ class PublisherStreams:
                     f"too many open streams (limit {self.max_streams})",
                     rid,
                 )
-            stream = OpenStream(msg.space, f"{self.agent_id}/{event_id}", now)
+            to = self._audience(msg.to)
+            stream = OpenStream(msg.space, f"{self.agent_id}/{event_id}", now, to)
             self._open[event_id] = stream
-            return StreamDelta(msg.space, stream.stream_id, msg.data, msg.echo, True, rid)
+            return StreamDelta(
+                msg.space, stream.stream_id, msg.data, msg.echo, True, rid, to, msg.to
+            )
         if stream.space != msg.space:
             raise ProtocolError(
                 ErrorCode.INVALID_REQUEST,
                 f"stream {event_id!r} belongs to space {stream.space!r}",
+                rid,
+            )
+        if msg.to is not None:
+            raise ProtocolError(
+                ErrorCode.INVALID_REQUEST,
+                f"to goes on the first delta of a stream only (stream {event_id!r} is open)",
                 rid,
             )
         if msg.data.get("from", self.agent_id) != self.agent_id:
@@ -85,7 +129,7 @@ class PublisherStreams:
                 rid,
             )
         stream.last_active = now
-        return StreamDelta(msg.space, stream.stream_id, msg.data, msg.echo, False, rid)
+        return StreamDelta(msg.space, stream.stream_id, msg.data, msg.echo, False, rid, stream.to)
 
     def done(self, msg: ClientDone) -> StreamDone:
         own = self._own(msg.event_id)
@@ -101,7 +145,7 @@ class PublisherStreams:
                 msg.id,
             )
         self._finish(own)
-        return StreamDone(stream.space, stream.stream_id, msg.id)
+        return StreamDone(stream.space, stream.stream_id, msg.id, stream.to)
 
     def cancel(self, msg: ClientCancel) -> StreamCancel | None:
         """The publisher cancels its own stream; None when ``event_id`` is not
@@ -109,7 +153,8 @@ class PublisherStreams:
         own = self._own(msg.event_id)
         if own is not None:
             stream = self._finish(own)
-            return StreamCancel(stream.space, stream.stream_id, msg.reason or "cancelled", msg.id)
+            reason = msg.reason or "cancelled"
+            return StreamCancel(stream.space, stream.stream_id, reason, msg.id, stream.to)
         if msg.event_id in self._finished:
             raise ProtocolError(
                 ErrorCode.INVALID_REQUEST, f"stream {msg.event_id!r} already ended", msg.id
@@ -129,6 +174,14 @@ class PublisherStreams:
     def cancel_all(self, reason: str) -> list[StreamCancel]:
         return [self._hub_cancel(eid, reason) for eid in list(self._open)]
 
+    def refused(self, stream_id: str) -> None:
+        """The node refused the first delta of ``stream_id`` (its ``to`` named
+        a non-member): the stream is over, and a later delta of it is refused
+        rather than opening it again, unaddressed."""
+        own = self._own(stream_id)
+        if own is not None:
+            self._finish(own)
+
     # ── helpers ─────────────────────────────────────────────────────────
 
     def _own(self, event_id: str) -> str | None:
@@ -140,6 +193,12 @@ class PublisherStreams:
             return event_id[len(prefix) :]
         return None
 
+    def _audience(self, to: str | list[str] | None) -> tuple[str, ...] | None:
+        if to is None:
+            return None
+        recipients = [to] if isinstance(to, str) else to
+        return tuple(dict.fromkeys([*recipients, self.agent_id]))
+
     def _finish(self, event_id: str) -> OpenStream:
         stream = self._open.pop(event_id)
         self._finished[event_id] = None
@@ -149,4 +208,4 @@ class PublisherStreams:
 
     def _hub_cancel(self, event_id: str, reason: str) -> StreamCancel:
         stream = self._finish(event_id)
-        return StreamCancel(stream.space, stream.stream_id, reason)
+        return StreamCancel(stream.space, stream.stream_id, reason, None, stream.to)

@@ -6,7 +6,9 @@ to send, requests for the node to carry out, or a close. It never touches a
 socket, the backplane or the real clock, so it is tested by feeding literal
 frames (``tests/unit/core/test_session.py``).
 
-What the session decides on its own: decoding and validation, rate limiting,
+What the session decides on its own: decoding and validation, rate limiting
+(one message bucket; the later deltas of open streams are charged to a stream
+budget of their own, see :mod:`hub.core.publisher_streams`),
 liveness, heartbeat replies, identity checks (``agent.register`` id,
 ``data.from``), membership and read-only rules for publishing, authorization
 (the connection's :class:`~hub.core.authz.Grant` and the declared spaces' rules:
@@ -43,7 +45,7 @@ from hub.core.actions import (
     StreamCancel,
 )
 from hub.core.authz import Grant, SpaceRules, may_join, may_publish
-from hub.core.publisher_streams import PublisherStreams
+from hub.core.publisher_streams import PublisherStreams, StreamBudget
 from hub.core.ratelimit import TokenBucket, Verdict
 from protocol import codec
 from protocol.envelope import is_envelope
@@ -79,6 +81,9 @@ class SessionLimits:
     rate_limit: float = 100.0
     rate_burst: float = 200.0
     rate_abuse_seconds: float = 5.0
+    #: Later deltas and dones of the connection's open streams, per second and at once.
+    stream_rate_limit: float = 1000.0
+    stream_rate_burst: float = 2000.0
     max_streams: int = 16
     #: Spaces declared ``require_signed``: no client streams there (a stream
     #: cannot be verified as a whole before it is relayed).
@@ -152,32 +157,48 @@ class Session:
             return []
         self.last_seen = now
         self.messages_in += 1
-        verdict = self._bucket.take(now)
         try:
             msg = codec.decode(frame)
+        except ProtocolError as exc:
+            return self._refused(exc, self._bucket.take(now))
+        verdict = self._charge(msg, now)
+        try:
             if verdict is not Verdict.ALLOW:
                 raise ProtocolError(
                     ErrorCode.RATE_LIMITED, "rate limit exceeded: message not processed", msg.id
                 )
             return self._dispatch(msg, now)
         except ProtocolError as exc:
-            if verdict is not Verdict.ALLOW and exc.code is not ErrorCode.RATE_LIMITED:
-                exc = ProtocolError(
+            return self._refused(exc, verdict)
+
+    def _charge(self, msg: Any, now: float) -> Verdict:
+        """A later delta or the done of an open stream takes from the stream
+        budget; every other message, from the message bucket."""
+        streams = self._streams
+        if streams is not None and type(msg) in (ClientDelta, ClientDone):
+            verdict = streams.charge(msg.event_id, now)
+            if verdict is not None:
+                return verdict
+        return self._bucket.take(now)
+
+    def _refused(self, exc: ProtocolError, verdict: Verdict) -> list[Action]:
+        if verdict is not Verdict.ALLOW and exc.code is not ErrorCode.RATE_LIMITED:
+            exc = ProtocolError(
+                ErrorCode.RATE_LIMITED,
+                "rate limit exceeded: message not processed",
+                exc.request_id,
+            )
+        if verdict is Verdict.ABUSE:
+            # The refused message is answered like any other, then the close.
+            return [
+                Reject(exc),
+                self._close(
+                    CloseCode.RATE_LIMIT_ABUSE,
                     ErrorCode.RATE_LIMITED,
-                    "rate limit exceeded: message not processed",
-                    exc.request_id,
-                )
-            if verdict is Verdict.ABUSE:
-                # The refused message is answered like any other, then the close.
-                return [
-                    Reject(exc),
-                    self._close(
-                        CloseCode.RATE_LIMIT_ABUSE,
-                        ErrorCode.RATE_LIMITED,
-                        "sustained rate limit abuse",
-                    ),
-                ]
-            return [Reject(exc)]
+                    "sustained rate limit abuse",
+                ),
+            ]
+        return [Reject(exc)]
 
     def silent(self, now: float) -> bool:
         """Nothing received for longer than the heartbeat timeout."""
@@ -272,6 +293,11 @@ class Session:
 
     def on_left(self, space: str) -> None:
         self.spaces.discard(space)
+
+    def stream_refused(self, stream_id: str) -> None:
+        """The node refused the first delta of ``stream_id`` (its ``to``)."""
+        if self._streams is not None:
+            self._streams.refused(stream_id)
 
     @property
     def open_streams(self) -> int:
@@ -394,7 +420,11 @@ class Session:
 
     def _delta(self, msg: ClientDelta, now: float) -> Action:
         if self._streams is None:
-            self._streams = PublisherStreams(self.agent_id, self._limits.max_streams)
+            limits = self._limits
+            budget = StreamBudget(
+                limits.stream_rate_limit, limits.stream_rate_burst, limits.rate_abuse_seconds
+            )
+            self._streams = PublisherStreams(self.agent_id, limits.max_streams, budget, now)
         return self._streams.delta(msg, now, self._may_open_stream)
 
     def _may_open_stream(self, space: str, data: dict[str, Any], rid: RequestId) -> Denied | None:

@@ -158,12 +158,7 @@ class Publishing:
             return None
         missing = await self.presence.missing_members(a.space, a.to)
         if missing:
-            shown = ", ".join(repr(m) for m in missing[:5])
-            raise ProtocolError(
-                ErrorCode.INVALID_REQUEST,
-                f"to names agents that are not members of space {a.space!r}: {shown}",
-                a.request_id,
-            )
+            raise _not_members(a.space, missing, a.request_id)
         if a.echo and agent not in a.to:
             return (*a.to, agent)
         return a.to
@@ -238,29 +233,42 @@ class Publishing:
             conn.send_frame(codec.published(a.request_id, a.space, stream_id, seq, ts))
 
     async def stream_delta(self, conn: Peer, a: StreamDelta) -> None:
+        """A client stream's delta. An addressed stream (``to`` on its first
+        delta) has every frame routed to, and recorded for, its audience only."""
         agent = conn.agent_id
         data = a.data
-        if a.first and "from" not in data:
-            data["from"] = agent
-        head, tail = codec.sequenced(
-            "space.event.delta",
-            a.space,
-            a.stream_id,
-            {"from": agent, "timestamp": codec.now_ms(), "data": data},
-        )
+        rest = {"from": agent, "timestamp": codec.now_ms(), "data": data}
+        if a.first:
+            if "from" not in data:
+                data["from"] = agent
+            if a.to is not None:
+                await self._stream_recipients(conn, a, a.to)
+                rest["to"] = a.to_field
+        head, tail = codec.sequenced("space.event.delta", a.space, a.stream_id, rest)
         op = StreamOp.OPEN if a.first else StreamOp.DELTA
         exclude = None if a.echo else agent
         pending = self.backplane.publish_nowait(
-            a.space, Draft(head, tail, exclude=exclude, stream=a.stream_id, op=op)
+            a.space, Draft(head, tail, exclude=exclude, stream=a.stream_id, op=op, to=a.to)
         )
         await self._unless_queued(conn, pending, a.request_id)
+
+    async def _stream_recipients(self, conn: Peer, a: StreamDelta, to: tuple[str, ...]) -> None:
+        """The recipients an addressed stream's first delta names must all be
+        members of the space (checked cluster-wide), as for an addressed
+        publish; otherwise the stream is refused and stays closed."""
+        named = tuple(r for r in to if r != conn.agent_id)
+        missing = await self.presence.missing_members(a.space, named) if named else []
+        if missing:
+            if conn.session is not None:
+                conn.session.stream_refused(a.stream_id)
+            raise _not_members(a.space, missing, a.request_id)
 
     async def stream_done(self, conn: Peer, a: StreamDone) -> None:
         head, tail = codec.sequenced(
             "space.event.done", a.space, a.stream_id,
             {"from": conn.agent_id, "timestamp": codec.now_ms()}, request_id=a.request_id,
         )  # fmt: skip
-        draft = Draft(head, tail, stream=a.stream_id, op=StreamOp.END)
+        draft = Draft(head, tail, stream=a.stream_id, op=StreamOp.END, to=a.to)
         await self.backplane.publish(a.space, draft)
         self.counters.published += 1
 
@@ -271,7 +279,7 @@ class Publishing:
         head, tail = codec.sequenced(
             "space.event.cancel", a.space, a.stream_id, rest, request_id=a.request_id
         )
-        draft = Draft(head, tail, exclude=agent, stream=a.stream_id, op=StreamOp.END)
+        draft = Draft(head, tail, exclude=agent, stream=a.stream_id, op=StreamOp.END, to=a.to)
         seq = await self.backplane.publish(a.space, draft)
         if not conn.closing:
             conn.send_frame(codec.complete(head, seq, tail))
@@ -284,3 +292,12 @@ class Publishing:
                 a.request_id,
             )
         conn.send_frame(codec.receiver_cancelled(a.request_id, a.space, a.stream_id))
+
+
+def _not_members(space: str, missing: list[str], request_id: str | int | None) -> ProtocolError:
+    shown = ", ".join(repr(m) for m in missing[:5])
+    return ProtocolError(
+        ErrorCode.INVALID_REQUEST,
+        f"to names agents that are not members of space {space!r}: {shown}",
+        request_id,
+    )

@@ -1,9 +1,16 @@
 """What a node does as a member of a cluster.
 
-- **Liveness**: every heartbeat interval the node touches its presence
-  registration; a node silent for ``heartbeat_timeout`` is reaped by one of
-  the others, which announces its agents' departures (``space.members`` left,
-  ``agent.status`` offline) — within 2 × heartbeat timeout of its death.
+- **Liveness**: every ``node_heartbeat_interval`` (1 s) the node touches its
+  presence registration and reaps the nodes silent for
+  ``node_heartbeat_timeout`` (5 s; never more than ``heartbeat_timeout``): one
+  of the others takes a dead node's agents out of presence and announces their
+  departures (``space.members`` left, ``agent.status`` offline) — within about
+  6 s of its death on defaults, never later than 2 × heartbeat timeout. Agents'
+  heartbeats play no part: a node beats for all of its agents at once. A node
+  that could not beat for a while (its Redis link was down, its loop stalled)
+  reaps nobody until it has beaten for one timeout again, so that the others,
+  which were likely cut off too, have the time to beat before they are judged
+  (a Redis outage does not end in every node reaping every other).
 - **Data loss**: when the store answers that this node's registration is
   missing (Redis restarted empty, or others reaped us during a pause), the
   node restores its agents and memberships from its own connections.
@@ -21,7 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -58,6 +67,7 @@ class ClusterLink:
         probe_local: Callable[[str], Awaitable[bool]],
         evict_local: Callable[[str], None],
         disconnect_local: Callable[[str, str], bool] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.settings = settings
         self.node_id = node_id
@@ -68,18 +78,30 @@ class ClusterLink:
         self._probe_local = probe_local
         self._evict_local = evict_local
         self._disconnect_local = disconnect_local
+        self._clock = clock
         self.log = structlog.get_logger("hub").bind(node=node_id)
         self._probes: dict[str, asyncio.Future[bool]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: When this node last touched its registration, and since when it has
+        #: done so without a gap longer than the node timeout (``clock`` time).
+        self._touched: float | None = None
+        self._steady_since = -math.inf
 
     # ── liveness and reaping ────────────────────────────────────────────
 
     async def tick(self) -> None:
         """One round of touch / restore / reap; BackplaneUnavailable propagates."""
         presence = self.presence
+        dead_after = self.settings.node_dead_after
+        now = self._clock()
         if await presence.touch_node():
             await self._restore()
-        for reaped in await presence.reap_dead_nodes(self.settings.heartbeat_timeout):
+        if self._touched is not None and now - self._touched > dead_after:
+            self._steady_since = now  # beating again after a gap: judge nobody yet
+        self._touched = now
+        if now - self._steady_since < dead_after:
+            return
+        for reaped in await presence.reap_dead_nodes(dead_after):
             self.log.info(
                 "reaped agent of dead node",
                 agent_id=reaped.record.agent_id,
@@ -123,7 +145,7 @@ class ClusterLink:
         answer comes back.
         """
         settings = self.settings
-        if not await self.presence.node_alive(holder.node_id, settings.heartbeat_timeout):
+        if not await self.presence.node_alive(holder.node_id, settings.node_dead_after):
             return False
         token = secrets.token_hex(8)
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()

@@ -8,8 +8,9 @@ dispatcher that runs them; where the backplane delivers (:mod:`hub.node.delivery
 the cluster link; the WebSocket connection lifecycle; the HTTP application
 with its operator faces; the host its adapters get; the sweep. When
 ``__init__`` returns the wiring is done: nothing is replaced or poked in
-afterwards. The node itself only runs the whole: start, settle after a
-backplane outage, close in order.
+afterwards. The node itself only runs the whole: start, beat its liveness
+in the cluster every ``node_heartbeat_interval`` (the cluster link's tick),
+settle after a backplane outage, close in order.
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ class Node:
             history_size=s.history_size, history_ttl=s.history_ttl,
         )  # fmt: skip
         self.presence = presence or create_presence(
-            s.redis_url, prefix=s.redis_prefix, node_id=s.node_id, ttl=s.heartbeat_timeout
+            s.redis_url, prefix=s.redis_prefix, node_id=s.node_id, ttl=s.node_dead_after
         )
         #: Small shared state with expiry (seen envelope ids, bridge conversations).
         self.kv = create_kv_store(s.redis_url, prefix=s.redis_prefix, max_entries=s.kv_max_entries)
@@ -221,10 +222,9 @@ class Node:
             kv=self.kv, envelopes=self.envelopes, auth=self.auth,
             space_rules=self.limits.space_rules, http_app=self.http_app, ready=lambda: self.ready,
         )  # fmt: skip
-        self.sweeper = Sweeper(
-            s, self.registry, self.dispatcher, settle=self._settle, preframe=preframe, log=self.log
-        )
+        self.sweeper = Sweeper(s, self.registry, self.dispatcher, preframe=preframe, log=self.log)
         self._sweeper: asyncio.Task[None] | None = None
+        self._beat: asyncio.Task[None] | None = None
         self._started = False
         self._closed = False
         self._settled = False
@@ -278,7 +278,9 @@ class Node:
         await self.presence.start()
         await self.backplane.start(self.delivery)
         await self._settle()
-        self._sweeper = asyncio.get_running_loop().create_task(self.sweeper.run())
+        loop = asyncio.get_running_loop()
+        self._sweeper = loop.create_task(self.sweeper.run())
+        self._beat = loop.create_task(self._beat_forever())
         await self.operator.start()
         for adapter in self.adapters:
             await adapter.start(self.host)
@@ -295,10 +297,11 @@ class Node:
             except Exception:
                 self.log.exception("adapter failed to close", adapter=type(adapter).__name__)
         self._closed = True
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+        for task in (self._sweeper, self._beat):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for task in list(self._background):
             task.cancel()
         with contextlib.suppress(Exception):
@@ -344,6 +347,18 @@ class Node:
             await self.membership.retry_departures()
             self._settled = True
 
+    async def _beat_forever(self) -> None:
+        """The node's liveness beat, far more often than agents heartbeat
+        (``node_heartbeat_interval``): touch, restore, reap dead nodes, retry
+        departures that could not be announced."""
+        every = self.settings.node_beat_every
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await self._settle()
+            except Exception:
+                self.log.exception("cluster beat failed")
+
     def _disconnect_local(self, connection_id: str, reason: str) -> bool:
         """An operator disconnects this node's connection (API, status page,
         or another node's API by a node message). Virtual members are the
@@ -373,6 +388,8 @@ def _session_limits(s: Settings, signed_spaces: frozenset[str]) -> SessionLimits
         rate_limit=s.rate_limit,
         rate_burst=s.rate_burst,
         rate_abuse_seconds=s.rate_abuse_seconds,
+        stream_rate_limit=s.stream_rate_limit,
+        stream_rate_burst=s.stream_rate_burst,
         max_streams=s.max_streams_per_agent,
         signed_spaces=signed_spaces,
         space_rules=space_rules(s.spaces),

@@ -1,16 +1,16 @@
-"""The node's periodic sweep: heartbeat timeouts, idle streams, expired
-tokens, and the cluster tick, for every connection at once.
+"""The node's periodic sweep: heartbeat timeouts, idle streams and expired
+tokens, for every connection at once.
 
 One task per node, not one per connection: it wakes every
 ``min(heartbeat_timeout, stream_idle_timeout) / 4`` (at most 5 s; a quarter of
-``token_refresh_grace`` when JWTs can expire).
+``token_refresh_grace`` when JWTs can expire). The cluster's liveness beat is
+not here: it runs far more often, on its own (``Node._beat_forever``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from hub.config.settings import Settings
@@ -29,14 +29,12 @@ class Sweeper:
         registry: Registry[Any],
         dispatcher: Dispatcher,
         *,
-        settle: Callable[[], Awaitable[None]],
         preframe: bool,
         log: Any,
     ):
         self.settings = settings
         self.registry = registry
         self.dispatcher = dispatcher
-        self._settle = settle
         self._preframe = preframe
         self._log = log
 
@@ -49,18 +47,12 @@ class Sweeper:
         return interval
 
     async def run(self) -> None:
-        s = self.settings
         interval = self.interval
         loop = asyncio.get_running_loop()
-        next_tick = loop.time() + s.heartbeat_interval
         while True:
             await asyncio.sleep(interval)
-            now = loop.time()
             try:
-                await self.sweep(now)
-                if now >= next_tick:
-                    next_tick = now + s.heartbeat_interval
-                    await self._settle()
+                await self.sweep(loop.time())
             except Exception:
                 self._log.exception("sweep failed")
 

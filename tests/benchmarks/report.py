@@ -114,6 +114,10 @@ def build_rows(records: list[dict], compressions: list[str]) -> list[Row]:
 
         rows.extend(a2a.rows(records, comp))
         mcp_bench.add_rows(rows, records, comp)
+
+        from tests.benchmarks import token_stream  # its own module (issue 28)
+
+        rows.extend(token_stream.report_rows(records, comp))
     return rows
 
 

@@ -4,9 +4,9 @@
         [--compression both|none|deflate] [--json PATH] [--profile]
 
 Scenarios: fanout, latency, idle, stream, signed, cluster, workers, massjoin,
-a2a, mcp (cluster, workers and the two-node half of massjoin need a redis-server
-and the hub's Redis backplane; they are skipped, with the reason, when a
-Redis-mode hub does not come up).
+a2a, mcp, tokenstream (cluster, workers and the two-node half of massjoin need a
+redis-server and the hub's Redis backplane; they are skipped, with the reason,
+when a Redis-mode hub does not come up).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from tests.benchmarks.suite import QUIET_PCT, Bench, log, raise_fd_limit
 
 ALL = (
     "fanout", "latency", "idle", "stream", "signed", "cluster", "workers", "massjoin", "a2a",
-    "mcp",
+    "mcp", "tokenstream",
 )  # fmt: skip
 
 

@@ -296,6 +296,11 @@ class Bench:
 
         await self.both("stream", comp, body, params)
 
+    async def tokenstream(self, comp: str) -> None:
+        from tests.benchmarks import token_stream  # its own module (issue 28)
+
+        await token_stream.run(self, comp)
+
     async def signed(self, comp: str) -> None:
         """Signed envelopes beside the same bytes unsigned, on default
         settings (rate limit aside): with many members, where fan-out

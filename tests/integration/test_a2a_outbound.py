@@ -121,9 +121,13 @@ async def test_streamed_chunks_become_a_coalesced_client_stream(hub, remotes):
     remote = await remotes()
     outbound = bridge(remote.url, flush_interval=0.05)
     server = await hosting(hub, outbound)
-    alice = await member(server)
+    alice, bob = await member(server), await member(server, "bob")
     streamed = await ask(alice, {"text": "slow:300"})
     assert streamed["type"] == "space.event.done"
+    # Addressed to its sender: a bystander sees none of the stream.
+    marker = await bob.request({"type": "space.publish", "space": SPACE, "data": {"n": 1}})
+    assert marker["type"] == "space.event"
+    assert not [m for m in bob.backlog if m.get("from") == BRIDGE]
     assert streamed["text"] == "".join(f"{n}," for n in range(300))
     assert 1 < streamed["frames"] < 300  # coalesced, so the rate limit is never hit
     assert streamed["data"]["task_id"] and streamed["data"]["context_id"]
@@ -132,6 +136,7 @@ async def test_streamed_chunks_become_a_coalesced_client_stream(hub, remotes):
     assert quick["type"] == "space.event" and quick["data"]["status"] == "success"
     assert quick["data"]["text"] == "".join(f"{n}," for n in range(300))
     await alice.close()
+    await bob.close()
 
 
 async def test_input_required_round_trip_only_for_its_sender(hub, remotes):

@@ -7,7 +7,12 @@ import pytest
 
 from tests.support.wsclient import WsClient
 
-FAST_RATE = {"rate_limit": 100_000, "rate_burst": 100_000}
+FAST_RATE = {
+    "rate_limit": 100_000,
+    "rate_burst": 100_000,
+    "stream_rate_limit": 100_000,
+    "stream_rate_burst": 100_000,
+}
 
 
 async def members(server, *names, space="room"):

@@ -6,8 +6,9 @@ and ``space.event.done`` on a clean exit. An exception inside the block, or
 ``await s.cancel()``, sends ``space.event.cancel`` instead.
 
 **Coalescing.** A model emits 150–300 tokens a second; a frame per token
-would spend the connection's rate limit (every delta is a message) and the
-receivers' CPU on framing. So what is sent within :data:`COALESCE_SECONDS`
+would spend the receivers' CPU on framing and the hub's on fan-out (the hub
+gives deltas a budget of their own, ``stream_rate_limit``, so it would not be
+refused). So what is sent within :data:`COALESCE_SECONDS`
 of the first unsent text goes out as one delta — in order, at most
 :data:`MAX_DELTA_CHARS` characters, and flushed at once by ``close()``,
 ``cancel()`` and a delta with fields of its own. A stream then costs at most

@@ -54,6 +54,7 @@ class OperatorFaces:
             self.operations = Operations(
                 s, node_id, run, presence, space_exists, store,
                 disconnect_local=disconnect_local, disconnect_remote=disconnect_remote,
+                own_figures=self.reporter.live,
             )  # fmt: skip
         self._api = api_app(self.operations, api_key, s.max_frame_bytes)
         self.status_page = StatusPage(self.operations, admin_token)

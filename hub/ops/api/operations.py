@@ -116,6 +116,7 @@ class Operations:
         *,
         disconnect_local: Callable[[str, str], bool],
         disconnect_remote: Callable[[AgentRecord, str], Awaitable[bool]],
+        own_figures: Callable[[], dict[str, Any]] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.settings = settings
@@ -126,6 +127,9 @@ class Operations:
         self.node_stats = node_stats
         self.disconnect_local = disconnect_local
         self.disconnect_remote = disconnect_remote
+        #: This node's figures read now (the reporter's ``live``): shown instead
+        #: of its last report, so an agent that just connected is counted.
+        self.own_figures = own_figures
         self.services = frozenset(settings.api_services)
         self._clock = clock
         self._buckets: dict[str, TokenBucket] = {}
@@ -226,10 +230,16 @@ class Operations:
         return {"agents": reply["agents"], "next_cursor": reply["next_cursor"]}
 
     async def node_documents(self) -> list[dict[str, Any]]:
-        """Every live node's latest figures (this node's only, in memory mode)."""
+        """Every live node's latest figures (this node's only, in memory mode),
+        this node's own read now, the others' as last reported."""
         if self.node_stats is None:
             return []
-        return parse_documents(await self.node_stats.read_all())
+        docs = parse_documents(await self.node_stats.read_all())
+        if self.own_figures is None:
+            return docs
+        own = self.own_figures()
+        others = [doc for doc in docs if doc["id"] != self.node_id]
+        return sorted([*others, own], key=lambda doc: str(doc["id"]))
 
     async def nodes(self) -> list[dict[str, Any]]:
         docs = await self.node_documents()

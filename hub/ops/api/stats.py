@@ -5,7 +5,9 @@ messages in, publishes per second, over the last interval), adds what it can
 read at once (connections, local spaces, backplane lag and readiness) and
 writes the document into the cluster's :class:`~hub.cluster.nodestats.NodeStatsStore`
 every :data:`STATS_INTERVAL` seconds, so any node can answer ``GET
-/api/nodes`` and the status page for the whole cluster. It also carries the
+/api/nodes`` and the status page for the whole cluster; the node answering
+shows its own connections, spaces and backplane state live (:meth:`NodeStatsReporter.live`),
+the others' as last reported (at most a few seconds old). It also carries the
 node's event rate per space (the busiest :data:`MAX_SPACE_RATES`), counted in
 ``Node.deliver`` only while the status page is on.
 
@@ -73,6 +75,7 @@ class NodeStatsReporter:
         self._clock = clock
         self._started_at = codec.now_ms()
         self._last: tuple[float, int, int, int] | None = None
+        self._latest: dict[str, Any] | None = None
         self._task: asyncio.Task[None] | None = None
         self._failed = False
         self._log = structlog.get_logger("hub").bind(node=node_id)
@@ -95,21 +98,43 @@ class NodeStatsReporter:
         return {
             "id": self.node_id,
             "version": self.version,
-            "connections": r.connections(),
-            "spaces": r.spaces(),
+            **self._instant(),
             "deliveries_per_s": rates[0],
             "messages_in_per_s": rates[1],
             "published_per_s": rates[2],
-            "backplane_lag": round(r.backplane_lag(), 6),
-            "backplane_ready": r.backplane_ready(),
             "started_at": self._started_at,
             "updated_at": codec.now_ms(),
             "space_rates": space_rates,
         }
 
+    def _instant(self) -> dict[str, Any]:
+        """What is read at once, without an interval: the figures ``live`` refreshes."""
+        r = self.readings
+        return {
+            "connections": r.connections(),
+            "spaces": r.spaces(),
+            "backplane_lag": round(r.backplane_lag(), 6),
+            "backplane_ready": r.backplane_ready(),
+        }
+
+    def live(self) -> dict[str, Any]:
+        """This node's figures for a request it answers itself: connections,
+        spaces and the backplane read now; the rates (which need an interval)
+        and the per-space rates from its latest report. Changes no state."""
+        base = self._latest
+        if base is None:
+            base = {
+                "id": self.node_id, "version": self.version,
+                "deliveries_per_s": 0.0, "messages_in_per_s": 0.0, "published_per_s": 0.0,
+                "started_at": self._started_at, "space_rates": {},
+            }  # fmt: skip
+        return {**base, **self._instant(), "updated_at": codec.now_ms()}
+
     async def report(self) -> None:
         """Write one document now; BackplaneUnavailable propagates."""
-        await self.store.put(self.node_id, orjson.dumps(self.document()), STATS_TTL)
+        document = self.document()
+        self._latest = document
+        await self.store.put(self.node_id, orjson.dumps(document), STATS_TTL)
 
     async def start(self) -> None:
         with contextlib.suppress(BackplaneUnavailable):

@@ -255,7 +255,10 @@ timeout = 3
     assert isinstance(inbound, AgoraHttpInbound) and isinstance(outbound, AgoraHttpOutbound)
     assert inbound.spaces == {"weather": documents_by_hash([WEATHER_DOC])}
     assert outbound.protocol_hash == hash_document(WEATHER_DOC) and outbound.timeout == 3
-    assert _agora_adapters(_settings(tmp_path, '[[spaces]]\nid = "plain"\n')) == []
+    # No space served: the inbound adapter is there anyway, only to answer /agora/*
+    # with the JSON failure (404) rather than the HTTP server's plain-text page.
+    (idle,) = _agora_adapters(_settings(tmp_path, '[[spaces]]\nid = "plain"\n'))
+    assert isinstance(idle, AgoraHttpInbound) and idle.spaces == {}
 
 
 @pytest.mark.parametrize(

@@ -56,3 +56,12 @@ def test_documented_defaults_match_the_settings():
             assert float(shown) == default, (name, documented[name], default)
             checked += 1
         assert checked >= least
+
+
+def test_operations_says_invalid_utf8_closes_1007():
+    """Issue 28: the limits section said bad input never closes a connection."""
+    text = (DOCS / "operations.md").read_text()
+    limits = text[text.index("## Limits and protection") :]
+    assert "never closes a connection" not in limits
+    assert "not valid UTF-8 (**1007**)" in limits
+    assert "| 1007 |" in text and "| 1007 |" in (DOCS / "protocol.md").read_text()
