@@ -1,12 +1,13 @@
 """An outbound bridge's agent id, held by exactly one node of a cluster.
 
-:class:`Holding` claims the id (a virtual member, :meth:`AdapterHost.attach`)
+Every outbound bridge (A2A, HTTP Agora, signed envelopes) holds its id with a
+:class:`Holding`: it claims the id (a virtual member, :meth:`AdapterHost.attach`)
 and joins the bridge's space with it. A node that cannot claim it — another
 node holds it — stands by and tries again every ``retry`` seconds, so when the
 holder's node dies (its claim expires) or shuts down, a standby takes the
 bridge over. The new holder is handed the space's ``seq`` at its join
 (``on_claimed``): what was addressed to the bridge before it, and not
-answered, is in the space's history (:mod:`adapters.takeover`).
+answered, is in the space's history (:func:`adapters.takeover.answer_unanswered`).
 
 The messages the member receives go to ``handler``; what to register
 (capabilities, metadata) is asked of ``registration`` at each claim.
@@ -63,7 +64,14 @@ class Holding:
         while True:
             member = self.member
             if member is None:
-                if not await self._claim(host):
+                try:
+                    claimed = await self.claim(host)
+                except Exception as exc:  # a standby outlives whatever one try met
+                    log.warning(
+                        f"{self._label} cannot claim", agent_id=self.agent_id, reason=repr(exc)
+                    )
+                    claimed = False
+                if not claimed:
                     await asyncio.sleep(retry)
                 continue
             await member.cleaned_up.wait()  # closed by the hub (replaced elsewhere)
@@ -72,13 +80,28 @@ class Holding:
                 self.holding.clear()
                 log.warning(f"{self._label} lost its agent id", agent_id=self.agent_id)
 
+    async def answer(self, event: dict[str, Any], data: dict[str, Any]) -> None:
+        """Publish ``data`` in the space, addressed to ``event``'s sender; an
+        answer that cannot be published (the id is not held here, the sender
+        left) is logged, never raised."""
+        member, sender = self.member, event.get("from")
+        if member is None or not isinstance(sender, str):
+            log.warning(f"{self._label} answer lost: bridge not held", agent_id=self.agent_id)
+            return
+        try:
+            await member.publish(self.space, data, to=sender)
+        except (RequestFailed, TimeoutError) as exc:  # the sender left, say
+            log.info(f"{self._label} answer not delivered", agent_id=self.agent_id, reason=str(exc))
+
     async def release(self) -> None:
         member, self.member = self.member, None
         self.holding.clear()
         if member is not None:
             await member.aclose()
 
-    async def _claim(self, host: AdapterHost) -> bool:
+    async def claim(self, host: AdapterHost) -> bool:
+        """Try to hold the agent id now; False: another node holds it, or
+        this one cannot (it stands by)."""
         capabilities, metadata = self._registration()
         try:
             member = await host.attach(
@@ -89,7 +112,7 @@ class Holding:
             return False
         try:
             joined = await member.join(self.space)
-        except (RequestFailed, TimeoutError) as exc:
+        except Exception as exc:  # whatever it was, the claimed id is let go
             log.warning(f"{self._label} cannot join", agent_id=self.agent_id, reason=str(exc))
             await member.aclose()
             return False

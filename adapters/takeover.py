@@ -7,18 +7,29 @@ history still has them: :func:`unanswered` reads it back (the bridge sees
 exactly what it would have received, and what it published itself) and
 returns the requests addressed to the bridge that have no answer from it, so
 the new holder answers each one with a failure instead of leaving its sender
-waiting in silence. Only events up to ``upto_seq`` (the space's ``seq`` when
-the new holder joined) are looked at: later ones reach it live.
+waiting in silence (:func:`answer_unanswered`, what every outbound bridge does
+once :class:`~adapters.holding.Holding` has claimed its id). Only events up to
+``upto_seq`` (the space's ``seq`` when the new holder joined) are looked at:
+later ones reach it live.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
+
+import structlog
+
+from hub.adapter_host import BackplaneUnavailable, RequestFailed
 
 #: Most history read back on a takeover (the default ``history_size``).
 MAX_EVENTS = 1000
 _ANSWERS = frozenset({"space.event", "space.event.delta"})
+
+log = structlog.get_logger("adapters")
+
+RequestKeys = Callable[[dict[str, Any]], Sequence[str]]
+AnswerKey = Callable[[dict[str, Any]], str | None]
 
 
 class Reader(Protocol):
@@ -32,8 +43,8 @@ async def unanswered(
     space: str,
     upto_seq: int,
     *,
-    request_keys: Callable[[dict[str, Any]], Sequence[str]],
-    answer_key: Callable[[dict[str, Any]], str | None],
+    request_keys: RequestKeys,
+    answer_key: AnswerKey,
     max_events: int = MAX_EVENTS,
 ) -> list[dict[str, Any]]:
     """Events (oldest first) addressed to ``member`` in ``space`` with
@@ -65,6 +76,38 @@ async def unanswered(
     found = [e for keys, e in requests if answered.isdisjoint(keys)]
     found.sort(key=lambda e: e.get("seq", 0))
     return found
+
+
+async def answer_unanswered(
+    member: Reader,
+    space: str,
+    upto_seq: int,
+    *,
+    request_keys: RequestKeys,
+    answer_key: AnswerKey,
+    answer: Callable[[dict[str, Any]], Awaitable[None]],
+    label: str,
+) -> None:
+    """``answer`` (with a failure) each event :func:`unanswered` finds; when
+    the history cannot be read, say so in the log (``label`` names the bridge
+    kind) and answer none. ``upto_seq`` 0: nothing came before the claim."""
+    if not upto_seq:
+        return
+    try:
+        orphans = await unanswered(
+            member, space, upto_seq, request_keys=request_keys, answer_key=answer_key
+        )
+    except (RequestFailed, TimeoutError, BackplaneUnavailable) as exc:
+        log.warning(f"{label} cannot read back history", agent_id=member.agent_id, reason=str(exc))
+        return
+    if orphans:
+        log.warning(
+            f"{label} answers requests its lost holder left",
+            agent_id=member.agent_id,
+            count=len(orphans),
+        )
+    for event in orphans:
+        await answer(event)
 
 
 def _addressed_to(event: dict[str, Any], agent_id: str) -> bool:

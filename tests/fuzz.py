@@ -28,29 +28,18 @@ import orjson
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
+from tests.support import fuzzing
 from tests.support.badinput import REFUSALS, SPACE, Case, cases
+from tests.support.fuzzing import log_problems, print_summary, run_drivers
 
 TIMEOUT = 20.0
 
 
 @dataclass
-class Report:
+class Report(fuzzing.Report):
     frames: int = 0
-    by_kind: Counter[str] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
     closes: Counter[int] = field(default_factory=Counter)
-    problems: list[str] = field(default_factory=list)
-
-    def problem(self, text: str) -> None:
-        if len(self.problems) < 50:
-            self.problems.append(text)
-
-    def merge(self, other: Report) -> None:
-        self.frames += other.frames
-        self.by_kind.update(other.by_kind)
-        self.errors.update(other.errors)
-        self.closes.update(other.closes)
-        self.problems.extend(other.problems[: 50 - len(self.problems)])
 
 
 async def _open(url: str, agent_id: str) -> ClientConnection:
@@ -173,31 +162,16 @@ async def check_still_serving(url: str) -> str | None:
 
 async def run(url: str, *, seed: int, frames: int, connections: int, max_frame: int) -> Report:
     per = max(1, frames // connections)
-    reports = await asyncio.gather(
-        *(
-            drive(url, f"fuzz{i}", random.Random(seed * 1000 + i), per, max_frame)
-            for i in range(connections)
-        )
+    total = await run_drivers(
+        lambda i, rng: drive(url, f"fuzz{i}", rng, per, max_frame),
+        Report(),
+        seed=seed,
+        connections=connections,
     )
-    total = Report()
-    for r in reports:
-        total.merge(r)
     failure = await check_still_serving(url)
     if failure:
         total.problem(failure)
     return total
-
-
-def log_problems(lines: list[dict[str, Any]], raw: str) -> list[str]:
-    """Tracebacks or error-level lines in a hub's log."""
-    found = [
-        f"log: {line.get('event')}: {str(line.get('exception', ''))[-300:]}"
-        for line in lines
-        if line.get("level") in ("error", "critical") or "exception" in line
-    ]
-    if "Traceback" in raw and not found:
-        found.append("log holds a traceback")
-    return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -232,18 +206,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         proc.stop()
     report.problems += log_problems(proc.log_lines(), proc.log())
-    elapsed = time.monotonic() - started
-    print(
-        f"seed {args.seed}: {report.frames} frames on {args.connections} connections "
-        f"in {elapsed:.1f} s ({report.frames / elapsed:,.0f}/s)"
-    )
-    print("kinds:", dict(report.by_kind.most_common()))
-    print("errors:", dict(report.errors.most_common()))
-    print("closes:", dict(report.closes))
-    for p in report.problems:
-        print("PROBLEM:", p)
-    print("OK" if not report.problems else f"{len(report.problems)} problem(s)")
-    return 1 if report.problems else 0
+    return print_summary(
+        report, seed=args.seed, sent="frames", count=report.frames,
+        connections=args.connections, elapsed=time.monotonic() - started,
+        counts={"errors": dict(report.errors.most_common()), "closes": dict(report.closes)},
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.fuzz import log_problems
+from tests.support import fuzzing
 from tests.support.agora_bridge import Responder
 from tests.support.badhttp import Case, Target, cases, request
+from tests.support.fuzzing import log_problems, print_summary, run_drivers
 from tests.support.rawhttp import Reply, read_reply
 
 #: A case must be answered or closed within this (deadlines are sub-second).
@@ -58,21 +59,9 @@ HUB_SETTINGS: dict[str, Any] = {
 
 
 @dataclass
-class Report:
+class Report(fuzzing.Report):
     requests: int = 0
-    by_kind: Counter[str] = field(default_factory=Counter)
     statuses: Counter[str] = field(default_factory=Counter)
-    problems: list[str] = field(default_factory=list)
-
-    def problem(self, text: str) -> None:
-        if len(self.problems) < 50:
-            self.problems.append(text)
-
-    def merge(self, other: Report) -> None:
-        self.requests += other.requests
-        self.by_kind.update(other.by_kind)
-        self.statuses.update(other.statuses)
-        self.problems.extend(other.problems[: 50 - len(self.problems)])
 
 
 async def _write(writer: asyncio.StreamWriter, case: Case) -> None:
@@ -162,12 +151,9 @@ async def still_serving(target: Target) -> list[str]:
 
 async def run(target: Target, *, seed: int, requests: int, connections: int) -> Report:
     per = max(1, requests // connections)
-    reports = await asyncio.gather(
-        *(drive(target, random.Random(seed * 1000 + i), per) for i in range(connections))
+    total = await run_drivers(
+        lambda _i, rng: drive(target, rng, per), Report(), seed=seed, connections=connections
     )
-    total = Report()
-    for r in reports:
-        total.merge(r)
     for p in await still_serving(target):
         total.problem(p)
     return total
@@ -219,17 +205,11 @@ def main(argv: list[str] | None = None) -> int:
             proc.stop()
         report.problems += log_problems(proc.log_lines(), proc.log())
         proc.close()
-    elapsed = time.monotonic() - started
-    print(
-        f"seed {args.seed}: {report.requests} requests on {args.connections} connections "
-        f"in {elapsed:.1f} s ({report.requests / elapsed:,.0f}/s)"
-    )
-    print("kinds:", dict(report.by_kind.most_common()))
-    print("statuses:", dict(report.statuses.most_common()))
-    for p in report.problems:
-        print("PROBLEM:", p)
-    print("OK" if not report.problems else f"{len(report.problems)} problem(s)")
-    return 1 if report.problems else 0
+    return print_summary(
+        report, seed=args.seed, sent="requests", count=report.requests,
+        connections=args.connections, elapsed=time.monotonic() - started,
+        counts={"statuses": dict(report.statuses.most_common())},
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

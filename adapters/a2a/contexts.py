@@ -15,12 +15,11 @@ and :meth:`BridgeMemory.settle` are what a call needs before and after.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 
+from adapters.stored import hashed_key, json_object
 from hub.adapter_host import BackplaneUnavailable, KeyValueStore
 
 PREFIX = "a2a:out:"
@@ -45,9 +44,7 @@ class BridgeMemory:
         self.ttl = ttl
 
     def _key(self, kind: str, *parts: str) -> str:
-        # Ids may contain ':' and names anything: hash the tuple.
-        digest = hashlib.sha256(orjson.dumps([self.agent_id, *parts])).hexdigest()
-        return f"{PREFIX}{kind}:{digest}"
+        return hashed_key(f"{PREFIX}{kind}:", self.agent_id, *parts)
 
     async def context(self, space: str, sender: str, name: str) -> str | None:
         raw = await self.kv.get(self._key("ctx", space, sender, name))
@@ -57,14 +54,8 @@ class BridgeMemory:
         await self.kv.set(self._key("ctx", space, sender, name), remote.encode(), self.ttl)
 
     async def waiting(self, task_id: str) -> WaitingTask | None:
-        raw = await self.kv.get(self._key("task", task_id))
-        value: Any = None
-        if raw is not None:
-            try:
-                value = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                value = None
-        if not isinstance(value, dict):
+        value = json_object(await self.kv.get(self._key("task", task_id)))
+        if value is None:
             return None
         try:
             return WaitingTask(

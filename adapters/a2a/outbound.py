@@ -37,8 +37,9 @@ from adapters.a2a.cardwatch import CardWatch
 from adapters.a2a.contexts import BridgeMemory
 from adapters.a2a.remote import RemoteAgent, RemoteFailure
 from adapters.holding import Holding
-from adapters.replies import StreamAssembler, in_reply_to
-from adapters.takeover import unanswered
+from adapters.intake import RequestIntake
+from adapters.replies import in_reply_to
+from adapters.takeover import answer_unanswered
 from hub.adapter_host import (
     AdapterHost,
     BackplaneUnavailable,
@@ -113,10 +114,12 @@ class A2aOutbound:
         self.remote: RemoteAgent | None = None
         self.memory: BridgeMemory | None = None
         self._slots = asyncio.Semaphore(self.options.max_concurrency)
-        self._requests = StreamAssembler(
-            self.options.max_body_bytes, max_streams=self.options.max_queued
-        )
-        self._tasks: dict[asyncio.Task[None], dict[str, Any]] = {}
+        self.intake = RequestIntake(
+            agent_id, space, serve=self._serve,
+            refuse=lambda event, why: self._reply(event, _failed(why)),
+            max_request_bytes=o.max_body_bytes, max_concurrency=o.max_concurrency,
+            max_queued=o.max_queued,
+        )  # fmt: skip
         self._calls = CallTable()
         self._background: list[asyncio.Task[None]] = []
 
@@ -140,17 +143,12 @@ class A2aOutbound:
 
     async def aclose(self) -> None:
         """Stop; events still being served get a failure answer, not silence."""
-        pending = list(self._tasks.values())
-        for task in [*self._background, *self._tasks]:
+        for task in self._background:
             task.cancel()
-        for task in [*self._background, *self._tasks]:
+        for task in self._background:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        if pending:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(5):
-                    reply = RemoteOutcome("failure", error="Bridge shutting down")
-                    await asyncio.gather(*(self._reply(e, reply) for e in pending))
+        await self.intake.aclose()
         await self.held.release()
         if self.remote is not None:
             await self.remote.aclose()
@@ -200,75 +198,27 @@ class A2aOutbound:
     async def _claimed(self, member: VirtualMember, seq: int) -> None:
         if self.card is not None and self._registration()[0] != member.record.capabilities:
             await self._card_changed(self.card)  # the card came while claiming
-        task = asyncio.get_running_loop().create_task(self._answer_orphans(seq))
-        self._background = [t for t in self._background if not t.done()] + [task]
-
-    async def _answer_orphans(self, upto_seq: int) -> None:
-        """Requests a lost holder left unanswered get a failure (see :mod:`adapters.takeover`)."""
-        member = self.member
-        if member is None or not upto_seq:
-            return
-        try:
-            orphans = await unanswered(
-                member, self.space, upto_seq, request_keys=_request_keys, answer_key=in_reply_to
-            )
-        except (RequestFailed, TimeoutError, BackplaneUnavailable) as exc:
-            log.warning("a2a bridge cannot read back history", reason=str(exc))
-            return
-        if orphans:
-            log.warning("a2a bridge answers requests its lost holder left", count=len(orphans))
         moved = RemoteOutcome(
             "failure",
             error="Bridge moved to another hub node while this request was in flight: try again",
         )
-        for event in orphans:
-            await self._reply(event, moved)
+        orphans = answer_unanswered(
+            member, self.space, seq, request_keys=_request_keys, answer_key=in_reply_to,
+            answer=lambda event: self._reply(event, moved), label="a2a bridge",
+        )  # fmt: skip
+        task = asyncio.get_running_loop().create_task(orphans)
+        self._background = [t for t in self._background if not t.done()] + [task]
 
     # ── events addressed to the bridge ──────────────────────────────────
-
-    def _addressed(self, msg: dict[str, Any]) -> bool:
-        to = msg.get("to")
-        recipients = [to] if isinstance(to, str) else to if isinstance(to, list) else ()
-        return (
-            self.agent_id in recipients
-            and msg.get("space") == self.space
-            and msg.get("from") != self.agent_id
-            and in_reply_to(msg) is None  # an answer is not a request (no bridge loops)
-        )
 
     async def _on_message(self, msg: dict[str, Any]) -> None:
         kind = msg.get("type")
         if kind == "space.event.cancel" and msg.get("reason") == "receiver_cancelled":
             await self._receiver_cancelled(msg)
-            return
-        if kind == "space.event":
-            if self._addressed(msg):
-                await self._accept(msg)
-            return
-        if kind == "error":
+        elif kind == "error":
             self._calls.refused(msg)
-            return
-        if kind == "space.event.delta" and msg.get("event_id") not in self._requests:
-            if self._addressed(msg):
-                lost = self._requests.start(msg)
-                if lost is not None:
-                    await self._reply(lost.event, _failed(f"Request lost: {lost.failure}"))
-            return
-        whole = self._requests.feed(msg)
-        if whole is None:
-            return
-        if whole.failure is not None:
-            await self._reply(whole.event, _failed(f"Request lost: {whole.failure}"))
         else:
-            await self._accept(whole.event)
-
-    async def _accept(self, event: dict[str, Any]) -> None:
-        if len(self._tasks) >= self.options.max_concurrency + self.options.max_queued:
-            await self._reply(event, _failed("Bridge busy: try again"))
-            return
-        task = asyncio.get_running_loop().create_task(self._serve(event))
-        self._tasks[task] = event
-        task.add_done_callback(lambda done: self._tasks.pop(done, None))
+            await self.intake.feed(msg)
 
     async def _serve(self, event: dict[str, Any]) -> None:
         # A cancel takes no call slot: it must overtake the call it cancels.
@@ -377,7 +327,7 @@ class A2aOutbound:
                 await self.memory.forget_waiting(task_id)
         if answer["status"] == "success":
             answer["state"] = "canceled"
-        await self._publish(event, {**answer, "task_id": task_id})
+        await self.held.answer(event, {**answer, "task_id": task_id})
 
     async def _receiver_cancelled(self, notice: dict[str, Any]) -> None:
         """The sender cancelled its copy of a reply stream (``space.event.cancel``
@@ -405,17 +355,7 @@ class A2aOutbound:
         context_id: str | None = None,
     ) -> None:
         data = reply_data(str(event.get("event_id")), outcome, task_id, context_id)
-        await self._publish(event, data)
-
-    async def _publish(self, event: dict[str, Any], data: dict[str, Any]) -> None:
-        member, sender = self.member, event.get("from")
-        if member is None or not isinstance(sender, str):
-            log.warning("a2a answer lost: bridge not held", agent_id=self.agent_id)
-            return
-        try:
-            await member.publish(self.space, data, to=sender)
-        except (RequestFailed, TimeoutError) as exc:  # the sender left, say
-            log.info("a2a answer not delivered", agent_id=self.agent_id, reason=str(exc))
+        await self.held.answer(event, data)
 
 
 def _data(event: dict[str, Any]) -> dict[str, Any]:

@@ -17,15 +17,14 @@ and nodes compare them, so node clocks should be synchronised (NTP).
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 
+from adapters.stored import hashed_key, json_object
 from hub.adapter_host import KeyValueStore
 from protocol.agora_http import (
     CONVERSATION_EXPIRED,
@@ -51,16 +50,6 @@ class Conversation:
     def expires_at(self) -> int:
         """``conversationExpires``: whole seconds, rounded down (never promises more)."""
         return math.floor(self.expires)
-
-
-def _load(raw: bytes | None) -> dict[str, Any] | None:
-    if raw is None:
-        return None
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 class InboundConversations:
@@ -92,7 +81,7 @@ class InboundConversations:
                 return conversation
 
     async def _find(self, space: str, conversation_id: str) -> Conversation:
-        value = _load(await self.store.get(INBOUND_PREFIX + conversation_id))
+        value = json_object(await self.store.get(INBOUND_PREFIX + conversation_id))
         # Another space's conversation is not found here: ids do not cross spaces.
         if value is None or value.get("space") != space:
             raise AgoraHttpError.failure(CONVERSATION_NOT_FOUND)
@@ -161,12 +150,10 @@ class OutboundConversations:
         self._clock = clock
 
     def key(self, space: str, sender: str, conversation_id: str) -> str:
-        # Agent ids may contain ':' and conversation ids anything: hash the tuple.
-        parts = orjson.dumps([self.agent_id, space, sender, conversation_id])
-        return OUTBOUND_PREFIX + hashlib.sha256(parts).hexdigest()
+        return hashed_key(OUTBOUND_PREFIX, self.agent_id, space, sender, conversation_id)
 
     async def get(self, key: str) -> RemoteConversation | None:
-        value = _load(await self.store.get(key))
+        value = json_object(await self.store.get(key))
         if value is None:
             return None
         remote_id, expires = value.get("remote"), value.get("expires")

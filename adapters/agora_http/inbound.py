@@ -24,7 +24,6 @@ the wait itself (``bridge_timeout`` → ``{"status": "failure", "error":
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from aiohttp import web
 
 from adapters.agora_http.conversations import Conversation, InboundConversations
 from adapters.agora_http.protocols import SpaceProtocols
+from adapters.joined import JoiningMember, NodeNotReady
 from adapters.replies import Assembled, ReplyWaiters
 from hub.adapter_host import (
     AdapterHost,
@@ -96,14 +96,13 @@ class AgoraHttpInbound:
         self.spaces = {space: dict(docs) for space, docs in spaces.items()}
         self.options = options or InboundOptions()
         self.waiters = ReplyWaiters(self.options.max_reply_bytes)
-        self.member: VirtualMember | None = None
+        self.joining = JoiningMember(
+            INBOUND_AGENT, self.spaces, capabilities=("agora-http",), label="agora-http"
+        )
         self.conversations: InboundConversations | None = None
         self.protocols: SpaceProtocols | None = None
         self.timeout = 30.0
         self.slots = WaitingSlots(self.options.max_waiting)
-        self._joined: set[str] = set()
-        self._host: AdapterHost | None = None
-        self._joiner: asyncio.Task[None] | None = None
 
     # ── lifecycle ────────────────────────────────────────────────────────
 
@@ -122,17 +121,8 @@ class AgoraHttpInbound:
             scan_limit=self.options.member_scan_limit,
             exclude=(INBOUND_AGENT,),
         )
-        self.member = await host.attach(
-            INBOUND_AGENT, self._on_message, shared=True, type="bridge",
-            capabilities=("agora-http",),
-        )  # fmt: skip
-        self._host = host
-        # Joining needs the backplane (a Redis node is ready only once subscribed);
-        # what cannot be joined now is retried in the background, and by requests.
-        if not await self._join_all():
-            self._joiner = asyncio.get_running_loop().create_task(
-                self._keep_joining(min(1.0, s.heartbeat_interval))
-            )
+        # What cannot be joined now is joined in the background, and by requests.
+        await self.joining.start(host, self._on_message)
         host.mount(self._routes(), on_shutdown=self._on_shutdown)
 
     def _routes(self) -> list[web.RouteDef]:
@@ -145,12 +135,12 @@ class AgoraHttpInbound:
         ]
 
     async def aclose(self) -> None:
-        if self._joiner is not None:
-            self._joiner.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._joiner
-        if self.member is not None:
-            await self.member.aclose()
+        await self.joining.aclose()
+
+    @property
+    def member(self) -> VirtualMember | None:
+        """The shared ``agora-http`` member (on this node)."""
+        return self.joining.member
 
     async def _on_shutdown(self) -> None:
         """The HTTP port is closing: waiting requests are answered 503 now rather
@@ -278,56 +268,13 @@ class AgoraHttpInbound:
         return _interpret(whole)
 
     async def _publish(self, space: str, data: dict[str, Any]) -> str:
-        assert self.member is not None
-        await self._ensure_joined(space)
-        for attempt in (1, 2):
-            try:
-                published = await self.member.publish(space, data, echo=False)
-                return str(published["event_id"])
-            except RequestFailed as exc:
-                # Membership lost (Redis flushed, space re-created): join again, once.
-                if attempt == 1 and exc.code in ("UNAUTHORIZED", "SPACE_NOT_FOUND"):
-                    self._joined.discard(space)
-                    await self._ensure_joined(space)
-                    continue
-                raise _refused(exc) from None
-            except TimeoutError:
-                raise AgoraHttpError.transport(503, "Hub unavailable: try again") from None
-        raise AssertionError("unreachable")
-
-    async def _join_all(self) -> bool:
-        """Join every space not joined yet, if the node is ready; True when done."""
-        if self._host is None or not self._host.ready:
-            return False
-        for space in self.spaces:
-            try:
-                await self._ensure_joined(space)
-            except AgoraHttpError as exc:
-                log.warning("agora-http could not join yet", space=space, reason=exc.error)
-        return self._joined.issuperset(self.spaces)
-
-    async def _keep_joining(self, interval: float) -> None:
-        # A join that fails half-way is rolled back in presence for the agent id —
-        # shared by every node, so it undoes the others' membership too — and must
-        # not be left failed: retry until each space is joined.
-        while True:
-            await asyncio.sleep(interval)
-            if await self._join_all():
-                return
-
-    async def _ensure_joined(self, space: str) -> None:
-        if space in self._joined:
-            return
-        if self._host is None or not self._host.ready:  # would fail, and roll back (see above)
-            raise AgoraHttpError.transport(503, "Hub unavailable: try again")
-        assert self.member is not None
         try:
-            await self.member.join(space)
+            published = await self.joining.publish(space, data)
         except RequestFailed as exc:
             raise _refused(exc) from None
-        except TimeoutError:
+        except (TimeoutError, NodeNotReady):
             raise AgoraHttpError.transport(503, "Hub unavailable: try again") from None
-        self._joined.add(space)
+        return str(published["event_id"])
 
     async def _announce_end(self, space: str, conversation_id: str) -> None:
         """Tell the space a conversation ended, so agents can drop its state."""

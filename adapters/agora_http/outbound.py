@@ -35,13 +35,13 @@ import structlog
 
 from adapters.agora_http.conversations import OutboundConversations, RemoteConversation
 from adapters.agora_http.remote import RemoteEndpoint, failed
-from adapters.replies import StreamAssembler, in_reply_to
-from adapters.takeover import unanswered
+from adapters.holding import Holding
+from adapters.intake import RequestIntake
+from adapters.replies import in_reply_to
+from adapters.takeover import answer_unanswered
 from hub.adapter_host import (
     AdapterHost,
-    AgentIdTaken,
     BackplaneUnavailable,
-    RequestFailed,
     VirtualMember,
 )
 from protocol.agora_http import (
@@ -99,29 +99,31 @@ class AgoraHttpOutbound:
         self.sources = [] if document is None else [encode_source(document)]
         self.options = options or OutboundOptions()
         self.timeout = timeout
-        self.member: VirtualMember | None = None
         self.conversations: OutboundConversations | None = None
-        #: Set while this node holds the bridge's agent id.
-        self.holding = asyncio.Event()
-        self._host: AdapterHost | None = None
         self._remote: RemoteEndpoint | None = None
         self._calls = asyncio.Semaphore(self.options.max_concurrency)
-        self._streams = StreamAssembler(
-            self.options.limits.max_request_bytes, max_streams=self.options.max_queued
-        )
-        self._tasks: dict[asyncio.Task[None], dict[str, Any]] = {}
+        o = self.options
+        self.intake = RequestIntake(
+            agent_id, space, serve=self._serve,
+            refuse=lambda event, why: self._answer(event, failed(why)),
+            max_request_bytes=o.limits.max_request_bytes, max_concurrency=o.max_concurrency,
+            max_queued=o.max_queued,
+        )  # fmt: skip
+        self.held = Holding(
+            agent_id, space, self.intake.feed, type="agora-http-bridge",
+            registration=lambda: (("agora-http",), {}), on_claimed=self._claimed,
+            label="agora-http bridge",
+        )  # fmt: skip
         self._expiries: dict[str, float] = {}
         self._heap: list[tuple[float, str]] = []
         self._background: list[asyncio.Task[None]] = []
-        self._retry = 1.0
 
     # ── lifecycle and the claim ─────────────────────────────────────────
 
     async def start(self, host: AdapterHost) -> None:
         s = host.settings
-        self._host = host
         self.timeout = self.timeout or s.bridge_timeout
-        self._retry = self.options.retry_interval or s.heartbeat_interval
+        retry = self.options.retry_interval or s.heartbeat_interval
         ttl = self.options.conversation_ttl
         self.conversations = OutboundConversations(host.kv, self.agent_id, ttl)
         self._remote = RemoteEndpoint(
@@ -130,136 +132,48 @@ class AgoraHttpOutbound:
             max_connections=self.options.max_concurrency,
             limits=self.options.limits,
         )
-        await self._claim()
+        await self.held.claim(host)
         loop = asyncio.get_running_loop()
         self._background += [
-            loop.create_task(self._keep()),
+            loop.create_task(self.held.keep(host, retry)),
             loop.create_task(self._sweep(max(0.05, min(1.0, ttl / 4)))),
         ]
 
     async def aclose(self) -> None:
         """Stop; events still being served get a failure answer, not silence."""
-        unanswered = list(self._tasks.values())
-        for task in [*self._background, *self._tasks]:
+        for task in self._background:
             task.cancel()
-        for task in [*self._background, *self._tasks]:
+        for task in self._background:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._background.clear()
-        if unanswered:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(5):
-                    await asyncio.gather(
-                        *(self._answer(e, failed("Bridge shutting down")) for e in unanswered)
-                    )
-        member, self.member = self.member, None
-        self.holding.clear()
-        if member is not None:
-            await member.aclose()
+        await self.intake.aclose()
+        await self.held.release()
         if self._remote is not None:
             await self._remote.aclose()
 
-    async def _claim(self) -> bool:
-        try:
-            assert self._host is not None
-            member = await self._host.attach(
-                self.agent_id, self._on_message, type="agora-http-bridge",
-                capabilities=("agora-http",),
-            )  # fmt: skip
-        except (AgentIdTaken, BackplaneUnavailable):
-            return False
-        try:
-            joined = await member.join(self.space)
-        except (RequestFailed, TimeoutError) as exc:
-            log.warning("agora-http bridge cannot join", agent_id=self.agent_id, reason=str(exc))
-            await member.aclose()
-            return False
-        self.member = member
-        self.holding.set()
-        log.info("agora-http bridge active", agent_id=self.agent_id, space=self.space)
-        task = asyncio.get_running_loop().create_task(self._answer_orphans(joined.get("seq", 0)))
-        self._background = [t for t in self._background if not t.done()] + [task]
-        return True
+    @property
+    def member(self) -> VirtualMember | None:
+        """The bridge's member while this node holds its agent id."""
+        return self.held.member
 
-    async def _answer_orphans(self, upto_seq: int) -> None:
-        """Requests a lost holder left unanswered get a failure (see :mod:`adapters.takeover`)."""
-        member = self.member
-        if member is None or not upto_seq:
-            return
-        try:
-            orphans = await unanswered(
-                member,
-                self.space,
-                upto_seq,
-                request_keys=_request_keys,
-                answer_key=in_reply_to,
-            )
-        except (RequestFailed, TimeoutError, BackplaneUnavailable) as exc:
-            log.warning("agora-http bridge cannot read back history", reason=str(exc))
-            return
-        if orphans:
-            log.warning(
-                "agora-http bridge answers requests its lost holder left", count=len(orphans)
-            )
-        reply = failed(
+    @property
+    def holding(self) -> asyncio.Event:
+        """Set while this node holds the bridge's agent id."""
+        return self.held.holding
+
+    async def _claimed(self, member: VirtualMember, seq: int) -> None:
+        moved = failed(
             "Bridge moved to another hub node while this request was in flight: try again"
         )
-        for event in orphans:
-            await self._answer(event, reply)
-
-    async def _keep(self) -> None:
-        """Hold the agent id, or stand by and retry the claim until it is free."""
-        while True:
-            member = self.member
-            if member is None:
-                if not await self._claim():
-                    await asyncio.sleep(self._retry)
-                continue
-            await member.cleaned_up.wait()  # closed by the hub (replaced elsewhere)
-            if self.member is member:
-                self.member = None
-                self.holding.clear()
-                log.warning("agora-http bridge lost its agent id", agent_id=self.agent_id)
+        orphans = answer_unanswered(
+            member, self.space, seq, request_keys=_request_keys, answer_key=in_reply_to,
+            answer=lambda event: self._answer(event, moved), label="agora-http bridge",
+        )  # fmt: skip
+        task = asyncio.get_running_loop().create_task(orphans)
+        self._background = [t for t in self._background if not t.done()] + [task]
 
     # ── events addressed to the bridge ──────────────────────────────────
-
-    def _addressed(self, msg: dict[str, Any]) -> bool:
-        to = msg.get("to")
-        recipients = [to] if isinstance(to, str) else to if isinstance(to, list) else ()
-        return (
-            self.agent_id in recipients
-            and msg.get("space") == self.space
-            and msg.get("from") != self.agent_id
-            and in_reply_to(msg) is None  # an answer is not a request (no bridge loops)
-        )
-
-    async def _on_message(self, msg: dict[str, Any]) -> None:
-        kind = msg.get("type")
-        if kind == "space.event":
-            if self._addressed(msg):
-                await self._accept(msg)
-            return
-        if kind == "space.event.delta" and msg.get("event_id") not in self._streams:
-            if self._addressed(msg):
-                lost = self._streams.start(msg)
-                if lost is not None:
-                    await self._answer(lost.event, failed(f"Request lost: {lost.failure}"))
-            return
-        whole = self._streams.feed(msg)
-        if whole is None:
-            return
-        if whole.failure is not None:
-            await self._answer(whole.event, failed(f"Request lost: {whole.failure}"))
-        else:
-            await self._accept(whole.event)
-
-    async def _accept(self, event: dict[str, Any]) -> None:
-        if len(self._tasks) >= self.options.max_concurrency + self.options.max_queued:
-            await self._answer(event, failed("Bridge busy: try again"))
-            return
-        task = asyncio.get_running_loop().create_task(self._serve(event))
-        self._tasks[task] = event
-        task.add_done_callback(lambda done: self._tasks.pop(done, None))
 
     async def _serve(self, event: dict[str, Any]) -> None:
         async with self._calls:
@@ -275,19 +189,12 @@ class AgoraHttpOutbound:
     async def _answer(
         self, event: dict[str, Any], reply: Reply, conversation_id: str | None = None
     ) -> None:
-        member, sender = self.member, event.get("from")
-        if member is None or not isinstance(sender, str):
-            log.warning("agora-http answer lost: bridge not held", agent_id=self.agent_id)
-            return
         data = {
             "in_reply_to": event.get("event_id"),
             **reply.event_data(),
             "conversation_id": conversation_id,
         }
-        try:
-            await member.publish(self.space, data, to=sender)
-        except (RequestFailed, TimeoutError) as exc:  # the sender left, say
-            log.info("agora-http answer not delivered", agent_id=self.agent_id, reason=str(exc))
+        await self.held.answer(event, data)
 
     # ── one exchange with the remote ────────────────────────────────────
 

@@ -32,11 +32,10 @@ import structlog
 
 from adapters.envelope.common import read_bounded, request_of, signed_error
 from adapters.envelope.config import EnvelopeBridge
-from adapters.takeover import unanswered
+from adapters.holding import Holding
+from adapters.takeover import answer_unanswered
 from hub.adapter_host import (
     AdapterHost,
-    AgentIdTaken,
-    BackplaneUnavailable,
     HubSettings,
     RequestFailed,
     VirtualMember,
@@ -82,15 +81,16 @@ class EnvelopePeer:
         self.max_response_bytes = max_response_bytes
         self.retry_interval = retry_interval or settings.heartbeat_interval
         self.host: AdapterHost | None = None
-        self.member: VirtualMember | None = None
-        #: Set whenever this node holds the agent id and is in the space.
-        self.holding = asyncio.Event()
+        self.held = Holding(
+            bridge.agent_id, bridge.space, self._on_message, type="envelope-bridge",
+            registration=lambda: ((self.format.value,), {}), on_claimed=self._claimed,
+            label="envelope bridge",
+        )  # fmt: skip
         self._http: aiohttp.ClientSession | None = None
         self._supervisor: asyncio.Task[None] | None = None
         #: Calls in flight → (sender, envelope): answered if the bridge closes.
         self._calls: dict[asyncio.Task[None], tuple[str, dict[str, Any]]] = {}
         self._orphans: asyncio.Task[None] | None = None
-        self._closed = False
         self._log = structlog.get_logger("adapters.envelope").bind(
             adapter="outbound", agent_id=bridge.agent_id, space=bridge.space
         )
@@ -103,71 +103,37 @@ class EnvelopePeer:
             timeout=aiohttp.ClientTimeout(total=self.timeout),
             headers={"Content-Type": "application/json"},
         )
-        await self._claim()
-        self._supervisor = asyncio.get_running_loop().create_task(self._supervise())
+        await self.held.claim(host)
+        self._supervisor = asyncio.get_running_loop().create_task(
+            self.held.keep(host, self.retry_interval)
+        )
 
-    async def _claim(self) -> bool:
-        """Try to become the bridge's holder in the cluster; False: stand by."""
-        assert self.host is not None
-        try:
-            member = await self.host.attach(
-                self.bridge.agent_id,
-                self._on_message,
-                type="envelope-bridge",
-                capabilities=(self.format.value,),
-            )
-        except (AgentIdTaken, BackplaneUnavailable):
-            return False
-        try:
-            joined = await member.join(self.bridge.space)
-        except Exception as exc:
-            self._log.warning("bridge cannot join its space", error=str(exc))
-            await member.aclose()
-            return False
-        self.member = member
-        self.holding.set()
-        self._log.info("bridge active on this node")
-        upto = joined.get("seq", 0)
-        self._orphans = asyncio.get_running_loop().create_task(self._answer_orphans(upto))
-        return True
+    @property
+    def member(self) -> VirtualMember | None:
+        """The bridge's member while this node holds its agent id."""
+        return self.held.member
 
-    async def _answer_orphans(self, upto_seq: int) -> None:
-        """Requests a lost holder left unanswered get a 503 (see :mod:`adapters.takeover`)."""
-        member, fmt = self.member, self.format
-        if member is None or not upto_seq:
-            return
-        try:
-            orphans = await unanswered(
-                member,
-                self.bridge.space,
-                upto_seq,
-                request_keys=lambda e: _request_keys(fmt, e),
-                answer_key=lambda e: _answer_key(fmt, e),
-            )
-        except (RequestFailed, TimeoutError, BackplaneUnavailable) as exc:
-            self._log.warning("bridge cannot read back history", error=str(exc))
-            return
-        if orphans:
-            self._log.warning("bridge answers requests its lost holder left", count=len(orphans))
-        for event in orphans:
+    @property
+    def holding(self) -> asyncio.Event:
+        """Set whenever this node holds the agent id and is in the space."""
+        return self.held.holding
+
+    async def _claimed(self, member: VirtualMember, seq: int) -> None:
+        """Requests a lost holder left unanswered get a 503 (:mod:`adapters.takeover`)."""
+        fmt = self.format
+
+        async def moved(event: dict[str, Any]) -> None:
             await self._reply_error(
                 event["from"], AgoraErrorCode.UNAVAILABLE, _MOVED, event["data"]
             )
 
-    async def _supervise(self) -> None:
-        while not self._closed:
-            member = self.member
-            if member is not None:
-                await member.cleaned_up.wait()  # evicted or closed: stand by again
-                self.member = None
-                self.holding.clear()
-                continue
-            await asyncio.sleep(self.retry_interval)
-            with contextlib.suppress(Exception):
-                await self._claim()
+        orphans = answer_unanswered(
+            member, self.bridge.space, seq, request_keys=lambda e: _request_keys(fmt, e),
+            answer_key=lambda e: _answer_key(fmt, e), answer=moved, label="envelope bridge",
+        )  # fmt: skip
+        self._orphans = asyncio.get_running_loop().create_task(orphans)
 
     async def aclose(self) -> None:
-        self._closed = True
         if self._supervisor is not None:
             self._supervisor.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -188,8 +154,7 @@ class EnvelopePeer:
                             for sender, data in in_flight
                         )
                     )
-        if self.member is not None:
-            await self.member.aclose()
+        await self.held.release()
         if self._http is not None:
             await self._http.close()
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from adapters.stored import json_object
 from hub.adapter_host import KeyValueStore
 
 PREFIX = "mcp:session:"
@@ -105,13 +106,8 @@ class Sessions:
 
 
 def _load(session_id: str, raw: bytes | None) -> McpSession | None:
-    if raw is None:
-        return None
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(value, dict):
+    value = json_object(raw)
+    if value is None:
         return None
     caller, revision, expires = value.get("caller"), value.get("revision"), value.get("expires")
     if not (isinstance(caller, str) and isinstance(revision, str)):

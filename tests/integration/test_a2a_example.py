@@ -4,18 +4,14 @@ example agent, and the real a2a-sdk client asking it for the weather."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import subprocess
 import sys
 from typing import Any
 
+from tests.support.examples import EXAMPLES, load_example
 from tests.support.servers import ROOT
 
-EXAMPLES = ROOT / "examples"
-_spec = importlib.util.spec_from_file_location("a2a_agent", EXAMPLES / "a2a_agent.py")
-assert _spec is not None and _spec.loader is not None
-example = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(example)
+example = load_example("a2a_agent")
 
 
 def texts(result: dict[str, Any]) -> str:

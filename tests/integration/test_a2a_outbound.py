@@ -42,6 +42,13 @@ def bridge(url: str, *, timeout: float | None = None, **options: Any) -> A2aOutb
     )  # fmt: skip
 
 
+async def hosting(hub: Any, outbound: A2aOutbound) -> Any:
+    """A hub hosting ``outbound``, once the bridge has read the remote's card."""
+    server = await hub(adapters=[outbound])
+    await outbound.card_read.wait()
+    return server
+
+
 async def member(server: Any, agent_id: str = "alice") -> WsClient:
     client = await WsClient.connect(server.url, agent_id, heartbeat=True)
     await client.join(SPACE)
@@ -81,8 +88,7 @@ async def ask(client: WsClient, data: dict[str, Any]) -> dict[str, Any]:
 async def test_the_bridge_calls_the_remote_and_answers(hub, remotes):
     remote = await remotes()
     outbound = bridge(remote.url)
-    server = await hub(adapters=[outbound])
-    await outbound.card_read.wait()
+    server = await hosting(hub, outbound)
     alice = await member(server)
     listed = await alice.request({"type": "agent.list", "capability": "translate"})
     (found,) = listed["agents"]
@@ -114,8 +120,7 @@ async def test_the_bridge_calls_the_remote_and_answers(hub, remotes):
 async def test_streamed_chunks_become_a_coalesced_client_stream(hub, remotes):
     remote = await remotes()
     outbound = bridge(remote.url, flush_interval=0.05)
-    server = await hub(adapters=[outbound])
-    await outbound.card_read.wait()
+    server = await hosting(hub, outbound)
     alice, bob = await member(server), await member(server, "bob")
     streamed = await ask(alice, {"text": "slow:300"})
     assert streamed["type"] == "space.event.done"
@@ -137,8 +142,7 @@ async def test_streamed_chunks_become_a_coalesced_client_stream(hub, remotes):
 async def test_input_required_round_trip_only_for_its_sender(hub, remotes):
     remote = await remotes()
     outbound = bridge(remote.url)
-    server = await hub(adapters=[outbound])
-    await outbound.card_read.wait()
+    server = await hosting(hub, outbound)
     alice, bob = await member(server), await member(server, "bob")
     question = await ask(alice, {"text": "ask"})
     assert question["data"]["state"] == "input-required"
@@ -158,8 +162,7 @@ async def test_a_remote_that_fails_in_every_way(hub, remotes):
     elsewhere = await remotes()
     remote.redirect_to = f"{elsewhere.url}/"
     outbound = bridge(remote.url, timeout=1.0)
-    server = await hub(adapters=[outbound])
-    await outbound.card_read.wait()
+    server = await hosting(hub, outbound)
     alice = await member(server)
     expected = {
         "rpc-error": "The remote refused: the remote broke (-32603)",
@@ -213,8 +216,7 @@ async def test_only_the_configured_origin_is_called(hub, remotes):
     elsewhere = await remotes()
     remote = await remotes(interface=f"{elsewhere.url}/")  # its card points somewhere else
     outbound = bridge(remote.url)
-    server = await hub(adapters=[outbound])
-    await outbound.card_read.wait()
+    server = await hosting(hub, outbound)
     alice = await member(server)
     assert (await ask(alice, {"text": "hello"}))["data"]["text"] == "echo:hello"
     assert remote.methods() == ["SendStreamingMessage"] and elsewhere.calls == []
@@ -224,8 +226,7 @@ async def test_only_the_configured_origin_is_called(hub, remotes):
 async def test_a_non_streaming_remote_gets_send_message(hub, remotes):
     remote = await remotes(streaming=False)
     outbound = bridge(remote.url)
-    server = await hub(adapters=[outbound])
-    await outbound.card_read.wait()
+    server = await hosting(hub, outbound)
     alice = await member(server)
     assert (await ask(alice, {"text": "hi"}))["data"]["text"] == "echo:hi"
     later = await ask(alice, {"text": "working"})  # answered WORKING: looked at again
@@ -237,8 +238,7 @@ async def test_a_non_streaming_remote_gets_send_message(hub, remotes):
 async def test_a_sender_cancels_a_call(hub, remotes):
     remote = await remotes()
     outbound = bridge(remote.url, timeout=20)
-    server = await hub(adapters=[outbound])
-    await outbound.card_read.wait()
+    server = await hosting(hub, outbound)
     alice = await member(server)
     request = await send(alice, {"text": "hang"})
     first = await alice._until(
@@ -271,8 +271,7 @@ async def test_a_senders_cancel_of_the_reply_stream_cancels_the_remote_task(hub,
     receiver's cancel) → ``CancelTask`` on the remote; the stream is relayed no more."""
     remote = await remotes()
     outbound = bridge(remote.url, timeout=20)
-    server = await hub(adapters=[outbound])
-    await outbound.card_read.wait()
+    server = await hosting(hub, outbound)
     alice = await member(server)
     request = await send(alice, {"text": "hang"})
     first = await alice._until(
@@ -297,8 +296,7 @@ async def test_bounds_on_queue_and_bodies(hub, remotes):
     outbound = bridge(
         remote.url, timeout=20, max_concurrency=1, max_queued=0, max_body_bytes=50_000
     )
-    server = await hub(adapters=[outbound])
-    await outbound.card_read.wait()
+    server = await hosting(hub, outbound)
     alice = await member(server)
     big = await ask(alice, {"text": "big"})  # one stream event of 100 KB
     assert big["data"]["status"] == "failure" and "exceeds 50000 bytes" in big["data"]["error"]
@@ -312,8 +310,7 @@ async def test_bounds_on_queue_and_bodies(hub, remotes):
 async def test_a_streamed_answer_over_the_bound_is_cut(hub, remotes):
     remote = await remotes()
     outbound = bridge(remote.url, max_reply_bytes=100, flush_interval=0.001)
-    server = await hub(adapters=[outbound])
-    await outbound.card_read.wait()
+    server = await hosting(hub, outbound)
     alice = await member(server)
     cut = await ask(alice, {"text": "slow:200"})
     assert cut["type"] == "space.event.cancel" and "exceeds 100 bytes" in cut["end"]["reason"]

@@ -25,8 +25,9 @@ from protocol.agora_http import (
     hash_document,
     outbound_request,
 )
-from tests.support import agora_peer
+from tests.support import agora_peer, peer_venv
 from tests.support.agora_peer import AgoraPeer, AgoraPeerUnavailable, require_agora_peer
+from tests.support.peer_venv import PeerVenv
 from tests.support.vectors import load_vector
 
 DOC = 'ADDITION PROTOCOL\n\nAlice sends "2 + 2"; Bob replies "4".'
@@ -306,19 +307,21 @@ def test_unavailable_library_skips_but_fails_under_ci(monkeypatch):
     def unavailable(*_args: Any) -> None:
         raise AgoraPeerUnavailable("no index")
 
-    monkeypatch.setattr(agora_peer, "ensure_venv", unavailable)
-    monkeypatch.setattr(agora_peer, "IN_CI", True)
+    monkeypatch.setattr(agora_peer.VENV, "python", unavailable)
+    monkeypatch.setattr(peer_venv, "IN_CI", True)
     with pytest.raises(pytest.fail.Exception, match="no index"):
         require_agora_peer()
-    monkeypatch.setattr(agora_peer, "IN_CI", False)
+    monkeypatch.setattr(peer_venv, "IN_CI", False)
     with pytest.raises(pytest.skip.Exception, match="no index"):
         require_agora_peer()
 
 
 def test_a_failed_install_is_reported_as_unavailable(monkeypatch, tmp_path):
     # An invalid requirement makes pip fail before it reaches any index.
-    monkeypatch.setenv("AGORA_PEER_CACHE", str(tmp_path / "venv"))
-    monkeypatch.setattr(agora_peer, "VERSION", "not a version")
+    monkeypatch.setenv("AGORA_PEER_CACHE", str(tmp_path))
+    real = agora_peer.VENV
+    venv = PeerVenv(real.name, ["agora-protocol==not a version"], real.check, marker=real.marker)
     with pytest.raises(AgoraPeerUnavailable, match="could not be installed"):
-        agora_peer.ensure_venv()
-    assert not (tmp_path / "venv" / ".agora-peer-ready").exists()
+        venv.python()
+    assert venv.path.parent == tmp_path and (venv.path / "bin" / "python").exists()
+    assert not (venv.path / venv.marker).exists()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 
@@ -16,17 +15,9 @@ from agora_client import (
     StreamChunk,
 )
 from agora_client.streams import MAX_DELTA_CHARS
+from tests.support.sdk_clients import members_of
 
 TIMEOUT = 10.0
-
-
-async def members_of(server: Any, clients: Any, space: str, *names: str) -> list[Client]:
-    out = []
-    for name in names:
-        c = await clients(server, name)
-        await c.join(space)
-        out.append(c)
-    return out
 
 
 async def nothing_more(c: Client, space: str, sender: Client) -> list[Event]:

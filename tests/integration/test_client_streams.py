@@ -9,24 +9,15 @@ import pytest
 
 from agora_client import (
     AssembledEvent,
-    Client,
     Event,
     StreamAssembler,
     StreamCancelled,
     StreamChunk,
     Unauthorized,
 )
+from tests.support.sdk_clients import members_of
 
 TIMEOUT = 10.0
-
-
-async def members_of(server: Any, clients: Any, space: str, *names: str) -> list[Client]:
-    out = []
-    for name in names:
-        c = await clients(server, name)
-        await c.join(space)
-        out.append(c)
-    return out
 
 
 async def test_stream_is_sent_received_and_reassembled(hub, clients):

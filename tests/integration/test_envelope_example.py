@@ -3,24 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import subprocess
 import sys
 import time
-from types import ModuleType
 
 from protocol.envelope import verify
+from tests.support.examples import EXAMPLES, load_example
 from tests.support.servers import ROOT
 
-EXAMPLE = ROOT / "examples" / "negotiation.py"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("negotiation_example", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+EXAMPLE = EXAMPLES / "negotiation.py"
 
 
 async def test_the_example_runs_on_its_own():
@@ -42,7 +33,7 @@ async def test_the_example_runs_on_its_own():
 
 
 async def test_the_example_against_a_hub_with_the_space_declared(hub):
-    example = _load()
+    example = load_example("negotiation", "negotiation_example")
     server = await hub(spaces=[{"id": example.SPACE, "require_signed": True}])
     result, log = await example.negotiate(server.url)
     seller_did = log[0].split()[-1]

@@ -2,61 +2,29 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import shutil
-import subprocess
-import sys
 import time
-import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.support.servers import ROOT
+from tests.support.examples import EXAMPLES, load_example, post, running_agent
 
-EXAMPLES = ROOT / "examples"
-_spec = importlib.util.spec_from_file_location("mcp_tool_agent", EXAMPLES / "mcp_tool_agent.py")
-assert _spec is not None and _spec.loader is not None
-example = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(example)
+example = load_example("mcp_tool_agent")
 
 
 @pytest.fixture
-def example_agent(hub_process) -> Any:
+def example_agent(hub_process) -> Iterator[Any]:
     hub = hub_process(config=str(EXAMPLES / "mcp.toml"))
-    agent = subprocess.Popen(
-        [sys.executable, str(EXAMPLES / "mcp_tool_agent.py"), "--url", hub.url],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    try:
-        assert agent.stdout is not None
-        line = agent.stdout.readline()  # blocks until the agent has joined (or died)
-        assert "offering MCP tools" in line, line + agent.stdout.read()
+    with running_agent("mcp_tool_agent", hub.url, "offering MCP tools"):
         yield hub
-    finally:
-        agent.terminate()
-        try:
-            agent.wait(10)
-        except subprocess.TimeoutExpired:
-            agent.kill()
-            agent.wait()
 
 
 def rpc(hub: Any, method: str, params: dict[str, Any] | None = None) -> Any:
-    """What docs/mcp.md does with curl (or urllib where there is no curl)."""
+    """What docs/mcp.md does with curl."""
     body = {"jsonrpc": "2.0", "id": 1, "method": method, **({"params": params} if params else {})}
-    url, data = f"{hub.http_url}/mcp", json.dumps(body)
-    curl = shutil.which("curl")
-    if curl is not None:
-        args = [curl, "-s", "--max-time", "20", url, "-H", "Content-Type: application/json"]
-        out = subprocess.run([*args, "-d", data], capture_output=True, text=True, timeout=30)
-        return json.loads(out.stdout)
-    request = urllib.request.Request(
-        url, data=data.encode(), headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=20) as resp:
-        return json.loads(resp.read())
+    return post(f"{hub.http_url}/mcp", json.dumps(body), content_type="application/json")
 
 
 def test_the_example_agents_tools_answer_over_mcp(example_agent):

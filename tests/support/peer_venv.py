@@ -6,7 +6,8 @@ as a subprocess of its own venv, built once under ``~/.cache/agora-hub-tests/``
 under a file lock, so concurrent test runs build it once, and a half-built one
 from a killed run is built again. :meth:`PeerVenv.require` is what a fixture
 calls: it skips when the packages cannot be installed, except under
-``CI=true`` where that is a failure.
+``CI=true`` where that is a failure. :mod:`tests.support.peer_driver` runs
+the peers' driver scripts with the venv's Python.
 """
 
 from __future__ import annotations
@@ -31,12 +32,17 @@ class PeerUnavailable(Exception):
 
 
 class PeerVenv:
-    def __init__(self, name: str, requirements: Sequence[str], check: str):
+    def __init__(
+        self, name: str, requirements: Sequence[str], check: str, *, marker: str = _MARKER
+    ):
         """``name`` names the cache directory; ``check`` is Python code that
-        must run in the venv once the ``requirements`` are installed."""
+        must run in the venv once the ``requirements`` are installed; the file
+        ``marker`` in the venv says it was built completely (a peer whose
+        caches exist keeps its name for it, so they are not built again)."""
         self.name = name
         self.requirements = list(requirements)
         self.check = check
+        self.marker = marker
 
     @property
     def path(self) -> Path:
@@ -54,7 +60,7 @@ class PeerVenv:
         venv.parent.mkdir(parents=True, exist_ok=True)
         with open(venv.parent / f"{venv.name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            if (venv / _MARKER).is_file() and python.exists():
+            if (venv / self.marker).is_file() and python.exists():
                 return python
             shutil.rmtree(venv, ignore_errors=True)  # a half-built venv from a killed run
             self._build(venv, python, timeout)
@@ -78,7 +84,7 @@ class PeerVenv:
         freeze = subprocess.run(
             [str(python), "-m", "pip", "freeze"], capture_output=True, text=True, timeout=timeout
         ).stdout
-        (venv / _MARKER).write_text(json.dumps({"requirements": self.requirements,
+        (venv / self.marker).write_text(json.dumps({"requirements": self.requirements,
                                                 "freeze": freeze.split()}))  # fmt: skip
 
     def require(self) -> Path:
