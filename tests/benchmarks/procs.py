@@ -340,11 +340,16 @@ def hub_argv(port: int, compression: str, extra: list[str] | None = None) -> lis
         # The HTTP port (bridges, health) is not measured: any free one.
         "--http-port",
         str(free_port()),
-        # Default settings, except the rate limit a benchmark publisher
-        # legitimately exceeds (its thousands of publishes per second).
+        # Default settings, except the rate limits a benchmark publisher
+        # legitimately exceeds (its thousands of publishes, and hundreds of
+        # thousands of stream deltas, per second).
         "--rate-limit",
         "1000000",
         "--rate-burst",
+        "1000000",
+        "--stream-rate-limit",
+        "1000000",
+        "--stream-rate-burst",
         "1000000",
         "--log-level",
         "warning",
