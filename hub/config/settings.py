@@ -158,6 +158,12 @@ class Settings(BaseSettings):
         description="Deltas per second per connection on its open streams (their own bucket).",
     )
     stream_rate_burst: float = Field(2000.0, ge=1, description="Stream token bucket size.")
+    bridge_rate_limit: float = Field(
+        1000.0,
+        gt=0,
+        description="Messages per second per bridge member (one serves many HTTP callers).",
+    )
+    bridge_rate_burst: float = Field(2000.0, ge=1, description="Bridge members' bucket size.")
     space_capacity: int = Field(10_000, ge=1, description="Members per space.")
     members_list_limit: int = Field(
         100,

@@ -407,14 +407,17 @@ def _session_limits(s: Settings, signed_spaces: frozenset[str]) -> SessionLimits
 
 
 def _virtual_limits(s: Settings, signed_spaces: frozenset[str]) -> SessionLimits:
-    """Virtual members send no heartbeats and are never closed for abuse; the
-    rate limit and the stream limit hold for them as for anyone. Declared
-    spaces' allow_join/allow_publish are for agents: the operator's own
-    bridges are not restricted by them."""
+    """Virtual members send no heartbeats and are never closed for abuse; a
+    rate limit and the stream limit hold for them as for anyone — their own
+    (``bridge_rate_limit``), since one gateway member publishes for all the
+    HTTP callers a node serves. Declared spaces' allow_join/allow_publish are
+    for agents: the operator's own bridges are not restricted by them."""
     return SessionLimits(
         heartbeat_timeout=math.inf,
-        rate_limit=s.rate_limit,
-        rate_burst=s.rate_burst,
+        rate_limit=s.bridge_rate_limit,
+        rate_burst=s.bridge_rate_burst,
+        stream_rate_limit=s.stream_rate_limit,
+        stream_rate_burst=s.stream_rate_burst,
         rate_abuse_seconds=math.inf,
         max_streams=s.max_streams_per_agent,
         signed_spaces=signed_spaces,

@@ -492,3 +492,19 @@ async def test_a_follow_up_that_cannot_be_delivered_leaves_the_task_waiting(hub,
     assert a2a.state(done) == "TASK_STATE_COMPLETED"
     assert done["artifacts"][-1]["parts"] == [{"text": "thanks for Oslo"}]
     await helper.aclose()
+
+
+async def test_the_gateway_obeys_the_bridge_rate_limit(hub, clients):
+    """One ``a2a`` member publishes for every caller of the node: over
+    ``bridge_rate_limit`` a request is 429 with ``Retry-After``."""
+    _server, helper, base = await started(hub, clients, bridge_rate_limit=0.1, bridge_rate_burst=3)
+    answers = []
+    for n in range(4):
+        params = {"message": a2a.message(f"n{n}"), "configuration": {"returnImmediately": True}}
+        body = {"jsonrpc": "2.0", "id": f"r{n}", "method": "SendMessage", "params": params}
+        answers.append(await a2a.post(base, body))
+    statuses = [status for status, _ in answers]
+    assert statuses[0] == 200 and 429 in statuses, statuses
+    refused = next(answer for status, answer in answers if status == 429)
+    assert refused["error"]["code"] == -32603 and "try again" in refused["error"]["message"]
+    await helper.aclose()

@@ -132,7 +132,7 @@ async def test_virtual_member_requests_get_the_protocol_errors(hub):
 
 
 async def test_virtual_member_rate_limit_holds(hub):
-    server = await hub(rate_limit=5, rate_burst=5)
+    server = await hub(bridge_rate_limit=5, bridge_rate_burst=5)
     member = await server.node.host.attach("busy")
     await member.join(SPACE)
     results = await asyncio.gather(

@@ -366,7 +366,7 @@ async def test_waiting_requests_are_bounded(weather, responders):
 
 
 async def test_the_bridge_obeys_the_rate_limit(weather, responders):
-    server = await weather(rate_limit=0.1, rate_burst=3)
+    server = await weather(bridge_rate_limit=0.1, bridge_rate_burst=3)
     await responders(server)
     # The burst covers the two joins and one publish; the next publish is refused.
     assert (await call("POST", agora(server), {"body": "one"}))[0] == 200

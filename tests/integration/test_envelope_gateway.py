@@ -352,7 +352,7 @@ async def test_waiting_callers_get_503_when_the_hub_shuts_down(hub):
 
 
 async def test_the_gateway_obeys_the_rate_limit_all_or_nothing(hub):
-    server = await hub(rate_limit=2, rate_burst=3)
+    server = await hub(bridge_rate_limit=2, bridge_rate_burst=3)
     worker = await Worker.start(server)
     url = f"{server.http_url}/envelope/{SPACE}"
     envs = [agora_env("STATUS", {"n": n}, ALICE) for n in range(12)]

@@ -184,6 +184,26 @@ async def test_a_fuzz_of_bodies_never_gets_a_5xx(hub, http):
     await still_serving(mcp)
 
 
+async def test_calls_over_the_bridge_rate_limit_are_tool_errors(hub, http):
+    """All MCP calls of a node publish through its one ``mcp`` member: over
+    ``bridge_rate_limit`` a call is a tool error, and nothing is published."""
+    server = await hub(bridge_rate_limit=0.1, bridge_rate_burst=3)
+    bob = await WsClient.connect(server.url, "bob")
+    await bob.join("lab")
+    mcp = McpHttp(http, server.http_url)
+    results = [await mcp.call("space_publish", {"space": "lab", "text": f"n{n}"}) for n in range(5)]
+    refused = [r for r in results if r["isError"]]
+    assert refused and not results[0]["isError"], results
+    assert all("too many MCP calls" in text_of(r) for r in refused)
+    for _ in range(len(results) - len(refused)):
+        await bob.wait_for("space.event", space="lab")
+    marker = await bob.request({"type": "space.publish", "space": "lab", "data": {"n": "end"}})
+    assert marker["type"] == "space.event"
+    assert not [m for m in bob.backlog if m.get("from") == "mcp"]  # the refused: never published
+    await bob.close()
+    await still_serving(mcp)
+
+
 async def test_calls_beyond_max_calls_are_refused_503(hub, http):
     server, _ = await bounded(hub, max_calls=1)
     bob = await WsClient.connect(server.url, "bob")
