@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from hub.errors import BackplaneUnavailable
+from hub.config.settings import Settings, load_settings
+from hub.errors import BackplaneUnavailable, ConfigError
 from hub.handlers.member_events import Batch, MemberEvents
 from tests.support.handlers import HandlerRig, until
 from tests.support.peers import FakePeer
@@ -81,6 +82,16 @@ async def events(clock: Clock, announced: Announced) -> Any:
     throttle = MemberEvents(0.25, announced, sleep=clock.sleep)
     yield throttle
     await throttle.aclose()
+
+
+# ── the setting ──────────────────────────────────────────────────────────────
+
+
+def test_the_interval_is_a_quarter_second_by_default_and_never_negative() -> None:
+    assert Settings.model_fields["member_events_interval"].default == 0.25
+    assert load_settings({"member_events_interval": 0}).member_events_interval == 0
+    with pytest.raises(ConfigError, match="member_events_interval"):
+        load_settings({"member_events_interval": -0.1})
 
 
 # ── the throttle alone ──────────────────────────────────────────────────────
