@@ -256,9 +256,16 @@ def left(request_id: str | int | None, space: str) -> bytes:
 
 
 def members(
-    space: str, member_ids: list[str] | None, count: int, joined: str | None, left: str | None
+    space: str,
+    member_ids: list[str] | None,
+    count: int,
+    joined: str | list[str] | None,
+    left: str | list[str] | None,
 ) -> bytes:
-    """A join or leave; ``member_ids`` None leaves the array out (a big space)."""
+    """A join or leave; ``member_ids`` None leaves the array out (a big space).
+
+    One change is the seed's shape (``joined``/``left`` an id and ``None``);
+    several coalesced into one event carry lists (either may be empty)."""
     msg: dict[str, Any] = {"type": "space.members", "space": space}
     if member_ids is not None:
         msg["members"] = member_ids

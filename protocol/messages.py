@@ -319,8 +319,10 @@ class SpaceMembers(_HubMessage):
     space: str
     members: list[str] | None = None
     member_count: int
-    joined: str | None = None
-    left: str | None = None
+    #: An agent id for one change (the seed's shape), lists when several
+    #: changes of one interval are coalesced (``member_events_interval``).
+    joined: str | list[str] | None = None
+    left: str | list[str] | None = None
     next_cursor: str | None = None
 
 

@@ -173,6 +173,12 @@ class Settings(BaseSettings):
     member_events_limit: int = Field(
         1000, ge=0, description="Above this many members, joins and leaves are not broadcast."
     )
+    member_events_interval: float = Field(
+        0.25,
+        ge=0,
+        description="Joins and leaves of a space within this many seconds of its last "
+        "space.members event go out together in one (0 = each at once).",
+    )
     auto_create_spaces: bool = Field(
         True, description="Create user spaces on first join; off = declared spaces only."
     )

@@ -11,6 +11,9 @@ Membership at scale: a join or leave is told to the other members as
 ``member_events_limit`` — so forming a space of N costs O(N × min(N,
 member_events_limit)) small frames, not O(N³) member ids. Each join reads at
 most ``members_list_limit`` ids from presence, whatever the space's size.
+And changes arriving together (a storm, a mass departure) are coalesced: a
+space announces at most one ``space.members`` per ``member_events_interval``
+(hub/handlers/member_events.py), a lone change still in the seed's shape.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from hub.core.peer import Peer, PeerKind
 from hub.core.registry import Registry
 from hub.core.spaces import SpaceDirectory
 from hub.errors import BackplaneUnavailable
+from hub.handlers.member_events import Batch, MemberEvents
 from hub.handlers.publishing import Publishing
 from hub.handlers.recovery import Recovery
 from protocol import codec
@@ -67,6 +71,11 @@ class Membership:
         # Departures the cluster has not heard of yet (backplane was down).
         self.pending_departures: list[tuple[AgentRecord, list[str]]] = []
         self._declared = settings.declared
+        self.member_events = MemberEvents(settings.member_events_interval, self._announce)
+
+    async def aclose(self) -> None:
+        """Send the membership changes still held and stop their timers."""
+        await self.member_events.aclose()
 
     def limits(self, space: str) -> tuple[int, int]:
         """``members_list_limit`` and ``member_events_limit`` of ``space``."""
@@ -144,9 +153,8 @@ class Membership:
             await self._undo_join(conn, space)
             raise
         if count <= events_limit:
-            listed = members if count <= limit else None
             with contextlib.suppress(BackplaneUnavailable):
-                await self._announce(space, listed, count, joined=conn.agent_id)
+                await self.member_events.changed(space, conn.agent_id, True, (members, count))
 
     async def _undo_join(self, conn: Peer, space: str) -> None:
         if _shared(conn):
@@ -207,22 +215,28 @@ class Membership:
             await self.backplane.forget(space)
 
     async def announce_departure(self, space: str, agent_id: str) -> None:
-        limit, events_limit = self.limits(space)
-        members, count = await self.presence.space_members(space, limit)
-        if count and count <= events_limit:
-            await self._announce(space, members if count <= limit else None, count, left=agent_id)
+        await self.member_events.changed(space, agent_id, False)
 
-    async def _announce(
-        self,
-        space: str,
-        members: list[str] | None,
-        count: int,
-        joined: str | None = None,
-        left: str | None = None,
-    ) -> None:
-        """Tell a space's other members who joined or left."""
-        frame = codec.members(space, members, count, joined, left)
-        await self.backplane.send(Delivery(space, frame, exclude=joined))
+    async def _announce(self, space: str, batch: Batch) -> None:
+        """Tell a space's other members who joined or left: one change in the
+        seed's shape (``joined``/``left`` an id, the joiner excluded), several
+        coalesced ones as lists (nobody excluded). Encoded once."""
+        limit, events_limit = self.limits(space)
+        if batch.listing is None:
+            members, count = await self.presence.space_members(space, limit)
+        else:
+            members, count = batch.listing
+        if not count or count > events_limit:
+            return
+        listed = members if count <= limit else None
+        if len(batch.changes) == 1:
+            ((agent_id, joined),) = batch.changes
+            one = (agent_id, None) if joined else (None, agent_id)
+            frame = codec.members(space, listed, count, *one)
+            await self.backplane.send(Delivery(space, frame, exclude=one[0]))
+        else:
+            frame = codec.members(space, listed, count, batch.joined, batch.left)
+            await self.backplane.send(Delivery(space, frame))
 
     async def list_spaces(self, conn: Peer, a: ListSpaces) -> None:
         sizes = await self.presence.space_sizes()

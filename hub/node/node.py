@@ -312,6 +312,8 @@ class Node:
             task.cancel()
         with contextlib.suppress(Exception):
             await self.operator.aclose()
+        # Departures of the connections just closed, still held: the cluster hears of them.
+        await self.membership.aclose()
         await self.subscriptions.aclose()
         await self.cluster.aclose()
         with contextlib.suppress(Exception):

@@ -23,7 +23,8 @@ async def close_all(clients: list[WsClient]) -> None:
 
 async def test_join_and_leave_events_by_space_size(hub):
     """Full list up to members_list_limit, then joined/left without it, then nothing."""
-    server = await hub(members_list_limit=3, member_events_limit=5)
+    # Each change its own event (no coalescing), to see every size pass.
+    server = await hub(members_list_limit=3, member_events_limit=5, member_events_interval=0)
     first = await WsClient.connect(server.url, "m0")
     await first.join("crowd")
     others = await connect_all(server.url, [f"m{i}" for i in range(1, 7)])
@@ -122,7 +123,7 @@ async def test_space_members_request_pages_the_members(hub):
 
 
 async def test_sdk_pages_members_and_sees_big_space_events(hub, clients):
-    server = await hub(members_list_limit=2)
+    server = await hub(members_list_limit=2, member_events_interval=0)  # an event per join
     a = await clients(server, "a")
     await a.join("room")
     changes = a.events("room", members=True)

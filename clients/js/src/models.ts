@@ -74,8 +74,12 @@ export interface StreamChunk {
   readonly requestId: RequestId | null;
 }
 
-/** Somebody else joined or left a space this client is in. `members` is the whole
- * list only while the space is small (the hub's `members_list_limit`), else null. */
+/** Others joined or left a space this client is in. `joinedIds` / `leftIds`: everyone
+ * who joined / left, in order — one agent, or several when the hub coalesced the
+ * changes of one short interval (`member_events_interval`) into one event. `joined` /
+ * `left` keep the seed's single-change shape: the agent id when the event is about
+ * one agent, else null — read the lists to miss nobody. `members` is the whole list
+ * only while the space is small (the hub's `members_list_limit`), else null. */
 export interface MembersChanged {
   readonly kind: "members";
   readonly space: string;
@@ -83,6 +87,8 @@ export interface MembersChanged {
   readonly memberCount: number;
   readonly joined: string | null;
   readonly left: string | null;
+  readonly joinedIds: string[];
+  readonly leftIds: string[];
 }
 
 /** Where a client is in a space: the history `epoch` and the last `seq` seen. */
@@ -306,8 +312,13 @@ export function parseMembersChanged(f: Frame): MembersChanged | null {
     memberCount: count,
     joined: str(f.joined),
     left: str(f.left),
+    joinedIds: ids(f.joined),
+    leftIds: ids(f.left),
   };
 }
+
+/** `joined`/`left`: an id (one change, the seed's shape) or a list (coalesced changes). */
+const ids = (v: unknown): string[] => (typeof v === "string" ? [v] : strings(v));
 
 export function parseMembersPage(f: Frame): MembersPage | null {
   const space = str(f.space);

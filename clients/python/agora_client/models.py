@@ -62,7 +62,13 @@ class Event:
 
 @dataclass(frozen=True, slots=True)
 class MembersChanged:
-    """``space.members``: somebody else joined or left a space this client is in.
+    """``space.members``: others joined or left a space this client is in.
+
+    ``joined_ids`` / ``left_ids`` are everyone who joined / left, in order:
+    one agent, or several when the hub coalesced the changes of one short
+    interval (``member_events_interval``) into one event. ``joined`` /
+    ``left`` keep the seed's single-change shape: the agent id when the event
+    is about one agent, else ``None`` — read the lists to miss nobody.
 
     ``members`` is the whole list only while the space is small (the hub's
     ``members_list_limit``, 100 by default); above it ``None`` — page the
@@ -75,6 +81,15 @@ class MembersChanged:
     member_count: int
     joined: str | None = None
     left: str | None = None
+    joined_ids: list[str] = field(default_factory=list)
+    left_ids: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # Built with the single-change fields only: the lists say the same.
+        if self.joined is not None and not self.joined_ids:
+            object.__setattr__(self, "joined_ids", [self.joined])
+        if self.left is not None and not self.left_ids:
+            object.__setattr__(self, "left_ids", [self.left])
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,13 +286,25 @@ def parse_members(f: dict[str, Any]) -> MembersChanged | None:
     space, members, count = _str(f.get("space")), f.get("members"), _int(f.get("member_count"))
     if space is None or not isinstance(members, list | None) or count is None:
         return None
+    joined, left = f.get("joined"), f.get("left")
     return MembersChanged(
         space=space,
         members=None if members is None else [m for m in members if isinstance(m, str)],
         member_count=count,
-        joined=_str(f.get("joined")),
-        left=_str(f.get("left")),
+        joined=_str(joined),
+        left=_str(left),
+        joined_ids=_ids(joined),
+        left_ids=_ids(left),
     )
+
+
+def _ids(v: Any) -> list[str]:
+    """``joined``/``left``: an id (one change) or a list (coalesced changes)."""
+    if isinstance(v, str):
+        return [v]
+    if isinstance(v, list):
+        return [a for a in v if isinstance(a, str)]
+    return []
 
 
 def parse_members_page(f: dict[str, Any]) -> MembersPage | None:

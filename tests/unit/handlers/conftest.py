@@ -16,12 +16,17 @@ async def make_rig() -> AsyncIterator[Any]:
     rigs: list[HandlerRig] = []
 
     async def _make(**options: Any) -> HandlerRig:
+        if "settings" not in options:
+            # Each change its own event, as the seed has it: these rigs' tests
+            # pin those events; test_member_events.py covers coalescing.
+            options.setdefault("member_events_interval", 0.0)
         rig = await HandlerRig(**options).start()
         rigs.append(rig)
         return rig
 
     yield _make
     for rig in rigs:
+        await rig.membership.aclose()  # held membership changes: no timer outlives the test
         await rig.aclose()
 
 

@@ -129,15 +129,23 @@ class TailPrinter:
                     "space": change.space,
                     "members": change.members,
                     "member_count": change.member_count,
-                    "joined": change.joined,
-                    "left": change.left,
+                    # As the hub sent it: an id for one change, lists for several.
+                    **(
+                        {"joined": change.joined, "left": change.left}
+                        if len(change.joined_ids) + len(change.left_ids) == 1
+                        else {"joined": change.joined_ids, "left": change.left_ids}
+                    ),
                 }
             )
             return
         self._interrupt_live()
-        who, what = (change.joined, "joined") if change.joined else (change.left, "left")
+        done = [
+            f"{', '.join(ids)} {what}"
+            for ids, what in ((change.joined_ids, "joined"), (change.left_ids, "left"))
+            if ids
+        ]
         self.out.line(
-            f"{clock(None)} * {who} {what} {change.space} "
+            f"{clock(None)} * {'; '.join(done)} {change.space} "
             f"({change.member_count} member{'' if change.member_count == 1 else 's'})"
         )
 

@@ -1,0 +1,83 @@
+"""Coalesced membership events on a real hub process (``agora-hub serve``,
+default settings): a crowd joining or leaving one space at once is told to
+the others in a few ``space.members`` events, not one per agent."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tests.support.servers import HubProcess
+from tests.support.wsclient import WsClient
+
+CROWD = 50
+TIMEOUT = 20.0
+
+
+def ids_of(value: Any) -> list[str]:
+    """``joined``/``left``: an id (one change, the seed's shape) or a list."""
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
+async def changes(observer: WsClient, field: str, expected: set[str]) -> list[dict[str, Any]]:
+    """``space.members`` events until their ``field`` ids cover ``expected``."""
+    events: list[dict[str, Any]] = []
+    seen: list[str] = []
+    async with asyncio.timeout(TIMEOUT):
+        while not expected <= set(seen):
+            event = await observer.wait_for("space.members", space="crowd")
+            events.append(event)
+            seen += ids_of(event[field])
+    assert sorted(seen) == sorted(expected), "each one announced once, nobody else"
+    return events
+
+
+async def test_a_crowd_joining_and_leaving_at_once_gets_few_events() -> None:
+    proc = HubProcess()
+    await asyncio.to_thread(proc.start)
+    crowd: list[WsClient] = []
+    try:
+        observer = await WsClient.connect(proc.url, "observer")
+        await observer.join("crowd")
+        names = [f"c{i:02}" for i in range(CROWD)]
+        crowd = list(await asyncio.gather(*(WsClient.connect(proc.url, n) for n in names)))
+        await asyncio.gather(*(c.join("crowd") for c in crowd))
+
+        joins = await changes(observer, "joined", set(names))
+        assert len(joins) <= CROWD // 5, f"{len(joins)} events for {CROWD} joins"
+        assert all(not ids_of(e["left"]) for e in joins)
+        assert joins[-1]["member_count"] == CROWD + 1
+
+        await asyncio.gather(*(c.close() for c in crowd))  # a mass departure
+        leaves = await changes(observer, "left", set(names))
+        assert len(leaves) <= CROWD // 5, f"{len(leaves)} events for {CROWD} departures"
+        assert any(isinstance(e["left"], list) and len(e["left"]) > 1 for e in leaves)
+        assert leaves[-1]["member_count"] == 1 and leaves[-1]["members"] == ["observer"]
+        await observer.close()
+    finally:
+        await asyncio.gather(*(c.close() for c in crowd), return_exceptions=True)
+        await asyncio.to_thread(proc.stop)
+        proc.close()
+
+
+async def test_the_sdk_lists_every_agent_of_an_event(hub, clients) -> None:
+    from agora_client import MembersChanged
+
+    server = await hub()
+    a = await clients(server, "a")
+    await a.join("room")
+    changes = a.events("room", members=True)
+    others = [await clients(server, f"o{i}") for i in range(3)]
+    await asyncio.gather(*(o.join("room") for o in others))
+    joined: list[str] = []
+    async with asyncio.timeout(TIMEOUT):
+        while len(joined) < 3:
+            item = await changes.get()
+            if isinstance(item, MembersChanged):
+                assert item.left_ids == [] and item.left is None
+                assert item.joined == (item.joined_ids[0] if len(item.joined_ids) == 1 else None)
+                joined += item.joined_ids
+    assert sorted(joined) == ["o0", "o1", "o2"]
+    assert a.members("room") == ["a", "o0", "o1", "o2"], "the list of the last event"

@@ -1,0 +1,402 @@
+"""Coalesced membership announcements (hub/handlers/member_events.py): the
+throttle alone with a recording announcer, then through the membership
+handler against the memory stores. Windows end when the test's clock says so
+(a fake ``sleep``); nothing here waits on real time."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from hub.config.settings import Settings, load_settings
+from hub.errors import BackplaneUnavailable, ConfigError
+from hub.handlers.member_events import Batch, MemberEvents
+from tests.support.handlers import HandlerRig, until
+from tests.support.peers import FakePeer
+
+
+class Clock:
+    """A fake ``sleep``: every window waits until :meth:`tick` ends it."""
+
+    def __init__(self) -> None:
+        self.sleeping: list[asyncio.Future[None]] = []
+        self.delays: list[float] = []
+
+    async def sleep(self, delay: float) -> None:
+        future = asyncio.get_running_loop().create_future()
+        self.sleeping.append(future)
+        self.delays.append(delay)
+        await future
+
+    async def tick(self, windows: int = 1) -> None:
+        """End the ``windows`` open windows, once their timers are waiting."""
+        await until(lambda: len(self.sleeping) >= windows)
+        sleeping, self.sleeping = self.sleeping, []
+        for future in sleeping:
+            if not future.done():
+                future.set_result(None)
+
+
+class Announced:
+    """A recording announcer; ``failing`` refuses that many batches as an
+    unreachable cluster does."""
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[str, Batch]] = []
+        self.failing = 0
+        self._arrived = asyncio.Event()
+
+    async def __call__(self, space: str, batch: Batch) -> None:
+        if self.failing:
+            self.failing -= 1
+            raise BackplaneUnavailable("cluster unreachable")
+        self.batches.append((space, batch))
+        self._arrived.set()
+
+    async def count(self, n: int) -> None:
+        """Wait (bounded) until ``n`` batches have been announced."""
+        async with asyncio.timeout(2):
+            while len(self.batches) < n:
+                self._arrived.clear()
+                await self._arrived.wait()
+        assert len(self.batches) == n, self.batches
+
+    def changes(self) -> list[tuple[str, tuple[tuple[str, bool], ...]]]:
+        return [(space, batch.changes) for space, batch in self.batches]
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+async def announced() -> Announced:
+    return Announced()
+
+
+@pytest.fixture
+async def events(clock: Clock, announced: Announced) -> Any:
+    throttle = MemberEvents(0.25, announced, sleep=clock.sleep)
+    yield throttle
+    await throttle.aclose()
+
+
+# ── the setting ──────────────────────────────────────────────────────────────
+
+
+def test_the_interval_is_a_quarter_second_by_default_and_never_negative() -> None:
+    assert Settings.model_fields["member_events_interval"].default == 0.25
+    assert load_settings({"member_events_interval": 0}).member_events_interval == 0
+    with pytest.raises(ConfigError, match="member_events_interval"):
+        load_settings({"member_events_interval": -0.1})
+
+
+# ── the throttle alone ──────────────────────────────────────────────────────
+
+
+async def test_a_change_with_no_open_window_is_announced_at_once(
+    events: MemberEvents, announced: Announced
+) -> None:
+    await events.changed("room", "alice", True, (["alice"], 1))
+    assert announced.batches == [("room", Batch((("alice", True),), (["alice"], 1)))]
+    assert events.open_windows == 1, "and it opens a window"
+
+
+async def test_changes_within_a_window_go_out_once_in_order_of_arrival(
+    events: MemberEvents, announced: Announced, clock: Clock
+) -> None:
+    await events.changed("room", "a", True)
+    for agent, joined in (("b", True), ("c", False), ("d", True), ("e", False)):
+        await events.changed("room", agent, joined)
+    assert len(announced.batches) == 1, "held until the window ends"
+    await clock.tick()
+    await announced.count(2)
+    batch = announced.batches[1][1]
+    assert batch.changes == (("b", True), ("c", False), ("d", True), ("e", False))
+    assert (batch.joined, batch.left, batch.listing) == (["b", "d"], ["c", "e"], None)
+
+
+async def test_a_join_and_leave_of_one_agent_in_a_batch_nets_out(
+    events: MemberEvents, announced: Announced, clock: Clock
+) -> None:
+    await events.changed("room", "a", True)
+    await events.changed("room", "b", True)
+    await events.changed("room", "c", False)
+    await events.changed("room", "b", False)  # joined then left: nothing
+    await events.changed("room", "c", True)  # left then back: nothing
+    await events.changed("room", "d", True)
+    await events.changed("room", "d", True)  # the same change twice counts once
+    await clock.tick()
+    await announced.count(2)
+    assert announced.batches[1][1].changes == (("d", True),)
+
+
+async def test_a_batch_that_nets_to_nothing_announces_nothing_and_closes(
+    events: MemberEvents, announced: Announced, clock: Clock
+) -> None:
+    await events.changed("room", "a", True)
+    await events.changed("room", "b", True)
+    await events.changed("room", "b", False)
+    await clock.tick()
+    await until(lambda: events.open_windows == 0)
+    assert len(announced.batches) == 1
+
+
+async def test_the_window_reopens_after_a_batch_and_closes_when_quiet(
+    events: MemberEvents, announced: Announced, clock: Clock
+) -> None:
+    await events.changed("room", "a", True)
+    await events.changed("room", "b", True)
+    await clock.tick()
+    await announced.count(2)
+    assert events.open_windows == 1, "re-opened: a storm keeps being throttled"
+    await events.changed("room", "c", True)
+    await until(lambda: len(clock.sleeping) == 1)
+    assert len(announced.batches) == 2, "held by the re-opened window"
+    await clock.tick()
+    await announced.count(3)
+    await until(lambda: len(clock.sleeping) == 1)
+    await clock.tick()  # nothing held: the window closes
+    await until(lambda: events.open_windows == 0)
+    await events.changed("room", "d", False)
+    assert announced.changes()[-1] == ("room", (("d", False),)), "closed: at once again"
+    await until(lambda: len(clock.delays) == 4)
+    assert clock.delays == [0.25] * 4, "and opened a new window"
+
+
+async def test_spaces_have_their_own_windows(
+    events: MemberEvents, announced: Announced, clock: Clock
+) -> None:
+    await events.changed("one", "a", True)
+    await events.changed("two", "a", True)
+    await events.changed("one", "b", True)
+    assert announced.changes() == [("one", (("a", True),)), ("two", (("a", True),))]
+    assert events.open_windows == 2
+    await clock.tick(2)
+    await announced.count(3)
+    assert announced.changes()[-1] == ("one", (("b", True),))
+
+
+async def test_interval_zero_announces_every_change_at_once(announced: Announced) -> None:
+    events = MemberEvents(0.0, announced)
+    for agent in ("a", "b", "c"):
+        await events.changed("room", agent, True)
+    await events.changed("room", "a", False)
+    assert announced.changes() == [
+        ("room", (("a", True),)),
+        ("room", (("b", True),)),
+        ("room", (("c", True),)),
+        ("room", (("a", False),)),
+    ]
+    assert events.open_windows == 0, "no windows, no timers"
+
+
+async def test_a_failed_first_announcement_raises_for_the_callers_retry(
+    events: MemberEvents, announced: Announced
+) -> None:
+    announced.failing = 1
+    with pytest.raises(BackplaneUnavailable):
+        await events.changed("room", "a", False)
+    await events.changed("room", "a", False)  # the departure's retry: held, not lost
+    assert announced.batches == []
+    assert events.open_windows == 1
+
+
+async def test_a_batch_the_cluster_refuses_is_kept_and_retried_later(
+    events: MemberEvents, announced: Announced, clock: Clock
+) -> None:
+    await events.changed("room", "a", True)
+    await events.changed("room", "b", False)
+    announced.failing = 2
+    await clock.tick()
+    await until(lambda: len(clock.delays) == 2)
+    await events.changed("room", "c", True)  # arrives while the cluster is away
+    await events.changed("room", "b", True)  # nets out with the kept leave
+    await clock.tick()
+    await until(lambda: len(clock.delays) == 3)
+    await clock.tick()
+    await announced.count(2)
+    assert announced.batches[1][1].changes == (("c", True),)
+    await until(lambda: len(clock.delays) == 4)
+    assert clock.delays == [0.25, 0.5, 1.0, 0.25], "backing off while refused, then not"
+
+
+async def test_closing_sends_what_is_held_and_leaves_nothing_running(
+    clock: Clock, announced: Announced
+) -> None:
+    events = MemberEvents(0.25, announced, sleep=clock.sleep)
+    await events.changed("one", "a", True)
+    await events.changed("one", "b", False)
+    await events.changed("one", "c", True)
+    await events.changed("two", "x", False)
+    await events.aclose()
+    assert announced.changes()[2:] == [("one", (("b", False), ("c", True)))]
+    assert events.open_windows == 0
+    timers = [t for t in asyncio.all_tasks() if "MemberEvents._run" in repr(t)]
+    assert not [t for t in timers if not t.done()], "no timer left running"
+    await events.changed("one", "d", True)
+    assert announced.changes()[-1] == ("one", (("d", True),)), "after close: at once"
+    assert events.open_windows == 0
+    await events.aclose()  # idempotent
+
+
+async def test_closing_mid_announcement_keeps_the_batch(announced: Announced) -> None:
+    clock = Clock()
+    sending = asyncio.Event()
+    release = asyncio.Event()
+    sent: list[Batch] = []
+
+    async def slow(space: str, batch: Batch) -> None:
+        if len(batch.changes) > 1 and not sending.is_set():
+            sending.set()
+            await release.wait()
+        sent.append(batch)
+
+    events = MemberEvents(0.25, slow, sleep=clock.sleep)
+    await events.changed("room", "a", True)
+    await events.changed("room", "b", True)
+    await events.changed("room", "c", True)
+    await clock.tick()
+    async with asyncio.timeout(2):
+        await sending.wait()
+    await events.aclose()  # cancels the timer mid-send: the batch is sent on close
+    assert [b.changes for b in sent][-1] == (("b", True), ("c", True))
+
+
+# ── through the membership handler ─────────────────────────────────────────
+
+
+@pytest.fixture
+async def coalescing(make_rig: Any, clock: Clock) -> HandlerRig:
+    rig: HandlerRig = await make_rig(members_list_limit=100)
+    membership = rig.membership
+    # The rig's node runs each change at once; this one throttles on the test's clock.
+    membership.member_events = MemberEvents(0.25, membership._announce, sleep=clock.sleep)
+    return rig
+
+
+async def settled(rig: HandlerRig, clock: Clock) -> None:
+    """End windows until every space's window has closed."""
+    events = rig.membership.member_events
+    for _ in range(10):
+        if events.open_windows == 0:
+            return
+        await clock.tick(events.open_windows)
+        await asyncio.sleep(0)
+    assert events.open_windows == 0
+
+
+def announcements(peer: FakePeer) -> list[dict[str, Any]]:
+    return [m for m in peer.messages("space.members") if "id" not in m]
+
+
+async def members(rig: HandlerRig, clock: Clock, space: str, *agents: str) -> list[FakePeer]:
+    peers = [await rig.connect(a) for a in agents]
+    for p in peers:
+        await rig.join(p, space)
+    await settled(rig, clock)
+    for p in peers:
+        p.frames.clear()
+    return peers
+
+
+async def test_one_join_alone_is_the_seeds_event(coalescing: HandlerRig, clock: Clock) -> None:
+    alice, bob = await members(coalescing, clock, "room", "alice", "bob")
+    carol = await coalescing.connect("carol")
+    await coalescing.join(carol, "room")
+    expected = {
+        "type": "space.members",
+        "space": "room",
+        "members": ["alice", "bob", "carol"],
+        "member_count": 3,
+        "joined": "carol",
+        "left": None,
+    }
+    assert alice.messages() == [expected] == bob.messages()
+    assert announcements(carol) == [], "the joiner has its reply"
+
+
+async def test_joins_of_one_instant_are_one_event_with_lists(
+    coalescing: HandlerRig, clock: Clock
+) -> None:
+    (alice,) = await members(coalescing, clock, "room", "alice")
+    newcomers = [await coalescing.connect(f"n{i}") for i in range(5)]
+    for peer in newcomers:
+        await coalescing.join(peer, "room")
+    first = alice.one("space.members")
+    assert (first["joined"], first["left"], first["member_count"]) == ("n0", None, 2)
+    assert "n0" not in {m.get("joined") for m in announcements(newcomers[0])}
+    alice.frames.clear()
+    await clock.tick()
+    await until(lambda: bool(alice.frames))
+    coalesced = alice.one()
+    assert coalesced == {
+        "type": "space.members",
+        "space": "room",
+        "members": ["alice", "n0", "n1", "n2", "n3", "n4"],
+        "member_count": 6,
+        "joined": ["n1", "n2", "n3", "n4"],
+        "left": [],
+    }
+    assert announcements(newcomers[1])[-1] == coalesced, "a coalesced event excludes nobody"
+
+
+async def test_a_batch_of_one_at_the_windows_end_is_the_seeds_shape(
+    coalescing: HandlerRig, clock: Clock
+) -> None:
+    alice, _ = await members(coalescing, clock, "room", "alice", "bob")
+    carol, dave = await coalescing.connect("carol"), await coalescing.connect("dave")
+    await coalescing.join(carol, "room")
+    await coalescing.join(dave, "room")
+    alice.frames.clear()
+    await clock.tick()
+    await until(lambda: bool(alice.frames))
+    assert alice.one()["joined"] == "dave" and alice.one()["left"] is None
+    assert [m["joined"] for m in announcements(dave)] == [], "the lone joiner is excluded"
+
+
+async def test_a_mass_departure_is_one_left_list(coalescing: HandlerRig, clock: Clock) -> None:
+    peers = await members(coalescing, clock, "room", *(f"a{i}" for i in range(30)))
+    observer, leaving = peers[0], peers[1:]
+    for peer in leaving:
+        await coalescing.membership.detach(peer, peer.record)
+    await settled(coalescing, clock)
+    got = announcements(observer)
+    assert len(got) == 2
+    assert (got[0]["left"], got[0]["joined"]) == ("a1", None)
+    assert got[1]["left"] == [f"a{i}" for i in range(2, 30)] and got[1]["joined"] == []
+    assert got[1]["member_count"] == 1 and got[1]["members"] == ["a0"]
+
+
+async def test_coalesced_events_keep_the_size_limits(make_rig: Any, clock: Clock) -> None:
+    rig: HandlerRig = await make_rig(members_list_limit=2, member_events_limit=4)
+    rig.membership.member_events = MemberEvents(0.25, rig.membership._announce, sleep=clock.sleep)
+    (alice,) = await members(rig, clock, "room", "alice")
+    for agent in ("b", "c"):
+        await rig.join(await rig.connect(agent), "room")
+    alice.frames.clear()
+    await clock.tick()
+    await until(lambda: bool(alice.frames))
+    announced = alice.one()
+    assert "members" not in announced and announced["member_count"] == 3
+    assert announced["joined"] == "c", "b went out at once"
+    alice.frames.clear()
+    await until(lambda: len(clock.sleeping) == 1)
+    for agent in ("d", "e"):
+        await rig.join(await rig.connect(agent), "room")
+    await settled(rig, clock)
+    assert alice.frames == [], "5 members: above member_events_limit, nothing"
+
+
+async def test_a_node_closing_sends_the_held_departures(
+    coalescing: HandlerRig, clock: Clock
+) -> None:
+    observer, *leaving = await members(coalescing, clock, "room", "o", "x", "y", "z")
+    for peer in leaving:
+        await coalescing.membership.detach(peer, peer.record)
+    await coalescing.membership.aclose()
+    assert [m["left"] for m in announcements(observer)] == ["x", ["y", "z"]]
+    assert coalescing.membership.member_events.open_windows == 0
