@@ -72,7 +72,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--profile",
         action="store_true",
-        help="also profile a hub with py-spy during extra fan-out, latency and cluster runs",
+        help="also profile a hub with py-spy during extra fan-out, latency and cluster runs"
+        " (and a reconnect storm when storm is run)",
     )
     args = p.parse_args(argv)
     only = [s.strip() for s in args.only.split(",") if s.strip()]
@@ -148,7 +149,7 @@ async def amain(bench: Bench) -> None:
     if bench.args.profile:
         out = bench.args.json.parent if bench.args.json else procs.ROOT / "bench-results"
         out.mkdir(parents=True, exist_ok=True)
-        for scenario in profiling.PROFILED:
+        for scenario in profiling.to_profile(bench.args.scenarios):
             await profiling.run_profile(bench, out, scenario)
 
 
