@@ -101,12 +101,18 @@ class LoadClient(asyncio.Protocol):
         each source address has its own ~28k ephemeral ports)."""
         loop = asyncio.get_running_loop()
         local = (source, 0) if source else None
-        async with asyncio.timeout(timeout):
-            _, client = await loop.create_connection(
-                lambda: cls(host, port, path, deflate), host, port, local_addr=local
-            )
-            client.skip = skip
-            await client.opened
+        client: LoadClient | None = None
+        try:
+            async with asyncio.timeout(timeout):
+                _, client = await loop.create_connection(
+                    lambda: cls(host, port, path, deflate), host, port, local_addr=local
+                )
+                client.skip = skip
+                await client.opened
+        except BaseException:
+            if client is not None:
+                client.abort()  # a handshake given up on must not stay open
+            raise
         return client
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -155,7 +161,8 @@ class LoadClient(asyncio.Protocol):
                 # A decoder with the largest window reads any smaller window.
                 self.inflater = zlib.decompressobj(wbits=-15)
         self.upgraded = True
-        self.opened.set_result(None)
+        if not self.opened.done():  # not given up on meanwhile
+            self.opened.set_result(None)
 
     def _fail(self, reason: str) -> None:
         if not self.opened.done():
