@@ -464,6 +464,8 @@ def rows(records: list[dict], comp: str) -> list[Row]:
         )
         h, b = fig(hub, "connects_per_s"), fig(base, "connects_per_s")
         out.append(Row(sc, "connects/s while filling", comp, fmt(h), fmt(b), fmt(ratio(h, b), 2)))
+        h, b = fig(hub, "failed_attempts"), fig(base, "failed_attempts")
+        out.append(Row(sc, "failed connection attempts (retried)", comp, fmt(h), fmt(b)))
     hub, base = find(records, "storm", "hub", comp), find(records, "storm", "baseline", comp)
     if (hub or base) and not _notice(out, "storm", comp, hub, base):
         p = (hub or base or {}).get("params", {})
