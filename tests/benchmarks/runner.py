@@ -27,7 +27,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tests.benchmarks import procs, profiling, report
+from tests.benchmarks import procs, profiling, report, scale
 from tests.benchmarks.suite import QUIET_PCT, Bench, log, raise_fd_limit
 
 ALL = (
@@ -168,6 +168,10 @@ def write_json(bench: Bench, rows: list[report.Row], path: Path, interrupted: bo
             "massjoin_form_s": report.MASSJOIN_SECONDS,
             "massjoin_mb": report.MASSJOIN_MB,
             "massjoin_agents": report.MASSJOIN_AGENTS,
+            "storm_reconnects_per_cpu_s_vs_baseline": scale.STORM_RATIO_TARGET,
+            "scalejoin_2000_joins_per_cpu_s_vs_baseline": scale.JOIN_RATIO_TARGET,
+            "scalejoin_10000_form_s": scale.JOIN_BIG_SECONDS,
+            "capacity_rss_per_conn_vs_baseline": 1.0,
         },
         "results": bench.records,
         "table": [asdict(r) for r in rows],
