@@ -18,6 +18,13 @@ from tests.benchmarks.scenarios import Target
 from tests.benchmarks.suite import Bench, log
 
 PROFILED = ("fanout", "latency", "cluster-fanout")
+# Profiled only when the scenario itself is in the run (it is long).
+PROFILED_WHEN_RUN = ("storm",)
+
+
+def to_profile(scenarios_run: list[str]) -> list[str]:
+    """The scenarios ``--profile`` profiles in a run of ``scenarios_run``."""
+    return [*PROFILED, *(s for s in PROFILED_WHEN_RUN if s in scenarios_run)]
 
 
 async def run_profile(bench: Bench, out_dir: Path, scenario: str) -> None:
@@ -49,6 +56,18 @@ async def run_profile(bench: Bench, out_dir: Path, scenario: str) -> None:
     async def profiled(t: Target) -> dict[str, Any]:
         hook = attach(t.servers[0].pid)
         try:
+            if scenario == "storm":
+                # py-spy attaches once the agents are away and the events
+                # published: only the reconnect storm itself is sampled.
+                from tests.benchmarks import scale
+
+                return await scale.storm(
+                    t,
+                    agents=s.storm_agents,
+                    space_size=s.storm_space,
+                    concurrency=s.storm_concurrency,
+                    before_measure=hook,
+                )
             if scenario == "latency":
                 return await scenarios.latency(
                     t,

@@ -122,6 +122,10 @@ def build_rows(records: list[dict], compressions: list[str]) -> list[Row]:
         from tests.benchmarks import redis_modes  # it imports this module
 
         rows += redis_modes.rows(records, comp)
+
+        from tests.benchmarks import scale  # it imports this module
+
+        rows += scale.rows(records, comp)
     return rows
 
 

@@ -4,9 +4,11 @@
         [--compression both|none|deflate] [--json PATH] [--profile]
 
 Scenarios: fanout, latency, idle, stream, signed, cluster, workers, massjoin,
-a2a, mcp, tokenstream, redis (cluster, workers, redis and the two-node half of massjoin need a
-redis-server and the hub's Redis backplane; they are skipped, with the reason,
-when a Redis-mode hub does not come up).
+a2a, mcp, tokenstream, redis, capacity, storm, scalejoin (cluster, workers,
+redis and the two-node half of massjoin need a redis-server and the hub's
+Redis backplane; they are skipped, with the reason, when a Redis-mode hub does
+not come up). capacity, storm and scalejoin are the connections-at-scale runs
+of tests/benchmarks/scale.py (docs/performance.md, "Connections at scale").
 """
 
 from __future__ import annotations
@@ -25,12 +27,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tests.benchmarks import procs, profiling, report
+from tests.benchmarks import procs, profiling, report, scale
 from tests.benchmarks.suite import QUIET_PCT, Bench, log, raise_fd_limit
 
 ALL = (
     "fanout", "latency", "idle", "stream", "signed", "cluster", "workers", "massjoin", "a2a",
-    "mcp", "tokenstream", "redis",
+    "mcp", "tokenstream", "redis", "capacity", "storm", "scalejoin",
 )  # fmt: skip
 
 
@@ -70,7 +72,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--profile",
         action="store_true",
-        help="also profile a hub with py-spy during extra fan-out, latency and cluster runs",
+        help="also profile a hub with py-spy during extra fan-out, latency and cluster runs"
+        " (and a reconnect storm when storm is run)",
     )
     args = p.parse_args(argv)
     only = [s.strip() for s in args.only.split(",") if s.strip()]
@@ -146,7 +149,7 @@ async def amain(bench: Bench) -> None:
     if bench.args.profile:
         out = bench.args.json.parent if bench.args.json else procs.ROOT / "bench-results"
         out.mkdir(parents=True, exist_ok=True)
-        for scenario in profiling.PROFILED:
+        for scenario in profiling.to_profile(bench.args.scenarios):
             await profiling.run_profile(bench, out, scenario)
 
 
@@ -165,6 +168,10 @@ def write_json(bench: Bench, rows: list[report.Row], path: Path, interrupted: bo
             "massjoin_form_s": report.MASSJOIN_SECONDS,
             "massjoin_mb": report.MASSJOIN_MB,
             "massjoin_agents": report.MASSJOIN_AGENTS,
+            "storm_reconnects_per_cpu_s_vs_baseline": scale.STORM_RATIO_TARGET,
+            "scalejoin_2000_joins_per_cpu_s_vs_baseline": scale.JOIN_RATIO_TARGET,
+            "scalejoin_10000_form_s": scale.JOIN_BIG_SECONDS,
+            "capacity_rss_per_conn_vs_baseline": 1.0,
         },
         "results": bench.records,
         "table": [asdict(r) for r in rows],

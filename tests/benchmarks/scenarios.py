@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from tests.benchmarks.procs import ServerProcess, machine_cpu
-from tests.benchmarks.wsload import LoadClient, masked_text_frame
+from tests.benchmarks.wsload import HandshakeError, LoadClient, masked_text_frame
 
 SPACE = "bench"
 monotonic_ns = time.monotonic_ns
@@ -473,20 +473,36 @@ def mass_join_cost(agents: int, list_limit: int = 100, events_limit: int = 1000)
 
 
 async def mass_join(
-    target: Target, *, agents: int, concurrency: int = 64, timeout: float = 600.0
+    target: Target,
+    *,
+    agents: int,
+    concurrency: int = 64,
+    timeout: float = 600.0,
+    retries: int = 0,
 ) -> dict[str, Any]:
     """``agents`` connect and join one space, ``concurrency`` handshakes at a time.
 
     Formed = every agent has its ``space.joined`` and the hub has sent the last
     membership frame (no frame for 0.5 s afterwards). Frames and bytes are what
-    the clients received from the hub, WebSocket framing included.
+    the clients received from the hub, WebSocket framing included. A handshake
+    that fails is tried again, up to ``retries`` times (as a new agent), and
+    counted in ``failed_connections``; with none allowed the run fails.
     """
     clients: list[LoadClient] = []
     win = Window(target)
     start = win.t0
+    failed: list[str] = []
 
     async def one(i: int) -> LoadClient:
-        client = await target.open(node=i, prefix="mj")
+        for attempt in range(retries + 1):
+            try:
+                client = await target.open(node=i, prefix="mj")
+                break
+            except (OSError, TimeoutError, HandshakeError, RuntimeError) as exc:
+                if attempt == retries:
+                    raise
+                failed.append(f"{type(exc).__name__}: {exc}")
+                await asyncio.sleep(0.5)
         clients.append(client)
         await target.join(client)
         client.start_counting()  # stop keeping frames: only count them
@@ -512,6 +528,8 @@ async def mass_join(
             cost_model=expected,
             mb_sent=sent / 1e6,
             bytes_per_agent=sent / agents,
+            failed_connections=len(failed),
+            errors=failed[:5],
         )
         return out
     finally:

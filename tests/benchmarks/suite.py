@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tests.benchmarks import a2a as a2a_bench
-from tests.benchmarks import mcp_bench, procs, redis_modes, report, scenarios
+from tests.benchmarks import mcp_bench, procs, redis_modes, report, scale, scenarios
 from tests.benchmarks.procs import Pinning, ServerProcess, StartFailed
 from tests.benchmarks.scenarios import Target
 
@@ -44,6 +44,13 @@ class Sizes:
     stream_deltas: int = 10_000
     delta_text: int = 40
     massjoin_agents: tuple[int, ...] = (500, 2000, 5000)
+    # Issue 26 (tests/benchmarks/scale.py): a process holds at most 20,000 files here.
+    capacity_connections: int = 19_000
+    capacity_window: float = 60.0  # seconds of idle CPU measured
+    storm_agents: int = 10_000
+    storm_space: int = 100
+    storm_concurrency: int = 1000
+    scalejoin_agents: tuple[int, ...] = (2000, 10_000)
 
 
 FULL = Sizes()
@@ -57,6 +64,11 @@ QUICK = Sizes(
     stream_subscribers=20,
     stream_deltas=1000,
     massjoin_agents=(200, 500),
+    capacity_connections=1000,
+    capacity_window=10.0,
+    storm_agents=500,
+    storm_space=50,
+    scalejoin_agents=(500, 2000),
 )
 
 
@@ -558,6 +570,18 @@ class Bench:
             self.pinning.pin_self(self.pinning.client_cores)
             await asyncio.to_thread(redis.stop)
 
+    async def capacity(self, comp: str) -> None:
+        """The most idle, heartbeating connections a process holds here (scale.py)."""
+        await scale.run_capacity(self, comp)
+
+    async def storm(self, comp: str) -> None:
+        """Every agent dropped at once, then reconnecting with since (scale.py)."""
+        await scale.run_storm(self, comp)
+
+    async def scalejoin(self, comp: str) -> None:
+        """2,000 and 10,000 agents joining one space at once (scale.py)."""
+        await scale.run_scalejoin(self, comp)
+
     async def mcp(self, comp: str) -> None:
         """space_ask through /mcp beside a WebSocket request/reply (mcp_bench.py)."""
         await mcp_bench.run(self, comp)
@@ -570,6 +594,9 @@ def _headline(f: dict[str, Any]) -> str:
 
 
 def _figures(f: dict[str, Any]) -> str:
+    line = scale.headline(f)
+    if line is not None:
+        return line
     if "form_s" in f:
         return (
             f"{f['agents']} agents formed in {f['form_s']:.2f} s, {f['frames']:,} frames,"

@@ -75,19 +75,44 @@ class LoadClient(asyncio.Protocol):
         self.total_bytes = 0
         self.last_rx_ns = 0
         self._keepalive: asyncio.TimerHandle | None = None
+        # Setup phase: messages containing one of these markers are counted
+        # but not kept (membership chatter that thousands of clients would
+        # otherwise hold in memory).
+        self.skip: tuple[bytes, ...] = ()
+        self.pongs = 0  # pongs received (the baseline's liveness probe)
+        self._pong_waiter: asyncio.Future[None] | None = None
+        self.close_code: int | None = None  # from the server's close frame
 
     # ── connecting ───────────────────────────────────────────────────────
 
     @classmethod
     async def connect(
-        cls, host: str, port: int, path: str, *, deflate: bool = False, timeout: float = 30.0
+        cls,
+        host: str,
+        port: int,
+        path: str,
+        *,
+        deflate: bool = False,
+        timeout: float = 30.0,
+        source: str | None = None,
+        skip: tuple[bytes, ...] = (),
     ) -> LoadClient:
+        """Open and upgrade; ``source`` binds the local address (127.0.0.x:
+        each source address has its own ~28k ephemeral ports)."""
         loop = asyncio.get_running_loop()
-        async with asyncio.timeout(timeout):
-            _, client = await loop.create_connection(
-                lambda: cls(host, port, path, deflate), host, port
-            )
-            await client.opened
+        local = (source, 0) if source else None
+        client: LoadClient | None = None
+        try:
+            async with asyncio.timeout(timeout):
+                _, client = await loop.create_connection(
+                    lambda: cls(host, port, path, deflate), host, port, local_addr=local
+                )
+                client.skip = skip
+                await client.opened
+        except BaseException:
+            if client is not None:
+                client.abort()  # a handshake given up on must not stay open
+            raise
         return client
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -114,6 +139,8 @@ class LoadClient(asyncio.Protocol):
         self._wake_inbox()
         if self._target_waiter is not None and not self._target_waiter.done():
             self._target_waiter.set_exception(ConnectionError("connection lost"))
+        if self._pong_waiter is not None and not self._pong_waiter.done():
+            self._pong_waiter.set_exception(ConnectionError("connection lost"))
 
     def _handshake(self) -> None:
         buf = self._buf
@@ -134,7 +161,8 @@ class LoadClient(asyncio.Protocol):
                 # A decoder with the largest window reads any smaller window.
                 self.inflater = zlib.decompressobj(wbits=-15)
         self.upgraded = True
-        self.opened.set_result(None)
+        if not self.opened.done():  # not given up on meanwhile
+            self.opened.set_result(None)
 
     def _fail(self, reason: str) -> None:
         if not self.opened.done():
@@ -197,7 +225,7 @@ class LoadClient(asyncio.Protocol):
                             while 48 <= payload[j] <= 57:
                                 j += 1
                             latencies.append(now - int(payload[i:j]))
-                    if self.collect:
+                    if self.collect and not (self.skip and self._skipped(payload)):
                         self.inbox.append(payload)
             else:
                 self._control(opcode, buf[start:end])
@@ -216,10 +244,20 @@ class LoadClient(asyncio.Protocol):
                     self._target_waiter.set_result(None)
                 self._target_waiter = None
 
+    def _skipped(self, payload: bytes) -> bool:
+        return any(marker in payload for marker in self.skip)
+
     def _control(self, opcode: int, payload: bytes) -> None:
         if opcode == 9:  # ping
             self._write(Frame(Opcode.PONG, payload).serialize(mask=True))
+        elif opcode == 10:  # pong
+            self.pongs += 1
+            waiter, self._pong_waiter = self._pong_waiter, None
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
         elif opcode == 8:  # close: acknowledge, then drop the connection
+            if len(payload) >= 2:
+                self.close_code = int.from_bytes(payload[:2], "big")
             self._write(Frame(Opcode.CLOSE, payload[:2]).serialize(mask=True))
             if self.transport is not None:
                 self.transport.close()
@@ -285,6 +323,16 @@ class LoadClient(asyncio.Protocol):
     def send_raw(self, data: bytes) -> None:
         """Already-framed bytes (one or several frames)."""
         self._write(data)
+
+    async def ping(self, timeout: float = 30.0) -> None:
+        """A WebSocket ping, answered by a pong (a bare server's liveness)."""
+        if self.closed:
+            raise ConnectionError("connection closed")
+        fut: asyncio.Future[None] = self.loop.create_future()
+        self._pong_waiter = fut
+        self._write(Frame(Opcode.PING, b"probe").serialize(mask=True))
+        async with asyncio.timeout(timeout):
+            await fut
 
     def keep_alive(self, interval: float) -> None:
         """Send a WebSocket ping every ``interval`` seconds while open."""

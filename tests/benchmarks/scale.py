@@ -1,0 +1,649 @@
+"""Connections at scale (issue 26, contract §17): capacity, reconnect storm, big joins.
+
+- ``capacity``: as many idle, heartbeating connections as one process may
+  hold here (20,000 open files, hard limit), opened by worker processes
+  (:mod:`tests.benchmarks.fleet`) from several loopback source addresses,
+  every one probe-verified; RSS per connection, the server's CPU while idle
+  at that size, and both projected to 50,000.
+- ``storm``: N agents in spaces of ``space_size`` plus an observer in every
+  space; all N dropped at once, events published while they are away, then
+  all reconnect at once and re-join with ``since``. Each must get every
+  missed event exactly once and ``recovered: true``; the observer must stay
+  connected. The baseline: the same N dropped and reconnecting bare.
+- ``scalejoin``: 2,000 and 10,000 agents join one space at once, beside the
+  baseline connecting as many bare connections.
+
+All on the hub's default settings (procs.py lifts only the publish rate limits).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
+
+from tests.benchmarks import procs, scenarios
+from tests.benchmarks.fleet import Fleet, split
+from tests.benchmarks.procs import machine_cpu
+from tests.benchmarks.report import Row, fig, fmt, ratio, verdict
+from tests.benchmarks.scenarios import Target, Window, self_cpu, settle
+from tests.benchmarks.wsload import LoadClient
+
+if TYPE_CHECKING:
+    from tests.benchmarks.suite import Bench
+
+HEARTBEAT_S = 30.0  # the hub's default heartbeat_interval
+PROJECT_TO = 50_000
+MEMBERS = b'"space.members"'
+STORM_RATIO_TARGET = 1.0  # hub reconnects-with-resume per CPU-s / baseline bare reconnects
+JOIN_RATIO_TARGET = 1.0  # hub joins per CPU-s / baseline connects per CPU-s, at 2,000
+JOIN_BINDING = 2000
+JOIN_BIG = 10_000
+JOIN_BIG_SECONDS = 10.0
+
+
+def sources(n: int, per: int = 5000) -> list[str]:
+    """Loopback source addresses for ``n`` connections, at least two."""
+    return [f"127.0.0.{2 + i}" for i in range(max(2, -(-n // per)))]
+
+
+# ── capacity ────────────────────────────────────────────────────────────────
+
+
+async def capacity(target: Target, *, connections: int, window: float, space_size: int = 100):
+    """Open ``connections`` idle, heartbeating agents; RSS and idle CPU at that size."""
+    server = target.servers[0]
+    rss0 = target.rss()
+    specs = split(
+        target.kind, target.ports[0], connections, space_size=space_size, heartbeat_s=HEARTBEAT_S
+    )
+    fleet = Fleet(specs)
+    try:
+        t0 = time.monotonic()
+        cpu0 = target.cpu()
+        opened = await fleet.call("open")
+        open_s = time.monotonic() - t0
+        open_cpu = target.cpu() - cpu0
+        probed = await fleet.call("probe")
+        verified = sum(p["verified"] for p in probed)
+        await asyncio.sleep(2.0)  # what each connect set off is done
+        rss1 = target.rss()
+        # The idle window: heartbeats only, spread over the interval.
+        before = await fleet.call("stats")
+        fleet_cpu0 = sum(_cpu(p) for p in fleet.pids)
+        busy0, _ = machine_cpu()
+        own0 = self_cpu()
+        w0, c0 = time.monotonic(), target.cpu()
+        await asyncio.sleep(window)
+        wall, cpu = time.monotonic() - w0, target.cpu() - c0
+        busy1, _ = machine_cpu()
+        fleet_cpu = sum(_cpu(p) for p in fleet.pids) - fleet_cpu0
+        after = await fleet.call("stats")
+        other = (busy1 - busy0) - cpu - fleet_cpu - (self_cpu() - own0)
+        held = verified - sum(a["closed"] for a in after)
+        per_conn = (rss1 - rss0) / max(1, verified) / 1024
+        idle_pct = 100 * cpu / wall
+        beats = sum(a["beats"] for a in after) - sum(b["beats"] for b in before)
+        return {
+            "connections": connections,
+            "opened": sum(o["opened"] for o in opened),
+            "failed_attempts": sum(o["failed"] for o in opened),
+            "errors": [e for o in opened for e in o["errors"]][:5],
+            "verified": verified,
+            "held": held,
+            "workers": len(specs),
+            "sources": [s.source for s in specs],
+            "open_s": open_s,
+            "connects_per_s": verified / open_s,
+            "server_cpu_ms_per_connect": 1000 * open_cpu / max(1, verified),
+            "rss_before_mib": rss0 / 2**20,
+            "rss_after_mib": rss1 / 2**20,
+            "rss_per_conn_kib": per_conn,
+            "idle_window_s": wall,
+            "idle_cpu_s": cpu,
+            "idle_cpu_pct": idle_pct,
+            "heartbeats_in_window": beats,
+            "heartbeats_per_s": beats / wall,
+            "loadgen_cpu_pct": 100 * fleet_cpu / wall,
+            "other_cpu_pct": max(0.0, 100 * other / wall),
+            "open_files_limit": _nofile(server.pid),
+            "projected_50k_rss_mib": per_conn * PROJECT_TO / 1024,
+            "projected_50k_idle_cpu_pct": idle_pct * PROJECT_TO / max(1, verified),
+        }
+    finally:
+        await fleet.aclose()
+
+
+def _cpu(pid: int) -> float:
+    try:
+        return procs.cpu_seconds(pid)
+    except OSError:
+        return 0.0
+
+
+def _nofile(pid: int) -> int | None:
+    with contextlib.suppress(OSError, ValueError):
+        for line in open(f"/proc/{pid}/limits"):
+            if line.startswith("Max open files"):
+                return int(line.split()[3])
+    return None
+
+
+# ── reconnect storm ─────────────────────────────────────────────────────────
+
+
+async def _connect(
+    target: Target, agent_id: str, source: str, *, keep: bool = True
+) -> tuple[LoadClient, dict[str, Any]]:
+    path = f"/ws?agent_id={agent_id}" if target.is_hub else "/"
+    client = await LoadClient.connect(
+        "127.0.0.1", target.ports[0], path, source=source, skip=(MEMBERS,)
+    )
+    try:
+        first = await client.expect("agent.registered" if target.is_hub else "ready")
+    except BaseException:
+        client.abort()
+        raise
+    if target.is_hub:
+        client.keep_alive(first["heartbeat_interval"] / 2000)
+    return client, first
+
+
+async def _join_all(client: LoadClient, spaces: list[str]) -> None:
+    for k, space in enumerate(spaces):
+        client.send_json({"type": "space.join", "id": f"j{k}", "space": space})
+    for _ in spaces:
+        await client.expect("space.joined", timeout=120)
+
+
+async def _wait_sockets(target: Target, at_most: int, timeout: float = 30.0) -> float:
+    """Seconds until the server holds at most ``at_most`` sockets (it saw the drop)."""
+    t0 = time.monotonic()
+    deadline = t0 + timeout
+    while time.monotonic() < deadline:
+        n = sum(sum(s.sockets().values()) for s in target.servers)
+        if n <= at_most:
+            break
+        await asyncio.sleep(0.2)
+    return time.monotonic() - t0
+
+
+async def storm(
+    target: Target,
+    *,
+    agents: int,
+    space_size: int,
+    concurrency: int,
+    events_per_space: int = 1,
+    timeout: float = 600.0,
+    before_measure: scenarios.Hook = None,
+) -> dict[str, Any]:
+    """Drop ``agents`` at once, publish while they are away, reconnect them all."""
+    hub = target.is_hub
+    srcs = sources(agents)
+    nspaces = -(-agents // space_size)
+    names = [f"storm-{k}" for k in range(nspaces)]
+    sockets0 = sum(sum(s.sockets().values()) for s in target.servers)
+    extra: list[LoadClient] = []
+    agents_now: list[LoadClient] = []
+    try:
+        observer = publisher = None
+        if hub:
+            observer, _ = await _connect(target, "storm-observer", srcs[0])
+            # The publisher joins the spaces only while the agents are away:
+            # it is not a second member of every space during the drop and the
+            # storm, where membership traffic would cut it off as it may the
+            # observer (which is what the run watches for).
+            publisher, _ = await _connect(target, "storm-publisher", srcs[0])
+            extra += [observer, publisher]
+            await _join_all(observer, names)
+        position: list[tuple[int, str]] = [(0, "")] * agents
+        sem = asyncio.Semaphore(200)  # setup: not the measured part
+
+        async def setup(i: int) -> None:
+            async with sem:
+                client, _ = await _connect(target, f"st{i}", srcs[i % len(srcs)])
+                agents_now.append(client)
+                if hub:
+                    client.send_json(
+                        {"type": "space.join", "id": "j", "space": names[i // space_size]}
+                    )
+                    joined = await client.expect("space.joined", timeout=120)
+                    position[i] = (joined["seq"], joined["epoch"])
+                client.start_counting()
+
+        async with asyncio.timeout(timeout):
+            await asyncio.gather(*(setup(i) for i in range(agents)))
+        await settle([*agents_now, *extra], quiet=0.5, timeout=timeout)
+
+        # ── the drop ──
+        closed_before_drop = observer is not None and observer.closed
+        if observer is not None:
+            observer.start_counting()
+        scenarios.close_all(agents_now)
+        agents_now.clear()
+        departed_s = await _wait_sockets(target, sockets0 + len(extra))
+        expected: dict[str, list[int]] = {name: [] for name in names}
+        if publisher is not None:
+            await _join_all(publisher, names)
+            for name in names:
+                for e in range(events_per_space):
+                    publisher.send_json(
+                        {"type": "space.publish", "space": name, "data": {"text": f"missed {e}"}}
+                    )
+            for _ in range(nspaces * events_per_space):
+                ev = await publisher.expect("space.event", timeout=120)
+                expected[ev["space"]].append(ev["seq"])
+            for k, name in enumerate(names):
+                publisher.send_json({"type": "space.leave", "id": f"l{k}", "space": name})
+            for _ in names:
+                await publisher.expect("space.left", timeout=120)
+        if before_measure is not None:
+            await before_measure()
+
+        # ── the storm ──
+        failed = exists = 0
+        errors: list[str] = []
+        done_ns = [0] * agents
+        results: list[dict[str, Any]] = [{}] * agents
+        gate = asyncio.Semaphore(concurrency)
+        win = Window(target)
+
+        async def back(i: int) -> None:
+            nonlocal failed, exists
+            for _attempt in range(10):
+                async with gate:
+                    try:
+                        client, _ = await _connect(target, f"st{i}", srcs[i % len(srcs)])
+                        break
+                    except Exception as exc:
+                        failed += 1
+                        if "AGENT_EXISTS" in str(exc):
+                            exists += 1
+                        if len(errors) < 5:
+                            errors.append(f"{type(exc).__name__}: {exc}")
+                await asyncio.sleep(0.5)
+            else:
+                raise RuntimeError(f"st{i} could not reconnect: {errors[-1:]}")
+            agents_now.append(client)
+            if hub:
+                space = names[i // space_size]
+                seq, epoch = position[i]
+                client.send_json(
+                    {
+                        "type": "space.join",
+                        "id": "r",
+                        "space": space,
+                        "since": {"seq": seq, "epoch": epoch},
+                    }
+                )
+                want = set(expected[space])
+                got: list[int] = []
+                joined: dict[str, Any] | None = None
+                while joined is None or not want <= set(got):
+                    msg = await client.recv(timeout=timeout)
+                    kind = msg.get("type")
+                    if kind == "space.joined" and msg.get("space") == space:
+                        joined = msg
+                    elif kind == "space.event" and msg.get("space") == space:
+                        got.append(msg["seq"])
+                    elif kind == "error":
+                        raise RuntimeError(f"st{i}: {msg}")
+                results[i] = {"joined": joined, "got": got, "client": client}
+            done_ns[i] = time.monotonic_ns()
+
+        async with asyncio.timeout(timeout):
+            await asyncio.gather(*(back(i) for i in range(agents)))
+        all_back_s = (max(done_ns) - win.t0) / 1e9
+        await settle([*agents_now, *extra], quiet=0.5, timeout=60)
+        out: dict[str, Any] = win.close()
+        out.update(
+            agents=agents,
+            concurrency=concurrency,
+            sources=len(srcs),
+            all_back_s=all_back_s,
+            departed_s=departed_s,
+            reconnects_per_s=agents / all_back_s,
+            reconnects_per_cpu_s=agents / out["server_cpu_s"] if out["server_cpu_s"] > 0 else None,
+            failed_connections=failed,
+            agent_exists=exists,
+            errors=errors,
+        )
+        if hub:
+            assert observer is not None
+            lost = dup = unexpected = not_recovered = 0
+            for i, r in enumerate(results):
+                space = names[i // space_size]
+                # Whatever arrived after the resume completed counts too.
+                extra_msgs = list(r["client"].inbox)
+                got = r["got"] + [
+                    m["seq"]
+                    for m in map(_loads, extra_msgs)
+                    if m.get("type") == "space.event" and m.get("space") == space
+                ]
+                want = set(expected[space])
+                lost += len(want - set(got))
+                dup += len(got) - len(set(got))
+                unexpected += len(set(got) - want)
+                if not (r["joined"] or {}).get("recovered"):
+                    not_recovered += 1
+            out.update(
+                spaces=nspaces,
+                space_size=space_size,
+                events_published=nspaces * events_per_space,
+                missed_events=sum(len(expected[names[i // space_size]]) for i in range(agents)),
+                lost_events=lost,
+                duplicate_events=dup,
+                unexpected_events=unexpected,
+                not_recovered=not_recovered,
+                observer_closed=observer.closed,
+                observer_close_code=observer.close_code,
+                observer_closed_before_drop=closed_before_drop,
+                observer_frames=observer.frames,
+            )
+        return out
+    finally:
+        scenarios.close_all([*agents_now, *extra])
+
+
+def _loads(raw: bytes) -> dict[str, Any]:
+    import orjson
+
+    return orjson.loads(raw)
+
+
+# ── the runs ────────────────────────────────────────────────────────────────
+
+
+async def run_capacity(bench: Bench, comp: str) -> None:
+    if comp != "none":
+        return  # the defaults: compression off
+    s = bench.sizes
+    params = {
+        "connections": s.capacity_connections,
+        "idle_window_s": s.capacity_window,
+        "heartbeat_s": HEARTBEAT_S,
+        "space_size": 100,
+        "settings": "defaults",
+    }
+
+    def body(t: Target) -> Awaitable[dict]:
+        return capacity(t, connections=s.capacity_connections, window=s.capacity_window)
+
+    await bench.both("capacity", comp, body, params)
+
+
+async def run_storm(bench: Bench, comp: str) -> None:
+    if comp != "none":
+        return
+    s = bench.sizes
+    params = {
+        "agents": s.storm_agents,
+        "space_size": s.storm_space,
+        "concurrency": s.storm_concurrency,
+        "events_per_space": 1,
+        "settings": "defaults",
+    }
+
+    def body(t: Target) -> Awaitable[dict]:
+        return storm(
+            t, agents=s.storm_agents, space_size=s.storm_space, concurrency=s.storm_concurrency
+        )
+
+    await bench.both("storm", comp, body, params)
+
+
+async def run_scalejoin(bench: Bench, comp: str) -> None:
+    """N agents join one space at once, beside N bare connects to the baseline."""
+    if comp != "none":
+        return
+    for n in bench.sizes.scalejoin_agents:
+        concurrency = min(500, n)
+
+        def body(t: Target, n: int = n, c: int = concurrency) -> Awaitable[dict]:
+            return scenarios.mass_join(t, agents=n, concurrency=c, retries=5)
+
+        params = {"agents": n, "concurrency": concurrency, "retries": 5, "settings": "defaults"}
+        await bench.both(f"scalejoin-{n}", comp, body, params)
+
+
+# ── the table ───────────────────────────────────────────────────────────────
+
+
+def rows(records: list[dict], comp: str) -> list[Row]:
+    from tests.benchmarks.report import _notice, find
+
+    out: list[Row] = []
+    hub, base = find(records, "capacity", "hub", comp), find(records, "capacity", "baseline", comp)
+    if (hub or base) and not _notice(out, "capacity", comp, hub, base):
+        n = fig(hub, "connections") or fig(base, "connections") or 0
+        sc = f"capacity ({n:,.0f})"
+        h, b = fig(hub, "held"), fig(base, "held")
+        out.append(Row(sc, "connections held, probe-verified", comp, fmt(h), fmt(b)))
+        h, b = fig(hub, "rss_per_conn_kib"), fig(base, "rss_per_conn_kib")
+        r = ratio(h, b)
+        out.append(
+            Row(
+                sc,
+                "RSS KiB per connection",
+                comp,
+                fmt(h, 1),
+                fmt(b, 1),
+                fmt(r, 2),
+                "<= baseline",
+                verdict(None if r is None else r <= 1.0, comp),
+            )
+        )
+        h, b = fig(hub, "idle_cpu_pct"), fig(base, "idle_cpu_pct")
+        out.append(
+            Row(
+                sc,
+                f"CPU % of a core, idle (beat/{HEARTBEAT_S:g} s)",
+                comp,
+                fmt(h, 2),
+                fmt(b, 2),
+                fmt(ratio(h, b), 2),
+            )
+        )
+        h, b = fig(hub, "projected_50k_rss_mib"), fig(base, "projected_50k_rss_mib")
+        out.append(
+            Row(sc, "projected RSS MiB at 50,000", comp, fmt(h), fmt(b), fmt(ratio(h, b), 2))
+        )
+        h, b = fig(hub, "projected_50k_idle_cpu_pct"), fig(base, "projected_50k_idle_cpu_pct")
+        out.append(
+            Row(
+                sc,
+                "projected idle CPU % at 50,000",
+                comp,
+                fmt(h, 1),
+                fmt(b, 1),
+                fmt(ratio(h, b), 2),
+            )
+        )
+        h, b = fig(hub, "connects_per_s"), fig(base, "connects_per_s")
+        out.append(Row(sc, "connects/s while filling", comp, fmt(h), fmt(b), fmt(ratio(h, b), 2)))
+        h, b = fig(hub, "failed_attempts"), fig(base, "failed_attempts")
+        out.append(Row(sc, "failed connection attempts (retried)", comp, fmt(h), fmt(b)))
+    hub, base = find(records, "storm", "hub", comp), find(records, "storm", "baseline", comp)
+    if (hub or base) and not _notice(out, "storm", comp, hub, base):
+        p = (hub or base or {}).get("params", {})
+        sc = f"storm ({p.get('agents', 0):,}/{p.get('space_size', 0)})"
+        h, b = fig(hub, "all_back_s"), fig(base, "all_back_s")
+        out.append(
+            Row(
+                sc,
+                "seconds until all resumed | back",
+                comp,
+                fmt(h, 1),
+                fmt(b, 1),
+                fmt(ratio(h, b), 2),
+            )
+        )
+        h, b = fig(hub, "reconnects_per_cpu_s"), fig(base, "reconnects_per_cpu_s")
+        r = ratio(h, b)
+        out.append(
+            Row(
+                sc,
+                "reconnects (with resume) per server CPU-s",
+                comp,
+                fmt(h),
+                fmt(b),
+                fmt(r, 2),
+                f">= {STORM_RATIO_TARGET:g}x",
+                verdict(None if r is None else r >= STORM_RATIO_TARGET, comp),
+            )
+        )
+        h, b = fig(hub, "failed_connections"), fig(base, "failed_connections")
+        out.append(
+            Row(
+                sc,
+                "failed connection attempts",
+                comp,
+                fmt(h),
+                fmt(b),
+                "",
+                "0",
+                verdict(None if h is None else h == 0, comp),
+            )
+        )
+        lost, dup = fig(hub, "lost_events"), fig(hub, "duplicate_events")
+        missed = fig(hub, "missed_events")
+        ok = None if lost is None or dup is None else lost == 0 and dup == 0
+        out.append(
+            Row(
+                sc,
+                f"events lost / duplicated (of {fmt(missed)} missed)",
+                comp,
+                f"{fmt(lost)} / {fmt(dup)}",
+                "",
+                "",
+                "0 / 0",
+                verdict(ok, comp),
+            )
+        )
+        nr = fig(hub, "not_recovered")
+        out.append(
+            Row(
+                sc,
+                "joins not recovered",
+                comp,
+                fmt(nr),
+                "",
+                "",
+                "0",
+                verdict(None if nr is None else nr == 0, comp),
+            )
+        )
+        if hub is not None and "figures" in hub:
+            f = hub["figures"]
+            closed = f.get("observer_closed")
+            code = f.get("observer_close_code")
+            text = ("yes" + (f" ({code})" if code else "")) if closed else "no"
+            out.append(
+                Row(
+                    sc,
+                    "observer (in every space) closed",
+                    comp,
+                    text,
+                    "",
+                    "",
+                    "no",
+                    verdict(not closed, comp),
+                )
+            )
+            out.append(
+                Row(
+                    sc,
+                    "frames to the observer during the storm",
+                    comp,
+                    fmt(f.get("observer_frames")),
+                    "",
+                )
+            )
+    for r in sorted(
+        (r for r in records if r["scenario"].startswith("scalejoin-") and r["compression"] == comp),
+        key=lambda r: r.get("params", {}).get("agents", 0),
+    ):
+        if r["server"] != "hub":
+            continue
+        n = r.get("params", {}).get("agents", 0)
+        hub, base = r, find(records, r["scenario"], "baseline", comp)
+        sc = f"join ({n:,} → 1 space)"
+        if _notice(out, sc, comp, hub, base):
+            continue
+        h, b = fig(hub, "form_s"), fig(base, "form_s")
+        big = n >= JOIN_BIG
+        out.append(
+            Row(
+                sc,
+                "seconds to form | connect all",
+                comp,
+                fmt(h, 2),
+                fmt(b, 2),
+                fmt(ratio(h, b), 2),
+                f"< {JOIN_BIG_SECONDS:g} s" if big else "",
+                verdict(None if h is None else h < JOIN_BIG_SECONDS, comp) if big else "",
+            )
+        )
+        h = _per_cpu(hub, n)
+        b = _per_cpu(base, n)
+        rr = ratio(h, b)
+        binding = n == JOIN_BINDING
+        out.append(
+            Row(
+                sc,
+                "joins | bare connects per server CPU-s",
+                comp,
+                fmt(h),
+                fmt(b),
+                fmt(rr, 2),
+                f">= {JOIN_RATIO_TARGET:g}x" if binding else "",
+                verdict(None if rr is None else rr >= JOIN_RATIO_TARGET, comp) if binding else "",
+            )
+        )
+        h, b = fig(hub, "failed_connections"), fig(base, "failed_connections")
+        out.append(
+            Row(
+                sc,
+                "failed connection attempts (retried)",
+                comp,
+                fmt(h),
+                fmt(b),
+                "",
+                "0",
+                verdict(None if h is None else h == 0, comp),
+            )
+        )
+        h, b = fig(hub, "mb_sent"), fig(base, "mb_sent")
+        out.append(Row(sc, "MB sent by the server", comp, fmt(h, 1), fmt(b, 1)))
+    return out
+
+
+def _per_cpu(record: dict | None, n: int) -> float | None:
+    cpu = fig(record, "server_cpu_s")
+    return None if not cpu else n / cpu
+
+
+def headline(f: dict[str, Any]) -> str | None:
+    """The one-line log of a run of these scenarios (None: not one of them)."""
+    if "idle_cpu_pct" in f:
+        return (
+            f"{f['held']:,} held of {f['connections']:,}, {f['rss_per_conn_kib']:.1f} KiB/conn,"
+            f" idle CPU {f['idle_cpu_pct']:.2f}%, {f['connects_per_s']:,.0f} connects/s"
+        )
+    if "all_back_s" in f:
+        tail = ""
+        if "lost_events" in f:
+            tail = (
+                f", lost {f['lost_events']}, dup {f['duplicate_events']},"
+                f" observer {'CLOSED' if f['observer_closed'] else 'ok'}"
+                f" ({f['observer_frames']:,} frames)"
+            )
+        per = f["reconnects_per_cpu_s"] or 0
+        return (
+            f"{f['agents']:,} back in {f['all_back_s']:.1f} s, {per:,.0f} reconnects/CPU-s,"
+            f" failed {f['failed_connections']}{tail}"
+        )
+    return None
