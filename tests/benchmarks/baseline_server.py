@@ -6,7 +6,8 @@ connections (sender included, as the hub echoes to its publisher). The one
 frame it sends of its own, ``{"type":"ready"}``, tells a client it is in the
 set — the counterpart of the hub's ``agent.registered``. Same event loop
 (uvloop) and the same connection options as the hub where they apply, so it
-is the ceiling for a Python websockets hub on this machine.
+is the ceiling for a Python websockets hub on this machine. It listens with
+the hub's default backlog (4096) so storms compare servers, not SYN retries.
 
 Run: ``python -m tests.benchmarks.baseline_server --port P [--compression deflate]``
 """
@@ -46,6 +47,10 @@ async def main(port: int, compression: str) -> None:
         ping_interval=None,
         ping_timeout=None,
         max_queue=16,
+        # The hub's default listen_backlog: with asyncio's 100, a reconnect
+        # storm's SYNs overflow and come back after 1, 3, 7 s, which would
+        # time the kernel's retries, not the server.
+        backlog=4096,
     ):
         await stop.wait()
 
