@@ -23,7 +23,7 @@ import structlog
 from hub import __version__
 from hub.config.settings import Settings, check_files, unknown_env_vars
 from hub.errors import ConfigError
-from hub.process.os_limits import log_open_files, raise_open_files_limit
+from hub.process.os_limits import log_backlog, log_open_files, raise_open_files_limit
 from hub.process.worker_metrics import WorkerSlot
 
 
@@ -89,6 +89,7 @@ async def serve_until_stopped(
             f"cannot listen on {settings.host} port {settings.port} or http_port "
             f"{settings.http_port}: {exc}"
         ) from None
+    log_backlog(settings.listen_backlog, log.bind(node=settings.node_id))
     log.info(
         "hub started",
         url=server.url,

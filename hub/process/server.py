@@ -130,6 +130,8 @@ class HubServer:
             close_timeout=s.close_timeout,
             max_queue=16,
             server_header=f"agora-hub/{__version__}",
+            # Passed on to loop.create_server: room for a reconnect storm.
+            backlog=s.listen_backlog,
             **kwargs,
         )
         self._http = HttpServer(
@@ -138,6 +140,7 @@ class HubServer:
             s.http_port,
             ssl_context=ctx,
             reuse_port=self._reuse_port,
+            backlog=s.listen_backlog,
             shutdown_timeout=s.close_timeout,
             deadlines=HttpDeadlines.from_settings(s),
             stats=self.node.counters.http,
