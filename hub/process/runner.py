@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import signal
 
@@ -23,6 +24,7 @@ import structlog
 from hub import __version__
 from hub.config.settings import Settings, check_files, unknown_env_vars
 from hub.errors import ConfigError
+from hub.process.heap import freeze_heap
 from hub.process.os_limits import log_backlog, log_open_files, raise_open_files_limit
 from hub.process.worker_metrics import WorkerSlot
 
@@ -90,6 +92,9 @@ async def serve_until_stopped(
             f"{settings.http_port}: {exc}"
         ) from None
     log_backlog(settings.listen_backlog, log.bind(node=settings.node_id))
+    # Everything built so far lives as long as the process: out of the collector's way.
+    frozen = freeze_heap()
+    log.info("heap frozen", objects=frozen, gc_threshold=gc.get_threshold(), node=settings.node_id)
     log.info(
         "hub started",
         url=server.url,

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from hub.process.heap import GEN0_THRESHOLD
 from hub.process.os_limits import WANTED_OPEN_FILES
 from tests.support.servers import ROOT, _env_without_hub_settings, free_port
 
@@ -52,6 +53,14 @@ def test_the_open_file_limit_is_raised_and_logged_at_start(hub_process):
     assert len(capped) == (1 if hard < WANTED_OPEN_FILES else 0)
     if capped:
         assert capped[0]["level"] == "warning" and capped[0]["connections"] == hard - 100
+    assert proc.stop() == 0
+
+
+def test_a_started_hub_freezes_its_long_lived_objects(hub_process):
+    proc = hub_process()
+    (frozen,) = [e for e in proc.log_lines() if e["event"] == "heap frozen"]
+    assert frozen["objects"] > 10_000
+    assert frozen["gc_threshold"][0] == GEN0_THRESHOLD
     assert proc.stop() == 0
 
 
