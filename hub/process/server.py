@@ -75,6 +75,7 @@ class HubServer:
                 "flusher": self.flusher,
                 "counters": node.counters,
                 "handshakes": self.handshakes,
+                "per_ip": self.per_ip,
                 "outbox_limit": s.outbox_max_bytes,
                 "compress_frames": s.compression != "none",
                 "hub_close_timeout": s.close_timeout,
@@ -232,7 +233,8 @@ class HubServer:
             return _text(http.HTTPStatus(exc.status), exc.reason + "\n")
         except ProtocolError as exc:
             return _text(http.HTTPStatus.BAD_REQUEST, f"{exc.message}\n")
-        connection.release_client = lambda: self.per_ip.release(client.ip)
+        if self.per_ip.limit > 0:
+            connection.holds_ip_slot = True
         connection.declared = declared
         connection.agent_id = creds.agent_id
         connection.token = creds.token
