@@ -216,7 +216,9 @@ class HubServer:
     def _upgrade(self, connection: Any, request: Request, query: str) -> Response | None:
         headers = request.headers
         try:
-            creds = credentials(query, headers.get("Authorization"), _subprotocols(headers))
+            # Parsed once: the credentials and the declared details both read it.
+            params = parse_qs(query, keep_blank_values=True)
+            creds = credentials(params, headers.get("Authorization"), _subprotocols(headers))
             if creds is None or not is_valid_agent_id(creds.agent_id):
                 return _text(
                     http.HTTPStatus.BAD_REQUEST,
@@ -225,7 +227,7 @@ class HubServer:
                 )
             if not self.node.accepting:
                 return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, "hub shutting down\n")
-            declared = codec.handshake_info(creds.agent_id, parse_qs(query, keep_blank_values=True))
+            declared = codec.handshake_info(creds.agent_id, params)
             self.origins.check(headers.get("Origin"))
             client = self.client_address(connection, request)
             self.per_ip.acquire(client.ip)
