@@ -213,7 +213,8 @@ class Recovery:
             return
         recovered = _recoverable(first, since)
         _send(hold, reply(epoch=first.epoch, seq=first.seq, recovered=recovered))
-        if not recovered:
+        if not recovered or since.seq == first.seq:
+            # Not recoverable, or nothing missed: there is nothing to replay.
             hold.release(boundary.keep, settled)
             return
         replay = Replay(self, conn, hold, space, since, first, boundary)

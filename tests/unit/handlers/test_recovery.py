@@ -332,3 +332,15 @@ async def test_joins_of_one_member_take_turns_and_leave_no_lock_behind(rig: Hand
     await asyncio.gather(first, second)
     assert [m["space"] for m in carol.messages("space.joined")] == ["room", "other"]
     assert rig.recovery._locks == {}
+
+
+async def test_a_resume_that_missed_nothing_replays_nothing_and_goes_live(rig: HandlerRig) -> None:
+    alice, _ = await resumer(rig)
+    await say(rig, alice, 1, 2)
+    epoch = (await rig.backplane.position("room")).epoch
+    carol = await rig.connect("carol")
+    reply = await rig.join(carol, "room", since={"seq": 2, "epoch": epoch})
+    assert reply["recovered"] is True and reply["seq"] == 2
+    assert said(carol) == []
+    await say(rig, alice, 3)
+    assert said(carol) == [3]
