@@ -111,6 +111,13 @@ class Settings(BaseSettings):
         le=65535,
         description="HTTP port: bridges, health and metrics (0 picks a free one).",
     )
+    listen_backlog: int = Field(
+        4096,
+        ge=1,
+        le=65535,
+        description="Connections the kernel queues before the hub accepts them, on both "
+        "ports (Linux caps it at net.core.somaxconn).",
+    )
     redis_url: str | None = Field(
         None,
         description=(

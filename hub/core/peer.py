@@ -32,6 +32,38 @@ class PeerKind(Enum):
     CALLER = "caller"
 
 
+class CleanedUp:
+    """``asyncio.Event``'s ``set``/``is_set``/``wait`` for a one-way flag, without
+    its cost: an Event holds a deque of waiters (some 600 bytes) from birth, and
+    every connection has one of these while hardly any is ever waited for (a
+    newcomer replacing it). The waiter is made on the first ``wait``."""
+
+    __slots__ = ("_set", "_waiter")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def set(self) -> None:
+        self._set = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def is_set(self) -> bool:
+        return self._set
+
+    async def wait(self) -> bool:
+        if self._set:
+            return True
+        waiter = self._waiter
+        if waiter is None or waiter.cancelled():
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+        # Shielded: one waiter giving up (a timeout) must not cancel the others.
+        await asyncio.shield(waiter)
+        return True
+
+
 class Peer(Protocol):
     agent_id: str
     connection_id: str
@@ -39,7 +71,7 @@ class Peer(Protocol):
     session: Session | None
     record: AgentRecord | None
     #: Set once the node has cleaned up after the peer (departures announced).
-    cleaned_up: asyncio.Event
+    cleaned_up: CleanedUp | asyncio.Event
 
     @property
     def closing(self) -> bool: ...

@@ -51,6 +51,10 @@ class Registry(Generic[M]):
         #: Where the fan-out hands each member's frames: its own ``push``, or
         #: what :meth:`route` put there while its frames are held back.
         self._routes: dict[M, Push] = {}
+        # The spaces of each member, so forgetting one looks at its own spaces
+        # rather than at every space of the node (a storm of departures was
+        # O(members × spaces)). A tuple: most members are in one or a few.
+        self._joined: dict[M, tuple[str, ...]] = {}
         self.streams: StreamAudiences[M] = StreamAudiences()
 
     # ── members ─────────────────────────────────────────────────────────
@@ -82,7 +86,7 @@ class Registry(Generic[M]):
         if self.agents.get(member.agent_id) is member:
             del self.agents[member.agent_id]
         emptied = []
-        for space in [s for s, members in self._spaces.items() if member in members]:
+        for space in self._joined.get(member, ()):
             if self.leave(space, member):
                 emptied.append(space)
         self._routes.pop(member, None)
@@ -102,7 +106,9 @@ class Registry(Generic[M]):
         members = self._spaces.get(space)
         if members is None:
             members = self._spaces[space] = {}
-        members[member] = None
+        if member not in members:
+            members[member] = None
+            self._joined[member] = (*self._joined.get(member, ()), space)
 
     def leave(self, space: str, member: M) -> bool:
         """Remove; True when that was the node's last member of the space."""
@@ -111,6 +117,11 @@ class Registry(Generic[M]):
         if members is None or member not in members:
             return False
         del members[member]
+        rest = tuple(s for s in self._joined.get(member, ()) if s != space)
+        if rest:
+            self._joined[member] = rest
+        else:
+            self._joined.pop(member, None)
         if members:
             return False
         del self._spaces[space]

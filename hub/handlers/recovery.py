@@ -33,7 +33,6 @@ bounded in count (``limit`` ≤ 100) and bytes.
 from __future__ import annotations
 
 import asyncio
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -149,7 +148,9 @@ class Recovery:
         self.subscriptions = subscriptions
         #: Whether the node is filling a gap in a space (:mod:`hub.handlers.gaps`).
         self.filling = filling
-        self._locks: weakref.WeakKeyDictionary[Any, asyncio.Lock] = weakref.WeakKeyDictionary()
+        # One lock per member while a join of it runs or waits, then dropped: a
+        # weak dictionary kept a weakref and a lock per connection for its life.
+        self._locks: dict[Any, _MemberLock] = {}
 
     async def position(self, space: str) -> dict[str, Any]:
         """``epoch`` and ``seq`` for ``space.joined``."""
@@ -167,58 +168,70 @@ class Recovery:
         Raises (with nothing changed here) only before ``space.joined`` is
         sent; a replay that fails afterwards closes the connection instead.
         """
+        entry = self._locks.get(conn)
+        if entry is None:
+            entry = self._locks[conn] = _MemberLock()
+        entry.users += 1
+        try:
+            async with entry.lock:  # one held buffer per member at a time
+                await self._join(conn, space, since, reply)
+        finally:
+            entry.users -= 1
+            if not entry.users:
+                del self._locks[conn]
+
+    async def _join(self, conn: Peer, space: str, since: Since | None, reply: Reply) -> None:
         session = conn.session
         assert session is not None
-        lock = self._locks.setdefault(conn, asyncio.Lock())
-        async with lock:  # one held buffer per member at a time
-            hold = Holding(self.registry, conn, self.settings.outbox_max_bytes)
-            self.registry.join(space, conn)
-            session.on_joined(space)
-            try:
-                if since is None:
-                    position = await self.backplane.position(space)
-                else:
-                    first = await self.backplane.history(
-                        space, after=since.seq, limit=PAGE, streams=True
-                    )
-                    position = first.position
-            except BaseException:
-                hold.release()
-                session.on_left(space)
-                if self.registry.leave(space, conn):
-                    self.subscriptions.release(space)
-                raise
-            boundary = Boundary(self.registry, conn, space, position.seq)
-
-            def settled() -> bool:
-                # Everything up to the position has reached this node's members.
-                seq = position.seq
-                return self.backplane.delivered(space) >= seq and not self.filling(space)
-
+        hold = Holding(self.registry, conn, self.settings.outbox_max_bytes)
+        self.registry.join(space, conn)
+        session.on_joined(space)
+        try:
             if since is None:
-                _send(hold, reply(epoch=position.epoch, seq=position.seq))
-                hold.release(boundary.keep, settled)
-                return
-            recovered = _recoverable(first, since)
-            _send(hold, reply(epoch=first.epoch, seq=first.seq, recovered=recovered))
-            if not recovered:
-                hold.release(boundary.keep, settled)
-                return
-            replay = Replay(self, conn, hold, space, since, first, boundary)
-            try:
-                await replay.run()
-            except _Gone:
-                hold.release()
-                return
-            except ReplayFailed as exc:
-                # Not silent: the client resumes again and is told what it lost.
-                conn.close_for(exc.code, exc.error, exc.reason)
-                hold.release()
-                return
-            except BaseException:
-                hold.release()
-                raise
+                position = await self.backplane.position(space)
+            else:
+                first = await self.backplane.history(
+                    space, after=since.seq, limit=PAGE, streams=True
+                )
+                position = first.position
+        except BaseException:
+            hold.release()
+            session.on_left(space)
+            if self.registry.leave(space, conn):
+                self.subscriptions.release(space)
+            raise
+        boundary = Boundary(self.registry, conn, space, position.seq)
+
+        def settled() -> bool:
+            # Everything up to the position has reached this node's members.
+            seq = position.seq
+            return self.backplane.delivered(space) >= seq and not self.filling(space)
+
+        if since is None:
+            _send(hold, reply(epoch=position.epoch, seq=position.seq))
             hold.release(boundary.keep, settled)
+            return
+        recovered = _recoverable(first, since)
+        _send(hold, reply(epoch=first.epoch, seq=first.seq, recovered=recovered))
+        if not recovered or since.seq == first.seq:
+            # Not recoverable, or nothing missed: there is nothing to replay.
+            hold.release(boundary.keep, settled)
+            return
+        replay = Replay(self, conn, hold, space, since, first, boundary)
+        try:
+            await replay.run()
+        except _Gone:
+            hold.release()
+            return
+        except ReplayFailed as exc:
+            # Not silent: the client resumes again and is told what it lost.
+            conn.close_for(exc.code, exc.error, exc.reason)
+            hold.release()
+            return
+        except BaseException:
+            hold.release()
+            raise
+        hold.release(boundary.keep, settled)
 
     async def history(self, conn: Peer, a: ReadHistory) -> None:
         """Answer ``space.history``: the newest frames ``conn`` would have received."""
@@ -241,6 +254,14 @@ class Recovery:
         conn.send_frame(
             codec.history(a.request_id, a.space, found.epoch, found.seq, frames, next_before)
         )
+
+
+class _MemberLock:
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
 
 
 def visible(env: Delivery, agent: str) -> bool:

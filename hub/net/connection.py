@@ -21,8 +21,8 @@ from websockets.protocol import State
 
 from hub.core.authz import Grant
 from hub.core.frames import OutFrame
-from hub.core.peer import PeerKind
-from hub.net.handshake import HandshakeSlots
+from hub.core.peer import CleanedUp, PeerKind
+from hub.net.handshake import ConnectionsPerIp, HandshakeSlots
 from hub.net.outbox import Flusher, Outbox
 from protocol import codec
 from protocol.errors import CloseCode, ErrorCode
@@ -50,13 +50,44 @@ class HubConnection(ServerConnection):
     flusher: Flusher
     counters: Counters
     handshakes: HandshakeSlots
+    per_ip: ConnectionsPerIp
     outbox_limit: int = 4 * 1024 * 1024
     #: permessage-deflate may be negotiated (``compression = deflate``).
     compress_frames: bool = False
     hub_close_timeout: float = 5.0
 
+    # The hub's state of a connection lives in slots, not in the instance
+    # __dict__: websockets' own ~27 attributes fit the dict's shared keys
+    # (at most 30 per class), and a dozen more would make every connection's
+    # dict a full table of its own — about 1.4 KiB each.
+    __slots__ = (
+        "_close_task",
+        "_ending",
+        "_failure_reported",
+        "_in_handshake",
+        "agent_id",
+        "bearer_subprotocol",
+        "cleaned_up",
+        "client",
+        "connection_id",
+        "declared",
+        "grant",
+        "holds_ip_slot",
+        "hub_close_code",
+        "opened_at",
+        "outbox",
+        "push",
+        "record",
+        "session",
+        "token",
+    )
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # websockets only appends to, iterates and removes from its drain
+        # waiters (hardly ever: the hub's writes do not wait): a list does
+        # that as well, and an empty deque costs some 700 bytes per connection.
+        self.drain_waiters = []  # type: ignore[assignment]
         self.agent_id: str = ""
         self.connection_id: str = ""
         self.token: str | None = None
@@ -69,14 +100,14 @@ class HubConnection(ServerConnection):
         self.record: AgentRecord | None = None
         self.opened_at = time.monotonic()
         self.hub_close_code: int | None = None
-        self.cleaned_up = asyncio.Event()
+        self.cleaned_up = CleanedUp()
         self.outbox = Outbox(
             self.flusher, self.counters, self.outbox_limit, on_overflow=self._slow_consumer
         )
         #: The fan-out hands frames straight to the outbox: one call per delivery.
         self.push: Callable[[OutFrame], bool] = self.outbox.push
-        #: Set by the server when this connection holds a per-IP slot.
-        self.release_client: Callable[[], None] | None = None
+        #: Set by the server when this connection holds a per-IP slot (:attr:`per_ip`).
+        self.holds_ip_slot = False
         #: The ``bearer.*`` subprotocol the token came in, selected in the answer.
         self.bearer_subprotocol: str | None = None
         self._in_handshake = False
@@ -100,6 +131,13 @@ class HubConnection(ServerConnection):
     def start_outbox(self) -> None:
         """Called once the handshake is done: the outbox starts writing."""
         self._handshake_over()
+        # The handshake's headers were read (what the hub keeps of them is in
+        # token, client, declared): emptied, they stop costing ~2.5 KiB for the
+        # connection's life. websockets' parser keeps the request object itself.
+        if self.request is not None:
+            self.request.headers.clear()
+        if self.response is not None:
+            self.response.headers.clear()
         compress = None
         if self.protocol.extensions or self.compress_frames:
             protocol = self.protocol
@@ -169,9 +207,9 @@ class HubConnection(ServerConnection):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._handshake_over()
-        release, self.release_client = self.release_client, None
-        if release is not None:
-            release()
+        if self.holds_ip_slot and self.client is not None:
+            self.holds_ip_slot = False
+            self.per_ip.release(self.client.ip)
         self.outbox.stop()
         self._end()
         super().connection_lost(exc)

@@ -18,7 +18,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import parse_qs
 
@@ -43,14 +43,16 @@ class Credentials:
 
 
 def credentials(
-    query: str, authorization: str | None, subprotocols: Sequence[str]
+    query: str | Mapping[str, list[str]], authorization: str | None, subprotocols: Sequence[str]
 ) -> Credentials | None:
     """The agent id and the one token of a handshake.
 
-    None when there is not exactly one ``agent_id`` (the caller answers 400);
-    raises :class:`HandshakeRefused` (400) when the token is ambiguous.
+    ``query``: the query string, or it already parsed (``parse_qs``, blank
+    values kept). None when there is not exactly one ``agent_id`` (the caller
+    answers 400); raises :class:`HandshakeRefused` (400) when the token is
+    ambiguous.
     """
-    params = parse_qs(query, keep_blank_values=True)
+    params = parse_qs(query, keep_blank_values=True) if isinstance(query, str) else query
     agent_ids = params.get("agent_id", [])
     found: list[str] = list(params.get("token", []))
     if authorization is not None:

@@ -124,6 +124,7 @@ class HttpServer:
         *,
         ssl_context: ssl.SSLContext | None = None,
         reuse_port: bool = False,
+        backlog: int = 128,
         shutdown_timeout: float = 5.0,
         deadlines: HttpDeadlines | None = None,
         stats: HttpStats | None = None,
@@ -133,6 +134,7 @@ class HttpServer:
         self._port = port
         self._ssl = ssl_context
         self._reuse_port = reuse_port
+        self._backlog = backlog
         self._runner = GuardedAppRunner(
             app, deadlines or HttpDeadlines(), stats, handle_signals=False,
             shutdown_timeout=shutdown_timeout,
@@ -156,6 +158,7 @@ class HttpServer:
             self._port,
             ssl_context=self._ssl,
             reuse_port=self._reuse_port or None,
+            backlog=self._backlog,
         )
         await self._site.start()
 

@@ -84,6 +84,10 @@ class TrustedProxies:
         ``headers`` a websockets ``Headers`` or an aiohttp ``CIMultiDictProxy``.
         """
         host, port = (str(peer[0]), int(peer[1])) if peer else ("unknown", None)
+        if not self.networks and host.count(".") == 3 and ":" not in host:
+            # No proxy to believe and an IPv4 peer as the socket reports it:
+            # already in canonical form, nothing to parse (once per handshake).
+            return ClientAddress(host, port)
         peer_ip = _ip(host)
         if peer_ip is None:
             return ClientAddress(host, port)

@@ -73,10 +73,12 @@ class ConnectionLifecycle:
         conn.start_outbox()
         agent_id = conn.agent_id
         conn_id = conn.connection_id = self.ids.connection_id()
-        log = self.log.bind(agent_id=agent_id, connection_id=conn_id)
+        # Not a logger bound per connection: it would live as long as the
+        # connection (some 700 bytes each); the two ids are passed per line.
+        log = self.log
         refused = await self._admit(conn)
         if refused is not None:
-            log.info("connection refused", reason=refused)
+            log.info("connection refused", agent_id=agent_id, connection_id=conn_id, reason=refused)
             return
         record = conn.record
         assert record is not None
@@ -86,7 +88,7 @@ class ConnectionLifecycle:
         )
         self.counters.connections_opened += 1
         conn.send_frame(self._registered(agent_id, conn_id))
-        log.info("connection opened", **_remote(conn))
+        log.info("connection opened", agent_id=agent_id, connection_id=conn_id, **_remote(conn))
         try:
             with contextlib.suppress(BackplaneUnavailable):
                 await self.membership.agent_status("online", record)
@@ -99,6 +101,8 @@ class ConnectionLifecycle:
             conn.cleaned_up.set()
             log.info(
                 "connection closed",
+                agent_id=agent_id,
+                connection_id=conn_id,
                 duration=round(time.monotonic() - conn.opened_at, 3),
                 messages_in=session.messages_in,
                 messages_out=conn.frames_out,

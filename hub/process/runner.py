@@ -1,18 +1,21 @@
 """Running one node in this process until SIGTERM/SIGINT.
 
 ``agora-hub serve`` (one process) and each ``--workers`` child call
-:func:`run`: logging, uvloop when available, the node and its server, then a
-graceful shutdown. SIGHUP reloads the tokens file, the TLS certificate and the
-log level (:mod:`hub.process.reload`). It is blocked from the start until the reload
-handler is in place, so a SIGHUP that arrives while the hub is starting is
-acted on once it has started, never fatal (a blocked signal stays blocked
-across the ``--workers`` parent's spawn of its children, for the same reason).
+:func:`run`: logging, the open-file limit raised to the hard limit
+(:mod:`hub.process.os_limits`), uvloop when available, the node and its
+server, then a graceful shutdown. SIGHUP reloads the tokens file, the TLS
+certificate and the log level (:mod:`hub.process.reload`). It is blocked from
+the start until the reload handler is in place, so a SIGHUP that arrives while
+the hub is starting is acted on once it has started, never fatal (a blocked
+signal stays blocked across the ``--workers`` parent's spawn of its children,
+for the same reason).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import signal
 
@@ -21,6 +24,8 @@ import structlog
 from hub import __version__
 from hub.config.settings import Settings, check_files, unknown_env_vars
 from hub.errors import ConfigError
+from hub.process.heap import freeze_heap
+from hub.process.os_limits import log_backlog, log_open_files, raise_open_files_limit
 from hub.process.worker_metrics import WorkerSlot
 
 
@@ -36,6 +41,10 @@ def run(settings: Settings, *, reuse_port: bool = False, worker: WorkerSlot | No
     configure_logging(settings.log_level, settings.log_format)
     if worker is None:
         warn_about_environment()
+    # Before the first socket: every connection is an open file.
+    log_open_files(
+        raise_open_files_limit(), structlog.get_logger("hub").bind(node=settings.node_id)
+    )
     loop_factory = None
     try:
         import uvloop
@@ -82,6 +91,10 @@ async def serve_until_stopped(
             f"cannot listen on {settings.host} port {settings.port} or http_port "
             f"{settings.http_port}: {exc}"
         ) from None
+    log_backlog(settings.listen_backlog, log.bind(node=settings.node_id))
+    # Everything built so far lives as long as the process: out of the collector's way.
+    frozen = freeze_heap()
+    log.info("heap frozen", objects=frozen, gc_threshold=gc.get_threshold(), node=settings.node_id)
     log.info(
         "hub started",
         url=server.url,

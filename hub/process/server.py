@@ -75,6 +75,7 @@ class HubServer:
                 "flusher": self.flusher,
                 "counters": node.counters,
                 "handshakes": self.handshakes,
+                "per_ip": self.per_ip,
                 "outbox_limit": s.outbox_max_bytes,
                 "compress_frames": s.compression != "none",
                 "hub_close_timeout": s.close_timeout,
@@ -130,6 +131,8 @@ class HubServer:
             close_timeout=s.close_timeout,
             max_queue=16,
             server_header=f"agora-hub/{__version__}",
+            # Passed on to loop.create_server: room for a reconnect storm.
+            backlog=s.listen_backlog,
             **kwargs,
         )
         self._http = HttpServer(
@@ -138,6 +141,7 @@ class HubServer:
             s.http_port,
             ssl_context=ctx,
             reuse_port=self._reuse_port,
+            backlog=s.listen_backlog,
             shutdown_timeout=s.close_timeout,
             deadlines=HttpDeadlines.from_settings(s),
             stats=self.node.counters.http,
@@ -212,7 +216,9 @@ class HubServer:
     def _upgrade(self, connection: Any, request: Request, query: str) -> Response | None:
         headers = request.headers
         try:
-            creds = credentials(query, headers.get("Authorization"), _subprotocols(headers))
+            # Parsed once: the credentials and the declared details both read it.
+            params = parse_qs(query, keep_blank_values=True)
+            creds = credentials(params, headers.get("Authorization"), _subprotocols(headers))
             if creds is None or not is_valid_agent_id(creds.agent_id):
                 return _text(
                     http.HTTPStatus.BAD_REQUEST,
@@ -221,7 +227,7 @@ class HubServer:
                 )
             if not self.node.accepting:
                 return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, "hub shutting down\n")
-            declared = codec.handshake_info(creds.agent_id, parse_qs(query, keep_blank_values=True))
+            declared = codec.handshake_info(creds.agent_id, params)
             self.origins.check(headers.get("Origin"))
             client = self.client_address(connection, request)
             self.per_ip.acquire(client.ip)
@@ -229,7 +235,8 @@ class HubServer:
             return _text(http.HTTPStatus(exc.status), exc.reason + "\n")
         except ProtocolError as exc:
             return _text(http.HTTPStatus.BAD_REQUEST, f"{exc.message}\n")
-        connection.release_client = lambda: self.per_ip.release(client.ip)
+        if self.per_ip.limit > 0:
+            connection.holds_ip_slot = True
         connection.declared = declared
         connection.agent_id = creds.agent_id
         connection.token = creds.token

@@ -4,11 +4,14 @@ with what they are for, and the hub exits 2 (with --workers too)."""
 
 from __future__ import annotations
 
+import resource
 import subprocess
 import sys
 
 import pytest
 
+from hub.process.heap import GEN0_THRESHOLD
+from hub.process.os_limits import WANTED_OPEN_FILES
 from tests.support.servers import ROOT, _env_without_hub_settings, free_port
 
 
@@ -26,12 +29,38 @@ def serve(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 
 def test_a_mistyped_variable_is_warned_about_at_start(hub_process):
     proc = hub_process(env={"AGORA_HUB_HEARTBEAT_TIMOUT": "3", "AGORA_HUB_XYZZY": "5"})
-    warnings = [e for e in proc.log_lines() if e.get("level") == "warning"]
+    warnings = [
+        e
+        for e in proc.log_lines()
+        if e.get("level") == "warning" and "environment variable" in e["event"]
+    ]
     assert [w["event"] for w in warnings] == [
         "unknown environment variable AGORA_HUB_HEARTBEAT_TIMOUT is ignored; "
         "did you mean AGORA_HUB_HEARTBEAT_TIMEOUT?",
         "unknown environment variable AGORA_HUB_XYZZY is ignored",
     ]
+    assert proc.stop() == 0
+
+
+def test_the_open_file_limit_is_raised_and_logged_at_start(hub_process):
+    proc = hub_process()
+    lines = proc.log_lines()
+    (limit,) = [e for e in lines if e["event"] == "open files limit"]
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert limit["soft"] == limit["hard"] == hard
+    assert limit["node"]
+    capped = [e for e in lines if "caps this node near" in e["event"]]
+    assert len(capped) == (1 if hard < WANTED_OPEN_FILES else 0)
+    if capped:
+        assert capped[0]["level"] == "warning" and capped[0]["connections"] == hard - 100
+    assert proc.stop() == 0
+
+
+def test_a_started_hub_freezes_its_long_lived_objects(hub_process):
+    proc = hub_process()
+    (frozen,) = [e for e in proc.log_lines() if e["event"] == "heap frozen"]
+    assert frozen["objects"] > 10_000
+    assert frozen["gc_threshold"][0] == GEN0_THRESHOLD
     assert proc.stop() == 0
 
 

@@ -69,6 +69,9 @@ def test_serve_help_shows_real_defaults_only():
         ({"workers": 2}, "redis_url"),
         ({"compression": "gzip"}, "compression"),
         ({"stream_chunk": 2}, "stream_chunk"),
+        ({"listen_backlog": 0}, "listen_backlog"),
+        ({"listen_backlog": 70000}, "listen_backlog"),
+        ({"listen_backlog": "many"}, "listen_backlog"),
     ],
 )
 def test_invalid_settings_are_clear_errors(overrides, fragment):

@@ -129,3 +129,21 @@ def test_space_rules():
         with pytest.raises(ProtocolError) as info:
             spaces.check_joinable(space, "r3")
         assert info.value.code == code and info.value.request_id == "r3"
+
+
+def test_evicting_a_member_leaves_exactly_its_spaces():
+    registry: Registry[Recorder] = Registry()
+    alice, bob = Recorder("alice"), Recorder("bob")
+    registry.add("c1", alice)
+    registry.add("c2", bob)
+    for space in ("a", "b", "c"):
+        registry.join(space, alice)
+    registry.join("a", alice)  # twice: still once
+    registry.join("b", bob)
+    registry.leave("c", alice)
+    assert registry.evict("c1", alice) == ["a"]  # "b" still has bob
+    assert registry.members("b") == [bob]
+    assert registry.spaces == ["b"]
+    assert registry._joined == {bob: ("b",)}
+    assert registry.evict("c2", bob) == ["b"]
+    assert registry._joined == {} and registry.spaces == []

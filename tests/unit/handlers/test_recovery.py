@@ -313,3 +313,34 @@ async def test_history_returns_the_newest_events_a_member_may_see(rig: HandlerRi
     assert outsider.errors() == [("UNAUTHORIZED", "h3")]
     await rig.send(bob, {"type": "space.history", "id": "h4", "space": "room", "limit": 3})
     assert [e["data"]["n"] for e in bob.one("space.history")["events"]] == [3, 4, 5]
+
+
+async def test_joins_of_one_member_take_turns_and_leave_no_lock_behind(rig: HandlerRig) -> None:
+    alice, _ = await resumer(rig)
+    await say(rig, alice, 1, 2)
+    epoch = (await rig.backplane.position("room")).epoch
+    carol = await rig.connect("carol")
+    gate = rig.backplane.switches.hold("history")
+    since = {"seq": 0, "epoch": epoch}
+    first = asyncio.create_task(
+        rig.send(carol, {"type": "space.join", "space": "room", "since": since})
+    )
+    second = asyncio.create_task(rig.send(carol, {"type": "space.join", "space": "other"}))
+    await until(lambda: "history" in rig.backplane.switches.calls)
+    await until(lambda: rig.recovery._locks[carol].users == 2)  # the second waits
+    gate.set()
+    await asyncio.gather(first, second)
+    assert [m["space"] for m in carol.messages("space.joined")] == ["room", "other"]
+    assert rig.recovery._locks == {}
+
+
+async def test_a_resume_that_missed_nothing_replays_nothing_and_goes_live(rig: HandlerRig) -> None:
+    alice, _ = await resumer(rig)
+    await say(rig, alice, 1, 2)
+    epoch = (await rig.backplane.position("room")).epoch
+    carol = await rig.connect("carol")
+    reply = await rig.join(carol, "room", since={"seq": 2, "epoch": epoch})
+    assert reply["recovered"] is True and reply["seq"] == 2
+    assert said(carol) == []
+    await say(rig, alice, 3)
+    assert said(carol) == [3]

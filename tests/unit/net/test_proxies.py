@@ -119,3 +119,14 @@ def test_parse_networks():
     assert str(parse_networks(["10.1.2.3/8"])[0]) == "10.0.0.0/8"  # host bits allowed
     with pytest.raises(ValueError, match=r"'proxy\.internal'"):
         parse_networks(["proxy.internal"])
+
+
+def test_without_trusted_proxies_peers_come_out_as_with_them():
+    """IPv4 peers skip the address parse when no proxy is trusted; the result
+    is the same, and other forms are still normalised."""
+    plain = TrustedProxies()
+    assert plain.client_address(("192.0.2.7", 5), Headers([])) == ClientAddress("192.0.2.7", 5)
+    mapped = plain.client_address(("::ffff:192.0.2.7", 5, 0, 0), Headers([]))
+    assert mapped == ClientAddress("192.0.2.7", 5)
+    v6 = plain.client_address(("2001:db8::1", 5, 0, 0), Headers([]))
+    assert str(v6) == "[2001:db8::1]:5"
