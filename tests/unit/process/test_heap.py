@@ -7,7 +7,7 @@ import subprocess
 import sys
 import textwrap
 
-from hub.process.heap import GEN0_THRESHOLD
+from hub.process.heap import GEN0_THRESHOLD, GEN2_THRESHOLD
 from tests.support.servers import ROOT
 
 
@@ -20,19 +20,20 @@ def run(script: str) -> list[str]:
 
 
 def test_freezing_moves_what_is_alive_out_of_the_collectors_generations():
-    before, frozen, count, threshold = run(
+    before, frozen, count, threshold, full = run(
         """
         import gc
         from hub.process.heap import freeze_heap
         keep = [{"n": i} for i in range(1000)]
         before = gc.get_freeze_count()
         frozen = freeze_heap()
-        print(before, frozen, gc.get_freeze_count(), gc.get_threshold()[0])
+        print(before, frozen, gc.get_freeze_count(), gc.get_threshold()[0], gc.get_threshold()[2])
         """
     )
     assert int(before) == 0
     assert int(frozen) == int(count) > 1000
     assert int(threshold) == GEN0_THRESHOLD
+    assert int(full) == GEN2_THRESHOLD
 
 
 def test_a_started_node_is_frozen():
