@@ -243,7 +243,9 @@ class Settings(BaseSettings):
         0, ge=0, description="Open connections per client IP (0 = no limit); beyond: HTTP 429."
     )
     max_handshakes: int = Field(
-        1000, ge=1, description="TCP connections in their opening handshake at once."
+        1000,
+        ge=1,
+        description="TCP connections in their opening handshake at once (as many more wait).",
     )
     handshake_timeout: float = Field(
         10.0, gt=0, description="Seconds a client has to finish the opening handshake."

@@ -65,6 +65,7 @@ class HubConnection(ServerConnection):
         "_ending",
         "_failure_reported",
         "_in_handshake",
+        "_in_line",
         "agent_id",
         "bearer_subprotocol",
         "cleaned_up",
@@ -111,6 +112,7 @@ class HubConnection(ServerConnection):
         #: The ``bearer.*`` subprotocol the token came in, selected in the answer.
         self.bearer_subprotocol: str | None = None
         self._in_handshake = False
+        self._in_line = False
         self._failure_reported = False
         self._close_task: asyncio.Task[None] | None = None
         # Resolved once the hub gives up on the connection (a probe stops waiting).
@@ -118,12 +120,30 @@ class HubConnection(ServerConnection):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        self._in_handshake = self.handshakes.acquire()
-        if not self._in_handshake:
-            # Too many handshakes in progress: cut at once, before any read.
+        slots = self.handshakes
+        if slots.acquire():
+            self._in_handshake = True
+        elif slots.wait(self, self._admitted):
+            # Too many handshakes in progress: wait in line, unread, for a
+            # slot (websockets' open timeout still runs).
+            self._in_line = True
+            transport.pause_reading()  # type: ignore[attr-defined]
+        else:
+            # The line is full too: cut at once, before any read.
             transport.abort()  # type: ignore[attr-defined]
 
+    def _admitted(self) -> None:
+        """A slot passed on from a finished handshake: read the request now."""
+        self._in_line = False
+        self._in_handshake = True
+        transport = self.transport
+        if not transport.is_closing():
+            transport.resume_reading()  # type: ignore[attr-defined]
+
     def _handshake_over(self) -> None:
+        if self._in_line:
+            self._in_line = False
+            self.handshakes.leave(self)
         if self._in_handshake:
             self._in_handshake = False
             self.handshakes.release()

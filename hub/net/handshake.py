@@ -11,14 +11,16 @@
   client IP holding that many connections with HTTP 429.
 - **Handshakes in progress**: at most ``max_handshakes`` TCP connections may
   be in their opening handshake at once, each for at most
-  ``handshake_timeout`` seconds; beyond that a new TCP connection is dropped
-  at once, so stalled (slow-loris) handshakes cannot exhaust a node. Request
+  ``handshake_timeout`` seconds; as many more wait in line (not read) for a
+  free slot, within the same timeout; beyond that a new TCP connection is
+  dropped at once, so stalled (slow-loris) handshakes cannot exhaust a node
+  and a reconnect storm is absorbed, not refused. Request
   lines and headers are bounded by websockets (8 KiB a line, 128 headers).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import parse_qs
 
@@ -115,19 +117,53 @@ class ConnectionsPerIp:
 
 
 class HandshakeSlots:
-    """TCP connections in their opening handshake, bounded."""
+    """TCP connections in their opening handshake, bounded, with a waiting line.
 
-    def __init__(self, limit: int):
+    At most ``limit`` connections are in their handshake at once. One beyond
+    waits in line (the caller stops reading it) for a slot another frees, up
+    to ``limit`` more; only beyond the line is a connection dropped at once.
+    So a reconnect storm is absorbed — its connections wait their turn, each
+    still within its ``handshake_timeout`` — while a slow-loris attack holds
+    at most twice ``limit`` connections, each for at most the timeout.
+    """
+
+    def __init__(self, limit: int, line: int | None = None):
         self.limit = limit
+        self.line_limit = limit if line is None else line
         self.in_progress = 0
         self.refused = 0
+        #: Waiting connections (insertion order is arrival order) → admit them.
+        self._line: dict[object, Callable[[], None]] = {}
+
+    @property
+    def waiting(self) -> int:
+        return len(self._line)
 
     def acquire(self) -> bool:
+        """A slot now, or False (then :meth:`wait` or drop)."""
         if self.in_progress >= self.limit:
-            self.refused += 1
             return False
         self.in_progress += 1
         return True
 
+    def wait(self, key: object, admit: Callable[[], None]) -> bool:
+        """Queue ``key`` for the next free slot (``admit`` is called with the
+        slot held); False, and counted as refused, when the line is full."""
+        if len(self._line) >= self.line_limit:
+            self.refused += 1
+            return False
+        self._line[key] = admit
+        return True
+
+    def leave(self, key: object) -> None:
+        """``key`` gave up waiting (its connection is gone)."""
+        self._line.pop(key, None)
+
     def release(self) -> None:
+        """A handshake is over: its slot passes to the first in line, if any."""
+        line = self._line
+        if line:
+            key = next(iter(line))
+            line.pop(key)()
+            return
         self.in_progress -= 1

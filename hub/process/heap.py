@@ -33,9 +33,7 @@ GEN0_THRESHOLD = 10000
 GEN2_THRESHOLD = 100
 
 
-def freeze_heap(
-    gen0_threshold: int = GEN0_THRESHOLD, gen2_threshold: int = GEN2_THRESHOLD
-) -> int:
+def freeze_heap(gen0_threshold: int = GEN0_THRESHOLD, gen2_threshold: int = GEN2_THRESHOLD) -> int:
     """Collect once, freeze everything alive, raise the young threshold;
     returns how many objects were frozen. Call once the node has started."""
     gc.collect()

@@ -126,7 +126,7 @@ async def test_stalled_handshakes_do_not_keep_others_out(hub):
 
 async def test_handshakes_in_progress_are_bounded(hub):
     server = await hub(max_handshakes=20, handshake_timeout=30)
-    socks = await asyncio.to_thread(_stall, server.port, 30)
+    socks = await asyncio.to_thread(_stall, server.port, 50)
     try:
 
         def closed_by_hub(s: socket.socket) -> bool:
@@ -136,10 +136,35 @@ async def test_handshakes_in_progress_are_bounded(hub):
             except (ConnectionResetError, TimeoutError, OSError) as exc:
                 return not isinstance(exc, TimeoutError)
 
-        cut = await asyncio.to_thread(lambda: [closed_by_hub(s) for s in socks[20:]])
-        assert all(cut)  # the ten beyond the bound were dropped at once
+        # 20 in their handshake, 20 waiting in line; the ten beyond are dropped at once.
+        cut = await asyncio.to_thread(lambda: [closed_by_hub(s) for s in socks[40:]])
+        assert all(cut)
         assert server.handshakes.in_progress == 20
+        assert server.handshakes.waiting == 20
         assert server.handshakes.refused >= 10
+    finally:
+        for s in socks:
+            s.close()
+
+
+async def test_a_handshake_waiting_in_line_goes_through_when_a_slot_frees(hub):
+    """A storm's connections beyond max_handshakes wait their turn, not refused."""
+    server = await hub(max_handshakes=2, handshake_timeout=30)
+    socks = await asyncio.to_thread(_stall, server.port, 2)
+    try:
+        async with asyncio.timeout(10):
+            while server.handshakes.in_progress < 2:  # noqa: ASYNC110 - the hub's count
+                await asyncio.sleep(0.02)
+        joining = asyncio.create_task(WsClient.connect(server.url, "patient"))
+        async with asyncio.timeout(10):
+            while not server.handshakes.waiting:  # noqa: ASYNC110 - the hub's count
+                await asyncio.sleep(0.02)
+        assert not joining.done()  # both slots are held by the stalled ones
+        socks[0].close()  # one stalled handshake ends: its slot passes on
+        c = await asyncio.wait_for(joining, 10)
+        assert server.handshakes.waiting == 0
+        assert server.handshakes.refused == 0
+        await c.close()
     finally:
         for s in socks:
             s.close()
