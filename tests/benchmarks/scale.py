@@ -495,19 +495,7 @@ def rows(records: list[dict], comp: str) -> list[Row]:
                 verdict(None if r is None else r >= STORM_RATIO_TARGET, comp),
             )
         )
-        h, b = fig(hub, "failed_connections"), fig(base, "failed_connections")
-        out.append(
-            Row(
-                sc,
-                "failed connection attempts",
-                comp,
-                fmt(h),
-                fmt(b),
-                "",
-                "0",
-                verdict(None if h is None else h == 0, comp),
-            )
-        )
+        out.append(_failed_row(sc, "failed connection attempts", comp, hub, base))
         lost, dup = fig(hub, "lost_events"), fig(hub, "duplicate_events")
         missed = fig(hub, "missed_events")
         ok = None if lost is None or dup is None else lost == 0 and dup == 0
@@ -603,22 +591,17 @@ def rows(records: list[dict], comp: str) -> list[Row]:
                 verdict(None if rr is None else rr >= JOIN_RATIO_TARGET, comp) if binding else "",
             )
         )
-        h, b = fig(hub, "failed_connections"), fig(base, "failed_connections")
-        out.append(
-            Row(
-                sc,
-                "failed connection attempts (retried)",
-                comp,
-                fmt(h),
-                fmt(b),
-                "",
-                "0",
-                verdict(None if h is None else h == 0, comp),
-            )
-        )
+        out.append(_failed_row(sc, "failed connection attempts (retried)", comp, hub, base))
         h, b = fig(hub, "mb_sent"), fig(base, "mb_sent")
         out.append(Row(sc, "MB sent by the server", comp, fmt(h, 1), fmt(b, 1)))
     return out
+
+
+def _failed_row(sc: str, label: str, comp: str, hub: dict | None, base: dict | None) -> Row:
+    """Failed connection attempts: the hub's must be 0."""
+    h, b = fig(hub, "failed_connections"), fig(base, "failed_connections")
+    ok = None if h is None else h == 0
+    return Row(sc, label, comp, fmt(h), fmt(b), "", "0", verdict(ok, comp))
 
 
 def _per_cpu(record: dict | None, n: int) -> float | None:
