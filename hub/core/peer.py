@@ -71,7 +71,7 @@ class Peer(Protocol):
     session: Session | None
     record: AgentRecord | None
     #: Set once the node has cleaned up after the peer (departures announced).
-    cleaned_up: CleanedUp | asyncio.Event
+    cleaned_up: CleanedUp
 
     @property
     def closing(self) -> bool: ...

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from hub.cluster.presence import AgentClaims, AgentRecord
 from hub.config.settings import Settings
-from hub.core.peer import Peer
+from hub.core.peer import CleanedUp, Peer
 from hub.core.registry import Registry
 from protocol.errors import CloseCode, ErrorCode
 
@@ -133,7 +133,7 @@ class LocalHolders:
             self.evict(peer)
 
 
-async def _wait(event: asyncio.Event, timeout: float) -> None:
+async def _wait(event: CleanedUp, timeout: float) -> None:
     try:
         async with asyncio.timeout(timeout):
             await event.wait()

@@ -28,7 +28,7 @@ import orjson
 import structlog
 
 from hub.core.frames import OutFrame
-from hub.core.peer import PeerKind
+from hub.core.peer import CleanedUp, PeerKind
 from protocol.errors import CloseCode, ErrorCode
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ class VirtualMember:
         self.kind = PeerKind.SHARED if shared else PeerKind.VIRTUAL
         self.session = session
         self.record = record
-        self.cleaned_up = asyncio.Event()
+        self.cleaned_up = CleanedUp()
         #: The host's clean-up after the member (leaves, departures); once.
         self._detach: Callable[[VirtualMember], Awaitable[None]] | None = detach
         self.dropped = 0

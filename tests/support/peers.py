@@ -14,7 +14,7 @@ import orjson
 
 from hub.core.agent_record import AgentRecord
 from hub.core.frames import OutFrame
-from hub.core.peer import PeerKind
+from hub.core.peer import CleanedUp, PeerKind
 from hub.core.session import Session
 from protocol import codec
 from protocol.errors import CloseCode, ErrorCode
@@ -40,7 +40,7 @@ class FakePeer:
         self.kind = kind
         self.session = session
         self.record = record
-        self.cleaned_up = asyncio.Event()
+        self.cleaned_up = CleanedUp()
         self.alive = alive
         #: Payloads received, in order (fan-out and ``send_frame`` alike).
         self.frames: list[bytes] = []

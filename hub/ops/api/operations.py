@@ -18,7 +18,6 @@ the connections' ``rate_limit`` / ``rate_burst``.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -31,7 +30,7 @@ from hub.cluster.presence import AgentRecord, Presence
 from hub.config.settings import Settings
 from hub.core.actions import Action, ListAgents, ListMembers, ListSpaces, Publish
 from hub.core.frames import OutFrame
-from hub.core.peer import PeerKind
+from hub.core.peer import CleanedUp, PeerKind
 from hub.core.ratelimit import TokenBucket, Verdict
 from hub.ops.api.errors import ApiError, from_error_frame
 from hub.ops.api.stats import parse_documents
@@ -62,7 +61,7 @@ class ApiCaller:
     def __init__(self, agent_id: str):
         self.agent_id = agent_id
         self.connection_id = f"api-{agent_id}"
-        self.cleaned_up = asyncio.Event()
+        self.cleaned_up = CleanedUp()
         self.reply: bytes | None = None
 
     @property
