@@ -420,8 +420,9 @@ def rows(records: list[dict], comp: str) -> list[Row]:
     if (hub or base) and not _notice(out, "capacity", comp, hub, base):
         n = fig(hub, "connections") or fig(base, "connections") or 0
         sc = f"capacity ({n:,.0f})"
-        h, b = fig(hub, "held"), fig(base, "held")
-        out.append(Row(sc, "connections held, probe-verified", comp, fmt(h), fmt(b)))
+        out.append(
+            _pair(sc, "connections held, probe-verified", comp, hub, base, "held", with_ratio=False)
+        )
         h, b = fig(hub, "rss_per_conn_kib"), fig(base, "rss_per_conn_kib")
         r = ratio(h, b)
         out.append(
@@ -436,51 +437,23 @@ def rows(records: list[dict], comp: str) -> list[Row]:
                 verdict(None if r is None else r <= 1.0, comp),
             )
         )
-        h, b = fig(hub, "idle_cpu_pct"), fig(base, "idle_cpu_pct")
-        out.append(
-            Row(
-                sc,
-                f"CPU % of a core, idle (beat/{HEARTBEAT_S:g} s)",
-                comp,
-                fmt(h, 2),
-                fmt(b, 2),
-                fmt(ratio(h, b), 2),
-            )
-        )
-        h, b = fig(hub, "projected_50k_rss_mib"), fig(base, "projected_50k_rss_mib")
-        out.append(
-            Row(sc, "projected RSS MiB at 50,000", comp, fmt(h), fmt(b), fmt(ratio(h, b), 2))
-        )
-        h, b = fig(hub, "projected_50k_idle_cpu_pct"), fig(base, "projected_50k_idle_cpu_pct")
-        out.append(
-            Row(
-                sc,
-                "projected idle CPU % at 50,000",
-                comp,
-                fmt(h, 1),
-                fmt(b, 1),
-                fmt(ratio(h, b), 2),
-            )
-        )
-        h, b = fig(hub, "connects_per_s"), fig(base, "connects_per_s")
-        out.append(Row(sc, "connects/s while filling", comp, fmt(h), fmt(b), fmt(ratio(h, b), 2)))
-        h, b = fig(hub, "failed_attempts"), fig(base, "failed_attempts")
-        out.append(Row(sc, "failed connection attempts (retried)", comp, fmt(h), fmt(b)))
+        idle = f"CPU % of a core, idle (beat/{HEARTBEAT_S:g} s)"
+        out += [
+            _pair(sc, idle, comp, hub, base, "idle_cpu_pct", 2),
+            _pair(sc, "projected RSS MiB at 50,000", comp, hub, base, "projected_50k_rss_mib"),
+            _pair(sc, "projected idle CPU % at 50,000", comp, hub, base,
+                  "projected_50k_idle_cpu_pct", 1),
+            _pair(sc, "connects/s while filling", comp, hub, base, "connects_per_s"),
+            _pair(
+                sc, "failed connection attempts (retried)", comp, hub, base, "failed_attempts",
+                with_ratio=False,
+            ),
+        ]  # fmt: skip
     hub, base = find(records, "storm", "hub", comp), find(records, "storm", "baseline", comp)
     if (hub or base) and not _notice(out, "storm", comp, hub, base):
         p = (hub or base or {}).get("params", {})
         sc = f"storm ({p.get('agents', 0):,}/{p.get('space_size', 0)})"
-        h, b = fig(hub, "all_back_s"), fig(base, "all_back_s")
-        out.append(
-            Row(
-                sc,
-                "seconds until all resumed | back",
-                comp,
-                fmt(h, 1),
-                fmt(b, 1),
-                fmt(ratio(h, b), 2),
-            )
-        )
+        out.append(_pair(sc, "seconds until all resumed | back", comp, hub, base, "all_back_s", 1))
         h, b = fig(hub, "reconnects_per_cpu_s"), fig(base, "reconnects_per_cpu_s")
         r = ratio(h, b)
         out.append(
@@ -592,9 +565,27 @@ def rows(records: list[dict], comp: str) -> list[Row]:
             )
         )
         out.append(_failed_row(sc, "failed connection attempts (retried)", comp, hub, base))
-        h, b = fig(hub, "mb_sent"), fig(base, "mb_sent")
-        out.append(Row(sc, "MB sent by the server", comp, fmt(h, 1), fmt(b, 1)))
+        out.append(
+            _pair(sc, "MB sent by the server", comp, hub, base, "mb_sent", 1, with_ratio=False)
+        )
     return out
+
+
+def _pair(
+    sc: str,
+    label: str,
+    comp: str,
+    hub: dict | None,
+    base: dict | None,
+    key: str,
+    digits: int = 0,
+    *,
+    with_ratio: bool = True,
+) -> Row:
+    """A figure of the hub beside the baseline's (and their ratio), no target."""
+    h, b = fig(hub, key), fig(base, key)
+    r = fmt(ratio(h, b), 2) if with_ratio else ""
+    return Row(sc, label, comp, fmt(h, digits), fmt(b, digits), r)
 
 
 def _failed_row(sc: str, label: str, comp: str, hub: dict | None, base: dict | None) -> Row:
