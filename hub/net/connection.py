@@ -11,6 +11,8 @@ handshake began.
 from __future__ import annotations
 
 import asyncio
+import http
+import inspect
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -22,7 +24,7 @@ from websockets.protocol import State
 from hub.core.authz import Grant
 from hub.core.frames import OutFrame
 from hub.core.peer import CleanedUp, PeerKind
-from hub.net.handshake import ConnectionsPerIp, HandshakeSlots
+from hub.net.handshake import ConnectionsPerIp, HandshakeDeadlines, HandshakeSlots
 from hub.net.outbox import Flusher, Outbox
 from protocol import codec
 from protocol.errors import CloseCode, ErrorCode
@@ -50,6 +52,9 @@ class HubConnection(ServerConnection):
     flusher: Flusher
     counters: Counters
     handshakes: HandshakeSlots
+    #: ``handshake_timeout`` (websockets' own ``open_timeout`` is off: one
+    #: timer for all handshakes instead of one per connection).
+    deadlines: HandshakeDeadlines
     per_ip: ConnectionsPerIp
     outbox_limit: int = 4 * 1024 * 1024
     #: permessage-deflate may be negotiated (``compression = deflate``).
@@ -120,17 +125,79 @@ class HubConnection(ServerConnection):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        self.deadlines.start(self)
         slots = self.handshakes
         if slots.acquire():
             self._in_handshake = True
         elif slots.wait(self, self._admitted):
             # Too many handshakes in progress: wait in line, unread, for a
-            # slot (websockets' open timeout still runs).
+            # slot (the handshake's deadline still runs).
             self._in_line = True
             transport.pause_reading()  # type: ignore[attr-defined]
         else:
             # The line is full too: cut at once, before any read.
             transport.abort()  # type: ignore[attr-defined]
+
+    async def handshake(
+        self,
+        process_request: Any = None,
+        process_response: Any = None,
+        server_header: str | None = None,
+    ) -> None:
+        """websockets' opening handshake, without its costs a hub does not need.
+
+        The hub's ``process_request`` is synchronous and it sets no
+        ``process_response``, so an upgrade needs no ``asyncio.wait`` for the
+        request (``connection_lost`` resolves ``request_rcvd`` too) and no
+        async write context: the 101 goes to the outbox, which writes it with
+        ``agent.registered`` in one ``transport.write`` when registration
+        does not wait on the backplane. Anything else — a refusal, an HTTP
+        answer, a hook of another shape — takes websockets' own path.
+        """
+        if not self.request_rcvd.done():
+            await self.request_rcvd
+        request = self.request
+        if request is None:
+            return  # the connection was lost before a request came
+        if process_response is not None or process_request is None:
+            await super().handshake(process_request, process_response, server_header)
+            return
+        try:
+            response = process_request(self, request)
+            if inspect.isawaitable(response):
+                response = await response
+        except Exception as exc:
+            # As websockets does: logged, answered 500.
+            self.protocol.handshake_exc = exc
+            self.logger.error("process_request failed", exc_info=True)
+            response = self.protocol.reject(
+                http.HTTPStatus.INTERNAL_SERVER_ERROR,
+                "Failed to open a WebSocket connection.\nSee server log for more information.\n",
+            )
+        if response is not None or not self.server.is_serving():
+            await self._library_handshake(response, server_header)
+            return
+        self.response = response = self.protocol.accept(request)
+        if server_header is not None:
+            response.headers["Server"] = server_header
+        if response.status_code != 101:  # accept() refused: a 400 or 426
+            await self._library_handshake(response, server_header)
+            return
+        if self.protocol.state is not State.CONNECTING:
+            return
+        self.protocol.send_response(response)
+        self.start_outbox()
+        for data in self.protocol.data_to_send():
+            self.outbox.push_preamble(data)
+
+    async def _library_handshake(self, response: Any, server_header: str | None) -> None:
+        """websockets' handshake, with ``process_request`` already answered
+        (``response``, None to accept): the hook is not run twice."""
+
+        def answered(_connection: Any, _request: Any) -> Any:
+            return response
+
+        await super().handshake(answered, None, server_header)
 
     def _admitted(self) -> None:
         """A slot passed on from a finished handshake: read the request now."""
@@ -140,7 +207,12 @@ class HubConnection(ServerConnection):
         if not transport.is_closing():
             transport.resume_reading()  # type: ignore[attr-defined]
 
+    def handshake_timed_out(self) -> None:
+        """Past ``handshake_timeout``: cut (the handshake then ends)."""
+        self.transport.abort()
+
     def _handshake_over(self) -> None:
+        self.deadlines.done(self)
         if self._in_line:
             self._in_line = False
             self.handshakes.leave(self)
@@ -226,6 +298,8 @@ class HubConnection(ServerConnection):
         super().data_received(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if not self.request_rcvd.done():
+            self.request_rcvd.set_result(None)  # the handshake stops waiting
         self._handshake_over()
         if self.holds_ip_slot and self.client is not None:
             self.holds_ip_slot = False

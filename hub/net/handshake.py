@@ -11,17 +11,20 @@
   client IP holding that many connections with HTTP 429.
 - **Handshakes in progress**: at most ``max_handshakes`` TCP connections may
   be in their opening handshake at once, each for at most
-  ``handshake_timeout`` seconds; as many more wait in line (not read) for a
-  free slot, within the same timeout; beyond that a new TCP connection is
-  dropped at once, so stalled (slow-loris) handshakes cannot exhaust a node
-  and a reconnect storm is absorbed, not refused. Request
+  ``handshake_timeout`` seconds (:class:`HandshakeDeadlines`); as many more
+  wait in line (not read) for a free slot, within the same timeout; beyond
+  that a new TCP connection is dropped at once, so stalled (slow-loris)
+  handshakes cannot exhaust a node and a reconnect storm is absorbed, not
+  refused. Request
   lines and headers are bounded by websockets (8 KiB a line, 128 headers).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 from urllib.parse import parse_qs
 
 SUBPROTOCOL_PREFIX = "bearer."
@@ -167,3 +170,54 @@ class HandshakeSlots:
             line.pop(key)()
             return
         self.in_progress -= 1
+
+
+class Abortable(Protocol):
+    def handshake_timed_out(self) -> None: ...
+
+
+class HandshakeDeadlines:
+    """``handshake_timeout`` for every connection in its handshake, on one timer.
+
+    Each connection is noted with its deadline when it is accepted and
+    forgotten when its handshake is over; one timer, set for the earliest
+    deadline, cuts whoever is past theirs. All share one timeout, so arrival
+    order is deadline order: expiring looks only at the connections it cuts.
+    That replaces a timer (``asyncio.timeout``) set and cancelled per
+    connection — a measurable share of accepting one.
+    """
+
+    def __init__(self, timeout: float, loop: asyncio.AbstractEventLoop | None = None):
+        self.timeout = timeout
+        self._loop = loop
+        #: Connection → its deadline (loop time), in arrival order.
+        self._open: dict[Abortable, float] = {}
+        self._timer: asyncio.TimerHandle | None = None
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def start(self, conn: Abortable) -> None:
+        loop = self._loop or asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        self._open[conn] = deadline
+        if self._timer is None:
+            self._timer = loop.call_at(deadline, self._expire, loop)
+
+    def done(self, conn: Abortable) -> None:
+        self._open.pop(conn, None)
+
+    def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        now = loop.time()
+        pending = self._open
+        while pending:
+            conn, deadline = next(iter(pending.items()))
+            if deadline > now:
+                self._timer = loop.call_at(deadline, self._expire, loop)
+                return
+            del pending[conn]
+            try:
+                conn.handshake_timed_out()
+            except Exception:  # one connection must not stop the others' deadlines
+                continue

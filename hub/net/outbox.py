@@ -49,6 +49,7 @@ class Outbox:
         "_on_overflow",
         "_pending",
         "_pending_bytes",
+        "_preamble",
         "_transport",
         "_writable",
         "counters",
@@ -78,6 +79,8 @@ class Outbox:
         self._compress = compress
         self._pending: list[bytes] = []
         self._pending_bytes = 0
+        #: Pending chunks that are not messages (the handshake's answer).
+        self._preamble = 0
         self._dirty = False
         self._writable = transport is not None
         #: True from :meth:`start` (or a transport given) until closing; pushes
@@ -133,6 +136,18 @@ class Outbox:
             self._flusher.add(self)
         return True
 
+    def push_preamble(self, data: bytes) -> None:
+        """Queue bytes that go before every frame (the opening handshake's
+        101): written with the first frames, in the same ``transport.write``."""
+        if not self.open:
+            return
+        self._pending.append(data)
+        self._pending_bytes += len(data)
+        self._preamble += 1
+        if not self._dirty:
+            self._dirty = True
+            self._flusher.add(self)
+
     def push_last(self, out: OutFrame) -> None:
         """Queue a final frame (the error event before a close) even past the
         bound, write it now, and accept nothing more.
@@ -163,7 +178,8 @@ class Outbox:
             return
         data = pending[0] if len(pending) == 1 else b"".join(pending)
         # Counted here, once per write: replies, events and stream frames alike.
-        self.counters.messages_out += len(pending)
+        self.counters.messages_out += len(pending) - self._preamble
+        self._preamble = 0
         pending.clear()
         self._pending_bytes = 0
         if self._writable:
@@ -182,7 +198,8 @@ class Outbox:
         self._writable = False
         self.open = False
         if self._pending:
-            self.counters.dropped += len(self._pending)
+            self.counters.dropped += len(self._pending) - self._preamble
+            self._preamble = 0
             self._pending.clear()
             self._pending_bytes = 0
 
@@ -191,7 +208,8 @@ class Outbox:
         if self._pending_bytes + buffered <= self.limit:
             return False
         self.counters.slow_consumer_closes += 1
-        self.counters.dropped += len(self._pending)
+        self.counters.dropped += len(self._pending) - self._preamble
+        self._preamble = 0
         self._pending.clear()
         self._pending_bytes = 0
         self._on_overflow()

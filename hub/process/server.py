@@ -33,6 +33,7 @@ from hub import __version__
 from hub.net.connection import HubConnection
 from hub.net.handshake import (
     ConnectionsPerIp,
+    HandshakeDeadlines,
     HandshakeRefused,
     HandshakeSlots,
     OriginPolicy,
@@ -65,6 +66,7 @@ class HubServer:
         self.origins = OriginPolicy(s.allowed_origins)
         self.per_ip = ConnectionsPerIp(s.max_connections_per_ip)
         self.handshakes = HandshakeSlots(s.max_handshakes)
+        self.deadlines = HandshakeDeadlines(s.handshake_timeout)
         #: Writes every connection's pending frames once per loop iteration.
         self.flusher = Flusher()
         #: The WebSocket connections of this server, with its node-wide parts.
@@ -75,6 +77,7 @@ class HubServer:
                 "flusher": self.flusher,
                 "counters": node.counters,
                 "handshakes": self.handshakes,
+                "deadlines": self.deadlines,
                 "per_ip": self.per_ip,
                 "outbox_limit": s.outbox_max_bytes,
                 "compress_frames": s.compression != "none",
@@ -110,6 +113,7 @@ class HubServer:
         if s.tls_certfile and s.tls_keyfile:
             self.tls = ServerTls(s.tls_certfile, s.tls_keyfile)  # ConfigError: unusable files
             kwargs["ssl"] = self.tls.context
+            kwargs["ssl_handshake_timeout"] = s.handshake_timeout
         ctx = kwargs.get("ssl")
         await self.node.start()
         if self._reuse_port:
@@ -120,7 +124,10 @@ class HubServer:
             s.port,
             process_request=self._process_request,
             select_subprotocol=_select_subprotocol,
-            open_timeout=s.handshake_timeout,
+            # handshake_timeout is kept by HubConnection (HandshakeDeadlines):
+            # one timer for all handshakes, not an asyncio.timeout per
+            # connection. The TLS handshake has the same bound.
+            open_timeout=None,
             create_connection=self.connection_class,
             compression="deflate" if s.compression == "deflate" else None,
             max_size=s.max_frame_bytes,

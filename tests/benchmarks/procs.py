@@ -351,8 +351,8 @@ def hub_argv(port: int, compression: str, extra: list[str] | None = None) -> lis
         "1000000",
         "--stream-rate-burst",
         "1000000",
-        "--log-level",
-        "warning",
+        # The default level (info: a line per connection opened and
+        # closed), as JSON lines, which is what a non-tty stderr gets anyway.
         "--log-format",
         "json",
         "--compression",

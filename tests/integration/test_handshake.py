@@ -124,6 +124,55 @@ async def test_stalled_handshakes_do_not_keep_others_out(hub):
             s.close()
 
 
+async def test_a_client_gone_before_its_request_ends_its_handshake_at_once(hub):
+    """No deadline needed: a connection closed mid-request frees its slot, its
+    deadline and its handler right away (not at handshake_timeout)."""
+    server = await hub(handshake_timeout=60)
+    socks = await asyncio.to_thread(_stall, server.port, 40)
+    async with asyncio.timeout(10):
+        while server.handshakes.in_progress < 40:  # noqa: ASYNC110 - the hub's count
+            await asyncio.sleep(0.02)
+    assert len(server.deadlines) >= 40
+    for s in socks:
+        s.close()
+    async with asyncio.timeout(10):
+        while server.handshakes.in_progress or len(server.deadlines):  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+    # The hub still answers, and the one after them opens normally.
+    c = await WsClient.connect(server.url, "after")
+    await c.close()
+
+
+async def test_the_upgrade_and_the_registration_arrive_together(hub):
+    """The 101 waits in the outbox for ``agent.registered`` (one write, see
+    test_outbox): a raw client reads the 101, then that frame, nothing else."""
+    server = await hub()
+
+    def upgrade() -> bytes:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+            s.sendall(
+                b"GET /ws?agent_id=raw HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                b"Sec-WebSocket-Version: 13\r\n\r\n"
+            )
+            data = b""
+            while b"agent.registered" not in data or not data.endswith(b"}"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            return data
+
+    data = await asyncio.to_thread(upgrade)
+    head, _, frame = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 101 ")
+    assert b"Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" in head
+    assert frame[0] == 0x81  # one unfragmented text frame
+    payload = frame[4:] if frame[1] == 126 else frame[2:]
+    event = orjson.loads(payload)
+    assert event["type"] == "agent.registered" and event["agent"]["id"] == "raw"
+
+
 async def test_handshakes_in_progress_are_bounded(hub):
     server = await hub(max_handshakes=20, handshake_timeout=30)
     socks = await asyncio.to_thread(_stall, server.port, 50)

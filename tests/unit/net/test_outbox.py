@@ -148,3 +148,33 @@ def test_text_frame_matches_websockets(n):
 
     payload = b"p" * n
     assert text_frame(payload) == Frame(Opcode.TEXT, payload).serialize(mask=False)
+
+
+async def test_a_preamble_goes_first_in_the_same_write_and_is_not_a_message():
+    t = FakeTransport()
+    outbox, _ = make(t, Flusher())
+    outbox.push_preamble(b"HTTP/1.1 101 Switching Protocols\r\n\r\n")
+    first = OutFrame(b'{"type":"agent.registered"}')
+    assert outbox.push(first)
+    await _next_iteration()
+    assert t.writes == [b"HTTP/1.1 101 Switching Protocols\r\n\r\n" + text_frame(first.payload)]
+    assert outbox.counters.messages_out == 1 and outbox.frames_out == 1
+
+
+async def test_a_preamble_alone_is_written_within_the_pass():
+    t = FakeTransport()
+    outbox, _ = make(t, Flusher())
+    outbox.push_preamble(b"HTTP/1.1 101 Switching Protocols\r\n\r\n")
+    await _next_iteration()
+    assert t.writes == [b"HTTP/1.1 101 Switching Protocols\r\n\r\n"]
+    assert outbox.counters.messages_out == 0
+
+
+async def test_a_stopped_outbox_drops_its_preamble_without_counting_it_a_message():
+    t = FakeTransport()
+    outbox, _ = make(t, Flusher())
+    outbox.push_preamble(b"HTTP/1.1 101 Switching Protocols\r\n\r\n")
+    assert outbox.push(OutFrame(b"{}"))
+    outbox.stop()
+    await _next_iteration()
+    assert t.writes == [] and outbox.counters.dropped == 1
