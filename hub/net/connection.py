@@ -11,7 +11,6 @@ handshake began.
 from __future__ import annotations
 
 import asyncio
-import http
 import inspect
 import time
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed, PayloadTooBig
+from websockets.http11 import Response
 from websockets.protocol import State
 
 from hub.core.authz import Grant
@@ -167,13 +167,9 @@ class HubConnection(ServerConnection):
             if inspect.isawaitable(response):
                 response = await response
         except Exception as exc:
-            # As websockets does: logged, answered 500.
-            self.protocol.handshake_exc = exc
-            self.logger.error("process_request failed", exc_info=True)
-            response = self.protocol.reject(
-                http.HTTPStatus.INTERNAL_SERVER_ERROR,
-                "Failed to open a WebSocket connection.\nSee server log for more information.\n",
-            )
+            # websockets logs it and answers 500, as it would have.
+            await self._library_handshake(exc, server_header)
+            return
         if response is not None or not self.server.is_serving():
             await self._library_handshake(response, server_header)
             return
@@ -190,12 +186,17 @@ class HubConnection(ServerConnection):
         for data in self.protocol.data_to_send():
             self.outbox.push_preamble(data)
 
-    async def _library_handshake(self, response: Any, server_header: str | None) -> None:
-        """websockets' handshake, with ``process_request`` already answered
-        (``response``, None to accept): the hook is not run twice."""
+    async def _library_handshake(
+        self, outcome: Response | Exception | None, server_header: str | None
+    ) -> None:
+        """websockets' handshake, with ``process_request`` already answered:
+        ``outcome`` is its response (None to accept) or what it raised. The
+        hook is not run twice."""
 
-        def answered(_connection: Any, _request: Any) -> Any:
-            return response
+        def answered(_connection: Any, _request: Any) -> Response | None:
+            if isinstance(outcome, Exception):
+                raise outcome
+            return outcome
 
         await super().handshake(answered, None, server_header)
 

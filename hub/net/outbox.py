@@ -197,23 +197,23 @@ class Outbox:
         """No more writes at all: the closing handshake began or the socket is gone."""
         self._writable = False
         self.open = False
-        if self._pending:
-            self.counters.dropped += len(self._pending) - self._preamble
-            self._preamble = 0
-            self._pending.clear()
-            self._pending_bytes = 0
+        self._drop_pending()
 
     def _over_limit(self) -> bool:
         buffered = self._transport.get_write_buffer_size()
         if self._pending_bytes + buffered <= self.limit:
             return False
         self.counters.slow_consumer_closes += 1
+        self._drop_pending()
+        self._on_overflow()
+        return True
+
+    def _drop_pending(self) -> None:
+        """Forget what is pending, counting the frames among it as dropped."""
         self.counters.dropped += len(self._pending) - self._preamble
         self._preamble = 0
         self._pending.clear()
         self._pending_bytes = 0
-        self._on_overflow()
-        return True
 
 
 class _NoTransport:

@@ -143,6 +143,25 @@ async def test_a_client_gone_before_its_request_ends_its_handshake_at_once(hub):
     await c.close()
 
 
+async def test_a_failing_handshake_hook_is_a_500_and_the_hub_goes_on(hub, monkeypatch):
+    """A bug in the hub's upgrade checks answers that one handshake 500 (run
+    once, logged by websockets); the next handshake is served normally."""
+    server = await hub()
+    calls = 0
+
+    def broken(*_args: object) -> None:
+        nonlocal calls
+        calls += 1
+        raise RuntimeError("bug in an upgrade check")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(server, "_upgrade", broken)
+        assert await _status(server.url + "?agent_id=a1") == 500
+    assert calls == 1
+    c = await WsClient.connect(server.url, "after-the-bug")
+    await c.close()
+
+
 async def test_the_upgrade_and_the_registration_arrive_together(hub):
     """The 101 waits in the outbox for ``agent.registered`` (one write, see
     test_outbox): a raw client reads the 101, then that frame, nothing else."""
