@@ -63,9 +63,12 @@ async def capacity(target: Target, *, connections: int, window: float, space_siz
     try:
         t0 = time.monotonic()
         cpu0 = target.cpu()
+        fleet_open0 = sum(_cpu(p) for p in fleet.pids)
         opened = await fleet.call("open")
         open_s = time.monotonic() - t0
         open_cpu = target.cpu() - cpu0
+        # What bounds the fill rate: the server's core, or the load generator's.
+        fleet_open_cpu = sum(_cpu(p) for p in fleet.pids) - fleet_open0
         probed = await fleet.call("probe")
         verified = sum(p["verified"] for p in probed)
         await asyncio.sleep(2.0)  # what each connect set off is done
@@ -98,6 +101,8 @@ async def capacity(target: Target, *, connections: int, window: float, space_siz
             "open_s": open_s,
             "connects_per_s": verified / open_s,
             "server_cpu_ms_per_connect": 1000 * open_cpu / max(1, verified),
+            "server_cpu_pct_while_filling": 100 * open_cpu / open_s,
+            "loadgen_cpu_pct_while_filling": 100 * fleet_open_cpu / open_s,
             "rss_before_mib": rss0 / 2**20,
             "rss_after_mib": rss1 / 2**20,
             "rss_per_conn_kib": per_conn,
@@ -444,6 +449,11 @@ def rows(records: list[dict], comp: str) -> list[Row]:
             _pair(sc, "projected idle CPU % at 50,000", comp, hub, base,
                   "projected_50k_idle_cpu_pct", 1),
             _pair(sc, "connects/s while filling", comp, hub, base, "connects_per_s"),
+            # Which side bounds the fill rate: the server's core or the load generator's.
+            _pair(sc, "server CPU % while filling", comp, hub, base,
+                  "server_cpu_pct_while_filling"),
+            _pair(sc, "load generator CPU % while filling", comp, hub, base,
+                  "loadgen_cpu_pct_while_filling", with_ratio=False),
             _pair(
                 sc, "failed connection attempts (retried)", comp, hub, base, "failed_attempts",
                 with_ratio=False,
