@@ -174,11 +174,12 @@ class HubConnection(ServerConnection):
             await self._library_handshake(response, server_header)
             return
         self.response = response = self.protocol.accept(request)
-        if server_header is not None:
-            response.headers["Server"] = server_header
         if response.status_code != 101:  # accept() refused: a 400 or 426
+            # websockets adds the Server header to the answer it sends.
             await self._library_handshake(response, server_header)
             return
+        if server_header is not None:
+            response.headers["Server"] = server_header
         if self.protocol.state is not State.CONNECTING:
             return
         self.protocol.send_response(response)

@@ -230,3 +230,36 @@ async def test_http_port_serves_health_metrics_and_identity(hub):
     assert identity["did"] == server.node.identity.did and identity["did"].startswith("did:key:z")
     status, _, _ = await asyncio.to_thread(_get, base + "/nope")
     assert status == 404
+
+
+async def _answer_head(port: int, request: bytes) -> list[bytes]:
+    """The status line and header lines the WebSocket port answers ``request`` with."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(request)
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    finally:
+        writer.close()
+    return head.split(b"\r\n")[:-2]
+
+
+@pytest.mark.parametrize(
+    ("extra", "status"),
+    [
+        # Upgraded: the 101.
+        (b"Upgrade: websocket\r\nConnection: Upgrade\r\n"
+         b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n", b"101"),
+        # Refused by the WebSocket checks, after the hub's own: 426 (no Upgrade).
+        (b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n", b"426"),
+        # …and 400 (no key).
+        (b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n", b"400"),
+    ],
+    ids=["101", "426", "400"],
+)  # fmt: skip
+async def test_a_handshake_answer_has_one_server_header(hub, extra: bytes, status: bytes):
+    server = await hub()
+    request = b"GET /ws?agent_id=alice HTTP/1.1\r\nHost: 127.0.0.1\r\n" + extra + b"\r\n"
+    head = await _answer_head(server.port, request)
+    assert head[0].split(b" ")[1] == status, head
+    servers = [line for line in head if line.lower().startswith(b"server:")]
+    assert len(servers) == 1 and b"agora-hub/" in servers[0], head
