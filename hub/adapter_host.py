@@ -166,7 +166,9 @@ class AdapterHost(Protocol):
         """The caller of an HTTP gateway. With auth on, ``token`` (a bearer
         token as agents use: tokens file or JWT) names it, or
         :class:`AuthError` is raised; with auth off, ``agent_id`` (when it is
-        a valid agent id), else ``{prefix}-{random hex}``."""
+        a valid agent id), else ``{prefix}-{random hex}``. An id of the hub's
+        own agents (``mcp``, a bridge's virtual agents) raises
+        :class:`~hub.errors.AgentIdTaken`."""
         ...
 
     def may_join(self, caller: Caller, space: str) -> bool:

@@ -7,7 +7,7 @@ Exception tree::
     ├── AuthError             a connection's credentials were refused
     ├── BackplaneUnavailable  the backplane (Redis) can't carry out a request
     ├── SpaceFull             a join would exceed a space's capacity
-    └── AgentIdTaken          a virtual member's agent id is held by a live agent
+    └── AgentIdTaken          an agent id is not free (held by a live agent, or the hub's own)
 
 Protocol-level refusals are :class:`protocol.errors.ProtocolError`, which the
 session turns into ``error`` events; these are the hub's internal failures.
@@ -45,8 +45,9 @@ class SpaceFull(HubError):
 
 
 class AgentIdTaken(HubError):
-    """An adapter's agent id is held by a live agent elsewhere."""
+    """An agent id is not free: an adapter's id held by a live agent
+    elsewhere, or a caller naming one of the hub's own agents."""
 
-    def __init__(self, agent_id: str):
-        super().__init__(f"agent id {agent_id!r} is held by a live agent")
+    def __init__(self, agent_id: str, message: str | None = None):
+        super().__init__(message or f"agent id {agent_id!r} is held by a live agent")
         self.agent_id = agent_id

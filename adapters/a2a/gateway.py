@@ -44,6 +44,7 @@ from adapters.a2a.tasks import NodeTasks
 from adapters.replies import ReplyWaiters
 from hub.adapter_host import (
     AdapterHost,
+    AgentIdTaken,
     AuthError,
     BackplaneUnavailable,
     BodyRefused,
@@ -263,6 +264,8 @@ class A2aGateway:
             return await self._host.identify(bearer, prefix="a2a-caller")
         except AuthError:
             raise Refused(answers.unauthorized()) from None
+        except AgentIdTaken as exc:
+            raise Refused(web.json_response({"error": str(exc)}, status=409)) from None
 
     async def _read_json(self, request: web.Request) -> Any:
         """The request body as JSON, bounded in size (413) and nesting (400).

@@ -37,7 +37,14 @@ from adapters.mcp.catalog import ToolCatalog
 from adapters.mcp.options import McpOptions
 from adapters.mcp.sessions import McpSession, Sessions
 from adapters.mcp.streams import NotificationStreams
-from hub.adapter_host import AdapterHost, AuthError, BackplaneUnavailable, BodyRefused, Caller
+from hub.adapter_host import (
+    AdapterHost,
+    AgentIdTaken,
+    AuthError,
+    BackplaneUnavailable,
+    BodyRefused,
+    Caller,
+)
 from protocol.mcp import jsonrpc, results, revisions
 from protocol.mcp.jsonrpc import ClientReply, JsonRpcError, Notification, Request
 
@@ -151,6 +158,8 @@ class McpServer:
             )
         except AuthError:
             return http.unauthorized()
+        except AgentIdTaken as exc:
+            return http.refused(409, str(exc))
 
     async def _session(
         self, request: web.Request, caller: Caller
@@ -184,6 +193,10 @@ class McpServer:
             return http.refused(exc.status, exc.message)
         except JsonRpcError as exc:
             return self._rpc_error(request, exc, modern)
+        # server/discover is the stateless revision's probe whatever version it
+        # names: its errors (an unknown revision: -32022) take that revision's
+        # HTTP statuses too.
+        modern = modern or (isinstance(message, Request) and message.method == "server/discover")
         try:
             if isinstance(message, Notification | ClientReply):
                 found = await self._session(request, caller)

@@ -170,10 +170,18 @@ class NodeHost:
     ) -> Caller:
         if self.auth_required:
             found, grant = await self._auth.identify(token)
+            self._not_reserved(found)
             return Caller(found, grant)
         if agent_id is not None and is_valid_agent_id(agent_id):
+            self._not_reserved(agent_id)
             return Caller(agent_id)
         return Caller(f"{prefix}-{secrets.token_hex(8)}")
+
+    def _not_reserved(self, agent_id: str) -> None:
+        """A caller may not act as one of the hub's own agents (``mcp``, a
+        bridge's virtual agents, the API sender), as a WebSocket may not."""
+        if agent_id in self._reserved_ids:
+            raise AgentIdTaken(agent_id, f"agent id {agent_id!r} is the hub's own")
 
     def may_join(self, caller: Caller, space: str) -> bool:
         return may_join(caller.grant, space, caller.agent_id, self._rules)

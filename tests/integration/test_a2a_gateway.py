@@ -352,6 +352,7 @@ async def test_bearer_tokens_name_the_caller_and_its_claims_apply(hub, clients, 
     tokens.write_bytes(orjson.dumps({
         "helper": "h-token", "alice": "a-token",
         "reader": {"token": "r-token", "publish": ["elsewhere"]},
+        "a2a": "x-token",  # the gateway's own id: no caller may act as it
     }))  # fmt: skip
     server = await hub(adapters=[gateway()], auth_mode="tokens", auth_tokens_file=str(tokens))
     helper = await Answerer.start(lambda s, a: clients(s, a, token="h-token"), server)
@@ -362,6 +363,8 @@ async def test_bearer_tokens_name_the_caller_and_its_claims_apply(hub, clients, 
             "params": {"message": a2a.message("data")}}  # fmt: skip
     assert (await a2a.post(base, body))[0] == 401
     assert (await a2a.post(base, body, headers={"Authorization": "Bearer wrong"}))[0] == 401
+    status, own = await a2a.post(base, body, headers={"Authorization": "Bearer x-token"})
+    assert status == 409 and "hub's own" in own["error"]
     status, answer = await a2a.post(base, body, headers={"Authorization": "Bearer a-token"})
     assert status == 200
     task = answer["result"]["task"]

@@ -160,6 +160,9 @@ async def test_with_auth_off_the_caller_is_named_or_made_up(hub, http):
     bad = McpHttp(http, server.http_url, agent_id="not%20valid")
     await bad.call("space_publish", {"space": "lab", "text": "4"})
     assert (await bob.wait_for("space.event", space="lab"))["data"]["caller"].startswith("mcp-")
+    # The hub's own agent is nobody's to act as, here as on a WebSocket.
+    reserved = await McpHttp(http, server.http_url, agent_id="mcp").rpc("tools/list")
+    assert reserved.status == 409 and "hub's own" in reserved.error["message"]
     await bob.close()
 
 

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from adapters.mcp import McpOptions, McpServer
-from tests.support.mcphttp import McpHttp, text_of
+from tests.support.mcphttp import META, McpHttp, text_of
 from tests.support.wsclient import WsClient
 
 
@@ -84,10 +84,19 @@ async def test_the_stateless_revision_answers_with_its_statuses(hub, http):
     assert (unknown.status, unknown.error["code"]) == (400, -32602)
     discover = await modern.rpc("server/discover")
     assert discover.result["supportedVersions"] == ["2026-07-28"]
-    # A discover probe that is not a valid stateless request still gets an answer at once.
+    # A discover probe that is not a valid stateless request still gets an
+    # answer at once, with the stateless revision's status: a client falls
+    # back to the handshake on a JSON-RPC error or a 4xx alike.
     legacy = McpHttp(http, server.http_url)
     probe = await legacy.rpc("server/discover")
-    assert probe.status == 200 and probe.error["code"] == -32602  # no params._meta
+    assert probe.status == 400 and probe.error["code"] == -32602  # no params._meta
+    future = "2027-01-01"
+    meta = {**META, "io.modelcontextprotocol/protocolVersion": future}
+    headers = {"MCP-Protocol-Version": future, "Mcp-Method": "server/discover"}
+    newer = await legacy.rpc("server/discover", {"_meta": meta}, **headers)
+    assert (newer.status, newer.error["code"]) == (400, -32022)
+    assert newer.error["data"]["requested"] == future
+    assert "2026-07-28" in newer.error["data"]["supported"]
 
 
 async def test_wrong_argument_types_are_tool_errors(hub, http):
