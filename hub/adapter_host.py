@@ -192,7 +192,9 @@ class AdapterHost(Protocol):
     async def history(self, space: str, limit: int, viewer: str) -> list[dict[str, Any]]:
         """The latest ``limit`` events of ``space`` that ``viewer`` would have
         received (addressed ones only when it is a recipient), oldest first, at
-        most about ``max_frame_bytes`` of them — read without being a member.
+        most about ``max_frame_bytes`` of them — read without being a member. A
+        stream that ended with a done is one whole ``space.event``; cancelled,
+        unfinished and truncated streams are left out.
         Raises :class:`BackplaneUnavailable`."""
         ...
 

@@ -22,6 +22,7 @@ from aiohttp import web
 
 from hub.adapter_host import Caller
 from hub.auth import Authenticator
+from hub.cluster.backplane import Delivery
 from hub.cluster.kvstore import KeyValueStore
 from hub.cluster.presence import AgentRecord, Presence
 from hub.config.hub_identity import HubIdentity
@@ -30,6 +31,7 @@ from hub.core.authz import SpaceRules, may_join, may_publish
 from hub.core.ids import Ids
 from hub.core.registry import Registry
 from hub.core.session import Session, SessionLimits
+from hub.core.stream_audiences import StreamOp
 from hub.errors import AgentIdTaken, BackplaneUnavailable
 from hub.handlers.agent_ids import AgentIds
 from hub.handlers.dispatch import Dispatcher
@@ -200,19 +202,69 @@ class NodeHost:
         return [r for r in records if r is not None]
 
     async def history(self, space: str, limit: int, viewer: str) -> list[dict[str, Any]]:
-        # Read past the events ``viewer`` may not see (addressed to others).
-        window = min(2 * limit + 50, 1000)
-        found = await self._membership.backplane.history(space, limit=window)
+        # Newest first, paging back through at most HISTORY_SCAN frames: past the
+        # events ``viewer`` may not see (addressed to others), and back to the
+        # first delta of every stream that ended with a done.
         budget = self.settings.max_frame_bytes  # as space.history: about one largest frame
-        frames: list[bytes] = []
+        backplane = self._membership.backplane
+        events: list[dict[str, Any]] = []
         size = 0
-        for env in reversed(found.events):
-            if len(frames) == limit or (frames and size + len(env.frame) > budget):
-                break
-            if visible(env, viewer):
-                frames.append(env.frame)
-                size += len(env.frame)
-        return [orjson.loads(frame) for frame in reversed(frames)]
+        ended: dict[str, list[bytes]] = {}  # stream → its later frames, newest first
+        scanned = 0
+        before: int | None = None
+        while len(events) < limit and scanned < HISTORY_SCAN:
+            want = min(2 * limit + 50, HISTORY_SCAN - scanned)
+            page = await backplane.history(space, before=before, limit=want)
+            for env in reversed(page.events):
+                scanned += 1
+                whole = _whole_event(env, ended)
+                if whole is None or not visible(env, viewer):
+                    continue
+                event, bytes_ = whole
+                if events and size + bytes_ > budget:
+                    return events[::-1]
+                events.append(event)
+                size += bytes_
+                if len(events) == limit:
+                    break
+            if len(page.events) < want or page.events[0].seq is None:
+                break  # the oldest recorded frame was read
+            before = page.events[0].seq
+        return events[::-1]
 
     async def publish_system(self, space: str, data: dict[str, Any]) -> None:
         await self._membership.system_event(space, data)
+
+
+#: The most recorded frames one ``history`` read looks at.
+HISTORY_SCAN = 1000
+
+
+def _whole_event(env: Delivery, ended: dict[str, list[bytes]]) -> tuple[dict[str, Any], int] | None:
+    """A recorded frame read newest first, as a whole event and its size in
+    bytes: an event as it is; a stream — seen from its end back to its first
+    delta, its frames kept in ``ended`` meanwhile — as one ``space.event``
+    with the whole text, in its first delta's place. A stream that was
+    cancelled, is not finished, or began before the history is None."""
+    stream = env.stream
+    if stream is None:
+        return orjson.loads(env.frame), len(env.frame)
+    if env.op is StreamOp.END:
+        if orjson.loads(env.frame).get("type") == "space.event.done":
+            ended[stream] = []
+        return None
+    parts = ended.get(stream)
+    if parts is None:
+        return None  # no done after it in the history: cancelled or unfinished
+    if env.op is not StreamOp.OPEN:
+        parts.append(env.frame)
+        return None
+    del ended[stream]
+    first = orjson.loads(env.frame)
+    data = first.get("data") if isinstance(first.get("data"), dict) else {}
+    texts = [data.get("text", "")]
+    for frame in reversed(parts):
+        more = orjson.loads(frame).get("data")
+        texts.append(more.get("text", "") if isinstance(more, dict) else "")
+    whole = {**first, "type": "space.event", "data": {**data, "text": "".join(map(str, texts))}}
+    return whole, len(env.frame) + sum(map(len, parts))

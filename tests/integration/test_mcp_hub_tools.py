@@ -143,6 +143,40 @@ async def test_space_history_returns_the_latest_events_oldest_first(hub, http):
     await bob.close()
 
 
+async def test_space_history_gives_a_stream_as_one_whole_event(hub, http):
+    server = await hub(stream_threshold=100, stream_chunk=40)
+    bob = await WsClient.connect(server.url, "bob")
+    await bob.join("lab")
+
+    async def stream(event_id: str, texts: list[str], end: str) -> None:
+        for n, text in enumerate(texts):
+            data = {"text": text, "kind": "story"} if n == 0 else {"text": text}
+            await bob.send({"type": "space.event.delta", "space": "lab", "event_id": event_id,
+                            "data": data})  # fmt: skip
+        if end:
+            await bob.send({"type": end, "space": "lab", "event_id": event_id})
+
+    await bob.request({"type": "space.publish", "space": "lab", "data": {"text": "plain"}})
+    await stream("s1", ["hello ", "wor", "ld"], "space.event.done")
+    await stream("s2", ["never ", "mind"], "space.event.cancel")
+    big = "".join(chr(0x41 + n % 26) for n in range(250))  # split by the hub: 7 deltas
+    await bob.request({"type": "space.publish", "space": "lab", "data": {"text": big, "n": 1}})
+    await stream("s3", ["still ", "going"], "")  # unfinished
+    await bob.request({"type": "space.publish", "space": "lab", "data": {"text": "last"}})
+    await bob.request({"type": "space.list", "id": "sync"})  # every frame above is recorded
+    mcp = McpHttp(http, server.http_url, agent_id="alice")
+    result = await mcp.call("space_history", {"space": "lab", "limit": 10})
+    events = result["structuredContent"]["events"]
+    assert [e["data"]["text"] for e in events] == ["plain", "hello world", big, "last"]
+    assert all(e["type"] == "space.event" for e in events)
+    assert events[1]["data"]["kind"] == "story" and events[2]["data"]["n"] == 1
+    assert [e["seq"] for e in events] == sorted(e["seq"] for e in events)
+    # ``limit`` counts whole events, the newest ones.
+    last_two = await mcp.call("space_history", {"space": "lab", "limit": 2})
+    assert [e["data"]["text"] for e in last_two["structuredContent"]["events"]] == [big, "last"]
+    await bob.close()
+
+
 async def test_space_ask_returns_the_first_reply(hub, http):
     server = await hub()
     bob = await WsClient.connect(server.url, "bob")
