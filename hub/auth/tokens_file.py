@@ -24,6 +24,9 @@ from protocol.names import is_valid_agent_id
 _ENTRY_KEYS = frozenset({"token", "join", "publish"})
 
 
+MISSING = "a token is required (?token=, Authorization: Bearer, or the bearer.TOKEN subprotocol)"
+
+
 class TokenFileAuth:
     """Tokens compared in constant time; :meth:`reload` swaps the file in atomically."""
 
@@ -79,7 +82,10 @@ class TokenFileAuth:
         expected, grant = self._entries.get(agent_id, (None, Grant.unrestricted))
         given = (token or "").encode()
         ok = hmac.compare_digest(expected or self._DUMMY, given)
-        if expected is None or not token or not ok:
+        if not token:
+            # Saying it is missing tells nothing about the agent id.
+            raise AuthError(MISSING)
+        if expected is None or not ok:
             raise AuthError("invalid token for this agent_id")
         return grant
 
@@ -90,7 +96,9 @@ class TokenFileAuth:
         for agent_id, (expected, grant) in self._entries.items():
             if hmac.compare_digest(expected, given) and found is None:
                 found = (agent_id, grant)
-        if found is None or not token:
+        if not token:
+            raise AuthError(MISSING)
+        if found is None:
             raise AuthError("invalid token")
         return found
 

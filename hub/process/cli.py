@@ -121,10 +121,14 @@ def cmd_keygen(args: argparse.Namespace) -> int:
         if path.exists() and not args.force:
             print(f"agora-hub: {path} exists (use --force to overwrite)", file=sys.stderr)
             return 1
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.fchmod(fd, 0o600)  # the mode above applies only to a new file
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.fchmod(fd, 0o600)  # the mode above applies only to a new file
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+        except OSError as exc:
+            print(f"agora-hub: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+            return 1
         print(doc["did"])
     else:
         print(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())

@@ -50,3 +50,11 @@ def test_keygen_force_overwrites_with_a_new_private_key(tmp_path, capsys):
     assert out.stat().st_mode & 0o777 == 0o600  # tightened, not inherited
     assert main(["keygen", "--out", str(out), "--force"]) == 0
     assert orjson.loads(out.read_bytes())["did"] != doc["did"]
+
+
+def test_keygen_to_a_path_it_cannot_write_says_why(tmp_path, capsys):
+    for out, why in [(tmp_path / "no" / "such" / "dir.key", "No such file"), (tmp_path, "directory")]:
+        assert main(["keygen", "--out", str(out), "--force"]) == 1
+        captured = capsys.readouterr()
+        assert f"cannot write {out}" in captured.err and why in captured.err
+        assert "Traceback" not in captured.err and captured.out == ""
