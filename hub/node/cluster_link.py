@@ -120,10 +120,14 @@ class ClusterLink:
         for peer in self.registry:
             if peer.session is None or peer.closing or peer.record is None:
                 continue
-            agents.append(peer.record)
+            # A shared member (``a2a``, ``mcp``: one per node under one id)
+            # never claimed its id: every node would claim it, and all but one
+            # would lose their copy as a duplicate. Its memberships only.
+            if peer.kind is not PeerKind.SHARED:
+                agents.append(peer.record)
             for space in peer.session.spaces:
                 memberships.setdefault(space, []).append(peer.agent_id)
-        if not agents:
+        if not agents and not memberships:
             return
         conflicts = await self.presence.restore(agents, memberships)
         self.log.warning("presence restored", agents=len(agents), conflicts=len(conflicts))

@@ -13,6 +13,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
+import aiohttp
 import pytest
 
 from agora_client import (
@@ -26,6 +27,7 @@ from agora_client import (
     Unauthorized,
     Unavailable,
 )
+from tests.support.mcphttp import McpHttp
 from tests.support.wsclient import WsClient
 
 pytestmark = pytest.mark.redis
@@ -270,6 +272,42 @@ async def test_killed_node_is_cleaned_up_by_the_others(cluster, clients):
     # The id is free again, on the surviving node.
     back = await clients(n1.url, "doomed")
     assert back.registration is not None and back.registration.agent_id == "doomed"
+
+
+async def test_the_hubs_own_agents_survive_a_redis_restart(redis_server, cluster, clients):
+    """Every node hosts its own copy of the hub's agent ``mcp`` under that one
+    id. Restoring presence in an emptied Redis must not make one node's copy a
+    duplicate of another's (it was closed 4409, and that node's MCP calls hung)."""
+    nodes = cluster(2)
+    sub = await clients(nodes[0].url, "sub", request_timeout=20)
+    other = await clients(nodes[1].url, "other", request_timeout=20)
+    await sub.join("general")
+    await other.join("general")
+    received = sub.events("general")
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as http:
+        mcps = [McpHttp(http, node.http_url, agent_id=f"caller{n}") for n, node in enumerate(nodes)]
+
+        async def publish_via_each_node(round_: str) -> None:
+            for n, mcp in enumerate(mcps):
+                text = f"{round_} via node{n}"
+                result = await mcp.call("space_publish", {"space": "general", "text": text})
+                assert not result.get("isError"), result
+                assert (await received.get(timeout=TIMEOUT)).data["text"] == text
+
+        await publish_via_each_node("before")
+        redis_server.kill()
+        await wait_ready(nodes[0], 503)
+        await wait_ready(nodes[1], 503)
+        redis_server.start()
+        await wait_ready(nodes[0], 200)
+        await wait_ready(nodes[1], 200)
+        # Both nodes restored their members (a newcomer sees both agents).
+        late = await clients(nodes[0].url, "late", request_timeout=20)
+        async with asyncio.timeout(30):
+            while not {"sub", "other"} <= set((await late.join("general")).members):
+                await late.leave("general")
+                await asyncio.sleep(0.2)  # restoring is a node's own timer: nothing to wait on
+        await publish_via_each_node("after")
 
 
 async def test_redis_outage_is_survived_without_silent_loss(redis_server, cluster, clients):

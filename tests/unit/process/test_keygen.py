@@ -53,7 +53,10 @@ def test_keygen_force_overwrites_with_a_new_private_key(tmp_path, capsys):
 
 
 def test_keygen_to_a_path_it_cannot_write_says_why(tmp_path, capsys):
-    for out, why in [(tmp_path / "no" / "such" / "dir.key", "No such file"), (tmp_path, "directory")]:
+    for out, why in [
+        (tmp_path / "no" / "such" / "dir.key", "No such file"),
+        (tmp_path, "directory"),
+    ]:
         assert main(["keygen", "--out", str(out), "--force"]) == 1
         captured = capsys.readouterr()
         assert f"cannot write {out}" in captured.err and why in captured.err
