@@ -199,8 +199,8 @@ class Registry(Generic[M]):
                 found.append(member)
         return found
 
-    def stop_receiving(self, member: M, stream_id: str) -> bool:
-        return self.streams.stop_receiving(member, stream_id)
+    def stop_receiving(self, member: M, stream_id: str, space: str) -> bool:
+        return self.streams.stop_receiving(member, stream_id, space)
 
     def idle_streams(self, now: float, idle: float) -> list[RelayedStream[M]]:
         """Relayed streams with no frame for ``idle`` seconds; the node ends each

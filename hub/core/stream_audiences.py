@@ -72,10 +72,10 @@ class StreamAudiences(Generic[M]):
             del self._streams[stream_id]
         return record.audience
 
-    def stop_receiving(self, member: M, stream_id: str) -> bool:
-        """Receiver-side cancel: False if ``member`` was not receiving it."""
+    def stop_receiving(self, member: M, stream_id: str, space: str) -> bool:
+        """Receiver-side cancel: False if ``member`` was not receiving it in ``space``."""
         record = self._streams.get(stream_id)
-        if record is None or member not in record.audience:
+        if record is None or record.space != space or member not in record.audience:
             return False
         del record.audience[member]
         return True

@@ -285,10 +285,10 @@ class Publishing:
             conn.send_frame(codec.complete(head, seq, tail))
 
     def receiver_cancel(self, conn: Peer, a: ReceiverCancel) -> None:
-        if not self.registry.stop_receiving(conn, a.stream_id):
+        if not self.registry.stop_receiving(conn, a.stream_id, a.space):
             raise ProtocolError(
                 ErrorCode.INVALID_REQUEST,
-                f"not receiving a stream {a.stream_id[:260]!r}",
+                f"not receiving a stream {a.stream_id[:260]!r} in space {a.space!r}",
                 a.request_id,
             )
         conn.send_frame(codec.receiver_cancelled(a.request_id, a.space, a.stream_id))

@@ -436,4 +436,4 @@ class Boundary:
 
     def _skip(self, stream: str) -> None:
         self.skipped.add(stream)
-        self.registry.stop_receiving(self.conn, stream)
+        self.registry.stop_receiving(self.conn, stream, self.space)

@@ -178,6 +178,10 @@ async def test_receiver_cancel_stops_only_that_receiver(hub):
     pub, quitter, stayer = await members(server, "pub", "quitter", "stayer")
     await pub.send(delta("e1", "one"))
     first = await quitter.wait_for("space.event.delta")
+    # Named in another space, it is not a stream the quitter receives there.
+    wrong = await quitter.request(cancel(first["event_id"], space="other"))
+    assert wrong["type"] == "error" and wrong["code"] == "INVALID_REQUEST"
+    assert "space 'other'" in wrong["message"]
     ack = await quitter.request(cancel(first["event_id"]))
     assert ack == {
         "type": "space.event.cancel",

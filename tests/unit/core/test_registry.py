@@ -83,8 +83,9 @@ def test_a_stream_audience_is_fixed_by_its_first_frame(reg):
     registry.add("conn-late", late)
     registry.join("room", late)  # joins mid-stream: gets none of it
     assert registry.deliver("room", frame("d2"), stream="a/s", op=StreamOp.DELTA) == 2
-    assert registry.stop_receiving(m["b"], "a/s")  # receiver cancel
-    assert not registry.stop_receiving(m["b"], "a/s")
+    assert not registry.stop_receiving(m["b"], "a/s", "elsewhere")  # not that space's stream
+    assert registry.stop_receiving(m["b"], "a/s", "room")  # receiver cancel
+    assert not registry.stop_receiving(m["b"], "a/s", "room")
     assert registry.deliver("room", frame("done"), stream="a/s", op=StreamOp.END) == 1
     assert m["c"].got == [b"d1", b"d2", b"done"]
     assert m["b"].got == [b"d1", b"d2"] and late.got == [] and m["a"].got == []
