@@ -2,12 +2,12 @@
 
 A JSON-RPC error is answered HTTP 200 like the a2a-sdk server does; what is
 refused before a call can be made — no or a bad token (401), a forbidden
-space (403), an unknown agent (404), a body too big (413), a busy node or an
-unreachable cluster (503, ``Retry-After``), the gateway's own rate limit
-(429) — gets that HTTP status, with a JSON-RPC error body where a client
-reading JSON-RPC can use one. :class:`Refused` carries such an answer out of
-the code that decided it. :func:`stream` writes a ``SendStreamingMessage``
-answer as it comes.
+space (403), an unknown agent (404), a caller naming the hub's own agent (409),
+a body too big (413), a busy node or an unreachable cluster (503,
+``Retry-After``), the gateway's own rate limit (429) — gets that HTTP status,
+with a JSON-RPC error body (id null when the request was not read).
+:class:`Refused` carries such an answer out of the code that decided it.
+:func:`stream` writes a ``SendStreamingMessage`` answer as it comes.
 """
 
 from __future__ import annotations
@@ -60,15 +60,19 @@ def rate_limited(rpc_id: RequestId) -> web.Response:
 
 
 def not_found(message: str) -> web.Response:
-    return web.json_response({"error": message}, status=404)
+    return rpc_error(RpcError(jsonrpc.INVALID_REQUEST, message), 404)
 
 
 def unauthorized() -> web.Response:
-    return web.json_response(
-        {"error": "unauthorized: a valid bearer token is required"},
-        status=401,
-        headers={"WWW-Authenticate": 'Bearer realm="agora-hub"'},
+    response = rpc_error(
+        RpcError(jsonrpc.INVALID_REQUEST, "Unauthorized: a valid bearer token is required"), 401
     )
+    response.headers["WWW-Authenticate"] = 'Bearer realm="agora-hub"'
+    return response
+
+
+def conflict(message: str) -> web.Response:
+    return rpc_error(RpcError(jsonrpc.INVALID_REQUEST, message), 409)
 
 
 async def stream(

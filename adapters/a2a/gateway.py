@@ -265,7 +265,7 @@ class A2aGateway:
         except AuthError:
             raise Refused(answers.unauthorized()) from None
         except AgentIdTaken as exc:
-            raise Refused(web.json_response({"error": str(exc)}, status=409)) from None
+            raise Refused(answers.conflict(str(exc))) from None
 
     async def _read_json(self, request: web.Request) -> Any:
         """The request body as JSON, bounded in size (413) and nesting (400).

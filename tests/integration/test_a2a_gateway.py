@@ -272,8 +272,9 @@ async def test_unknown_spaces_and_agents_are_404(hub, clients):
     body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
             "params": {"message": a2a.message("hi")}}  # fmt: skip
     for url in (f"{server.http_url}/a2a/elsewhere", f"{base}/nobody", f"{base}/a2a"):
-        status, _ = await a2a.post(url, body)
+        status, answer = await a2a.post(url, body)
         assert status == 404, url
+        assert answer["error"]["code"] == -32600 and answer["error"]["message"], url
     await helper.aclose()
 
 
@@ -361,10 +362,11 @@ async def test_bearer_tokens_name_the_caller_and_its_claims_apply(hub, clients, 
     assert "bearer" in card["securitySchemes"]
     body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
             "params": {"message": a2a.message("data")}}  # fmt: skip
-    assert (await a2a.post(base, body))[0] == 401
-    assert (await a2a.post(base, body, headers={"Authorization": "Bearer wrong"}))[0] == 401
+    for headers in ({}, {"Authorization": "Bearer wrong"}):
+        status, refused = await a2a.post(base, body, headers=headers)
+        assert status == 401 and refused["error"]["code"] == -32600  # a JSON-RPC error body
     status, own = await a2a.post(base, body, headers={"Authorization": "Bearer x-token"})
-    assert status == 409 and "hub's own" in own["error"]
+    assert status == 409 and "hub's own" in own["error"]["message"]
     status, answer = await a2a.post(base, body, headers={"Authorization": "Bearer a-token"})
     assert status == 200
     task = answer["result"]["task"]
