@@ -95,7 +95,7 @@ class ClusterLink:
         dead_after = self.settings.node_dead_after
         now = self._clock()
         if await presence.touch_node():
-            await self._restore()
+            await self._restore(announce=await presence.reaped())
         if self._touched is not None and now - self._touched > dead_after:
             self._steady_since = now  # beating again after a gap: judge nobody yet
         self._touched = now
@@ -114,7 +114,10 @@ class ClusterLink:
                 # (An agent that already reconnected elsewhere is not offline.)
                 await self.membership.agent_status("offline", reaped.record)
 
-    async def _restore(self) -> None:
+    async def _restore(self, *, announce: bool) -> None:
+        """Put this node's agents and memberships back in presence. With
+        ``announce`` (the node had been reaped: its agents were announced gone)
+        each restored agent is announced ``online`` and a member again."""
         agents: list[AgentRecord] = []
         memberships: dict[str, list[str]] = {}
         for peer in self.registry:
@@ -130,7 +133,10 @@ class ClusterLink:
         if not agents and not memberships:
             return
         conflicts = await self.presence.restore(agents, memberships)
-        self.log.warning("presence restored", agents=len(agents), conflicts=len(conflicts))
+        self.log.warning(
+            "presence restored", agents=len(agents), conflicts=len(conflicts), reaped=announce
+        )
+        lost = {record.agent_id for record in conflicts}
         for record in conflicts:
             for peer in self.registry:
                 if peer.agent_id == record.agent_id and peer.record is not None:
@@ -139,6 +145,22 @@ class ClusterLink:
                         ErrorCode.AGENT_EXISTS,
                         "agent connected elsewhere",
                     )
+        if announce:
+            await self._announce_restored([a for a in agents if a.agent_id not in lost])
+
+    async def _announce_restored(self, agents: list[AgentRecord]) -> None:
+        """The counterpart of the reaper's departures: ``online`` and a join per
+        space (coalesced per space like any joins). Best effort: what the
+        backplane cannot take now is not retried."""
+        restored = {a.agent_id for a in agents}
+        events = self.membership.member_events
+        with contextlib.suppress(BackplaneUnavailable):
+            for record in agents:
+                await self.membership.agent_status("online", record)
+            for peer in self.registry:
+                if peer.agent_id in restored and peer.session is not None:
+                    for space in peer.session.spaces:
+                        await events.changed(space, peer.agent_id, True)
 
     # ── node messages ───────────────────────────────────────────────────
 

@@ -236,6 +236,7 @@ async def test_touch_reports_a_missing_registration(cluster: PresenceCluster) ->
     assert await a.touch_node() is False
     await cluster.lose_data()
     assert await a.touch_node() is cluster.distributed
+    assert await a.reaped() is False  # lost, not reaped: nobody was told it left
     assert await a.touch_node() is False
 
 
@@ -317,8 +318,12 @@ async def test_reaping_by_exactly_one_of_concurrent_reapers(cluster: PresenceClu
     # Nothing is reaped twice, and live nodes are not reaped.
     assert await reapers[2].reap_dead_nodes(dead_after) == []
     assert await reapers[0].touch_node() is False
-    # A reaped node that comes back finds its registration gone (and restores).
+    # A reaped node that comes back finds its registration gone (and restores),
+    # and learns, once, that its agents were announced gone.
     assert await dead[0].touch_node() is True
+    assert await dead[0].reaped() is True
+    assert await dead[0].reaped() is False
+    assert await reapers[0].reaped() is False
 
 
 async def test_reaping_spares_an_agent_that_moved(cluster: PresenceCluster) -> None:

@@ -274,6 +274,42 @@ async def test_killed_node_is_cleaned_up_by_the_others(cluster, clients):
     assert back.registration is not None and back.registration.agent_id == "doomed"
 
 
+async def test_a_node_reaped_while_paused_announces_its_agents_again(cluster, clients):
+    """A live node that stops beating (an event loop stalled, a VM paused) is
+    reaped and its agents announced gone; once it runs again it restores them,
+    and the others hear they are back — not only a newcomer reading the list."""
+    fast_nodes = {"node_heartbeat_interval": 0.2, "node_heartbeat_timeout": 1.0}
+    n0, n1 = cluster(2, heartbeat_timeout=20.0, **fast_nodes)
+    survivor = await clients(n1.url, "survivor")
+    await survivor.join("general")
+    await survivor.join("agent.status")
+    members = survivor.events("general", members=True)
+    status = survivor.events("agent.status")
+
+    def status_of(event: str) -> Callable[[Any], bool]:
+        return lambda e: e.data.get("event") == event and e.data["agent"]["id"] == "napper"
+
+    # A raw client: it neither heartbeats nor reconnects while its node sleeps.
+    napper = await WsClient.connect(n0.url, "napper")
+    await napper.join("general")
+    await next_matching(members, joined("napper"))
+    os.kill(n0.proc.pid, signal.SIGSTOP)
+    try:
+        await next_matching(members, left("napper"), timeout=20)
+        await next_matching(status, status_of("offline"), timeout=20)
+    finally:
+        os.kill(n0.proc.pid, signal.SIGCONT)
+    back, online = await asyncio.gather(
+        next_matching(members, joined("napper"), timeout=20),
+        next_matching(status, status_of("online"), timeout=20),
+    )
+    assert set(back.members) == {"survivor", "napper"}
+    assert online.sender == "@hub"
+    # The napper never noticed: same connection, still a member.
+    listed = await napper.request({"type": "space.members", "space": "general"})
+    assert set(listed["members"]) == {"survivor", "napper"}
+
+
 async def test_the_hubs_own_agents_survive_a_redis_restart(redis_server, cluster, clients):
     """Every node hosts its own copy of the hub's agent ``mcp`` under that one
     id. Restoring presence in an emptied Redis must not make one node's copy a

@@ -151,6 +151,14 @@ class NodeLiveness(Protocol):
         """
         ...
 
+    async def reaped(self) -> bool:
+        """Did other nodes reap this one — remove its agents and announce them
+        gone — since it last asked? True at most once per reaping. Asked when
+        :meth:`touch_node` found the registration missing: a node paused or cut
+        off past the node timeout then announces its restored agents again;
+        after a plain data loss nobody was told they left, and it does not."""
+        ...
+
     async def restore(
         self, agents: list[AgentRecord], memberships: dict[str, list[str]]
     ) -> list[AgentRecord]:

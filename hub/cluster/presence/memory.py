@@ -237,6 +237,9 @@ class MemoryPresence:
     async def node_alive(self, node_id: str, within: float) -> bool:
         return True
 
+    async def reaped(self) -> bool:
+        return False
+
     async def restore(
         self, agents: list[AgentRecord], memberships: dict[str, list[str]]
     ) -> list[AgentRecord]:

@@ -250,6 +250,10 @@ class RedisPresence(RedisStore):
         added = await self._call("touch_node", self._touch, [self._keys.nodes], [self.node_id])
         return bool(added)
 
+    async def reaped(self) -> bool:
+        with self._command("reaped"):
+            return bool(await self._client.getdel(self._keys.reaped(self.node_id)))
+
     async def node_alive(self, node_id: str, within: float) -> bool:
         alive = await self._call(
             "node_alive",

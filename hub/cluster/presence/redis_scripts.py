@@ -31,6 +31,10 @@ class PresenceKeys:
     def node_agents(self, node_id: str) -> str:
         return f"{self.prefix}:node-agents:{node_id}"
 
+    def reaped(self, node_id: str) -> str:
+        """Set when other nodes reaped ``node_id`` and announced its agents gone."""
+        return f"{self.prefix}:reaped:{node_id}"
+
     def members(self, space: str) -> str:
         return f"{self.prefix}:members:{space}"
 
@@ -214,6 +218,8 @@ return false
 # For each agent a dead node registered: if the dead connection still holds
 # the id, the record and all the agent's memberships go; if the id has moved
 # to a new connection since, only memberships joined by the dead connection go.
+# A node reaped with agents is marked (P:reaped:NODE, a day): if it was alive
+# after all, it learns on waking that its agents were announced gone.
 # Returns {agent, node, conn, info, spaces...} per removed agent.
 REAP_LUA = (
     INDEX_LUA
@@ -230,6 +236,10 @@ for _, node in ipairs(dead) do
     local origin = string.match(node, '^(.*)~%x%x%x%x%x%x%x%x$') or node
     local index = p .. ':node-agents:' .. node
     local held = redis.call('HGETALL', index)
+    if origin == node and #held > 0 then
+      -- a live node reaped by mistake (paused, cut off) learns it on waking
+      redis.call('SET', p .. ':reaped:' .. node, '1', 'EX', 86400)
+    end
     for i = 1, #held, 2 do
       local aid, conn = held[i], held[i + 1]
       local akey = p .. ':agent:' .. aid
