@@ -176,14 +176,14 @@ def redis_cluster() -> Iterator[ClusterSetup]:
 
 @pytest.fixture
 def redis_ha_factory() -> Iterator[Any]:
-    """``factory("sentinel" | "cluster")``: a fresh setup of this test's own
-    (for tests that kill a master), removed at its end."""
+    """``factory("sentinel" | "cluster", start=True)``: a fresh setup of this
+    test's own (for tests that kill a master), removed at its end."""
     made: list[Any] = []
 
-    def _start(kind: str) -> Any:
+    def _start(kind: str, *, start: bool = True) -> Any:
         setup = (SentinelSetup if kind == "sentinel" else ClusterSetup)(_ha_binary())
         made.append(setup)
-        return setup.start()
+        return setup.start() if start else setup
 
     yield _start
     for setup in made:

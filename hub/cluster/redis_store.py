@@ -17,13 +17,15 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any, Self
 
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
 from hub.cluster.redis_connection import RedisConnection
 from hub.errors import BackplaneUnavailable
 
 # Errors that mean "Redis could not do it": every one becomes BackplaneUnavailable.
-REDIS_ERRORS = (RedisError, OSError)
+#: What a Redis that cannot serve raises. redis-py's ``RedisClusterException``
+#: (no reachable node, slots not all covered) is not a ``RedisError``.
+REDIS_ERRORS = (RedisError, RedisClusterException, OSError)
 
 
 def unavailable(what: str, exc: BaseException) -> BackplaneUnavailable:

@@ -218,3 +218,19 @@ async def test_master_killed_mid_publish_loses_nothing_silently(
         assert result["lost"] == [] and result["duplicated"] == []
     # The failover was real: the publisher was refused while there was no master.
     assert result["refused"] > 0
+
+
+async def test_a_node_started_before_its_redis_cluster_waits_for_it(redis_ha_factory, hub, clients):
+    """No reachable node yet (redis-py's RedisClusterException is no
+    RedisError): the node starts not-ready, as with one Redis, and becomes
+    ready when the cluster comes up — it neither crashes nor needs a restart."""
+    setup = redis_ha_factory("cluster", start=False)
+    node = await hub(redis_url=setup.url, **FAST)
+    assert not node.node.ready
+    await asyncio.to_thread(setup.start)
+    await until(lambda: node.node.ready, "ready once the cluster is up", 60)
+    agent = await clients(node.url, "early", request_timeout=20)
+    await agent.join("room")
+    events = agent.events("room")
+    sent = await agent.publish("room", {"text": "hello"})
+    assert (await events.get(timeout=TIMEOUT)).event_id == sent.event_id
