@@ -74,9 +74,12 @@ def parse_redis_url(url: str) -> RedisTarget:
         user, colon, secret = userinfo.partition(":")
         username = unquote(user) or None
         password = unquote(secret) if colon else None
-    hosts = tuple(_host(h, _DEFAULT_PORT[mode]) for h in hostlist.split(",") if h)
-    if not hosts:
+    if not hostlist:
         raise ValueError(f"redis_url: {scheme}:// needs at least one host:port")
+    entries = hostlist.split(",")
+    if "" in entries:
+        raise ValueError(f"redis_url: an empty entry in the host list {hostlist!r}")
+    hosts = tuple(_host(h, _DEFAULT_PORT[mode]) for h in entries)
     path = [unquote(p) for p in parts.path.split("/") if p]
     options = dict(parse_qsl(parts.query, keep_blank_values=True))
     allowed = _TLS_OPTIONS + (_SENTINEL_OPTIONS if mode == "sentinel" else ())
@@ -130,6 +133,13 @@ def _host(text: str, default_port: int) -> tuple[str, int]:
 
 
 def _db(text: str) -> int:
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise ValueError(f"redis_url: the db must be a number, not {text!r}")
-    return int(text)
+    db = int(text)
+    if db > _MAX_DB:
+        raise ValueError(f"redis_url: the db must be from 0 to {_MAX_DB}, not {text!r}")
+    return db
+
+
+#: The largest db index a Redis can be configured with (``databases`` is an int).
+_MAX_DB = 2**31 - 1
