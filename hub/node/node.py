@@ -228,7 +228,10 @@ class Node:
             kv=self.kv, envelopes=self.envelopes, auth=self.auth,
             space_rules=self.limits.space_rules, http_app=self.http_app, ready=lambda: self.ready,
         )  # fmt: skip
-        self.sweeper = Sweeper(s, self.registry, self.dispatcher, preframe=preframe, log=self.log)
+        self.sweeper = Sweeper(
+            s, self.registry, self.dispatcher, preframe=preframe, log=self.log,
+            presence=self.presence,
+        )  # fmt: skip
         self._sweeper: asyncio.Task[None] | None = None
         self._beat: asyncio.Task[None] | None = None
         self._started = False

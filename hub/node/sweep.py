@@ -13,11 +13,13 @@ import asyncio
 import time
 from typing import Any
 
+from hub.cluster.presence import Presence
 from hub.config.settings import Settings
 from hub.core.actions import Close
 from hub.core.frames import OutFrame
 from hub.core.registry import Registry
-from hub.core.stream_audiences import StreamOp
+from hub.core.stream_audiences import RelayedStream, StreamOp
+from hub.errors import BackplaneUnavailable
 from hub.handlers.dispatch import Dispatcher
 from protocol import codec
 
@@ -31,10 +33,13 @@ class Sweeper:
         *,
         preframe: bool,
         log: Any,
+        presence: Presence | None = None,
     ):
         self.settings = settings
         self.registry = registry
         self.dispatcher = dispatcher
+        #: Asked whether the publisher of a quiet relayed stream is still there.
+        self.presence = presence
         self._preframe = preframe
         self._log = log
 
@@ -82,13 +87,33 @@ class Sweeper:
         # Streams whose publisher's node went away without a last frame: their
         # audience here gets a hub cancel, through the one fan-out loop.
         for record in self.registry.idle_streams(now, idle * 2):
-            notice = codec.cancel_notice(
-                record.space, record.stream_id, record.publisher, "idle_timeout"
-            )
-            self.registry.deliver(
-                record.space,
-                OutFrame(notice, self._preframe),
-                stream=record.stream_id,
-                op=StreamOp.END,
-                now=now,
-            )
+            self._end(record, "idle_timeout", now)
+        if self.presence is not None:
+            await self._end_orphans(now)
+
+    async def _end_orphans(self, now: float) -> None:
+        """A relayed stream whose publisher is gone from the cluster — its node
+        died mid-stream and was reaped — ends as a disconnect ends it, once it
+        has been quiet as long as a node takes to be declared dead, instead of
+        at twice the stream idle timeout."""
+        assert self.presence is not None
+        local = self.registry.agents
+        for record in self.registry.idle_streams(now, self.settings.node_dead_after):
+            if not record.publisher or record.publisher in local:
+                continue  # the hub's own (a split publish), or a session here ends it
+            try:
+                holder = await self.presence.get_agent(record.publisher)
+            except BackplaneUnavailable:
+                return  # the cluster cannot tell now: the next sweep asks again
+            if holder is None:
+                self._end(record, "publisher_disconnected", now)
+
+    def _end(self, record: RelayedStream[Any], reason: str, now: float) -> None:
+        notice = codec.cancel_notice(record.space, record.stream_id, record.publisher, reason)
+        self.registry.deliver(
+            record.space,
+            OutFrame(notice, self._preframe),
+            stream=record.stream_id,
+            op=StreamOp.END,
+            now=now,
+        )

@@ -247,6 +247,27 @@ async def test_streams_and_cancels_across_nodes(cluster, clients):
     assert rest[-1].reason == "publisher_disconnected"
 
 
+async def test_a_stream_of_a_killed_node_ends_as_a_disconnect(cluster, clients):
+    """The publisher's node dies mid-stream: once it is reaped, receivers on
+    other nodes get the cancel a disconnect gives — not, 2 × stream_idle_timeout
+    later (60 s by default), an idle timeout."""
+    n0, n1 = cluster(2, stream_idle_timeout=300.0)
+    pub = await clients(n0.url, "pub")
+    receiver = await clients(n1.url, "receiver")
+    for c in (pub, receiver):
+        await c.join("room")
+    chunks = receiver.stream_events("room")
+    stream = pub.stream("room", event_id="long")
+    await stream.send("first words")
+    first = await next_matching(chunks, lambda m: isinstance(m, StreamChunk))
+    assert (first.kind, first.event_id) == ("delta", "pub/long")
+    os.kill(n0.proc.pid, signal.SIGKILL)
+    end = await next_matching(
+        chunks, lambda m: isinstance(m, StreamChunk) and m.event_id == "pub/long", timeout=30
+    )
+    assert (end.kind, end.reason) == ("cancel", "publisher_disconnected")
+
+
 async def test_killed_node_is_cleaned_up_by_the_others(cluster, clients):
     n0, n1 = cluster(2)
     survivor = await clients(n1.url, "survivor")
