@@ -295,7 +295,11 @@ def _interpret(whole: Assembled) -> Any:
         return interpret_reply({"status": "failure", "error": f"Reply lost: {whole.failure}"})
     data = whole.data
     if data.get("status") in ("failure", "error"):
-        return interpret_reply({"status": "failure", "error": data.get("error")})
+        # The agora-protocol library's own habit: ``{status: "error", message}``.
+        error = data.get("error")
+        if error is None or error == "":
+            error = data.get("message")
+        return interpret_reply({"status": "failure", "error": error})
     body = data["body"] if "body" in data else data.get("text")
     return interpret_reply({"status": "success", "body": body})
 

@@ -120,6 +120,8 @@ async def test_reply_text_when_there_is_no_body_and_failure_replies(weather, res
             return {"status": "failure", "error": "No such city"}
         if data["body"] == "fail-object":
             return {"status": "failure", "error": {"code": 7}}
+        if data["body"] == "library-error":  # the agora-protocol library's shape
+            return {"status": "error", "message": "Out of forecasts"}
         return {"text": "plain text answer"}
 
     await responders(server, answer=answer)
@@ -133,6 +135,8 @@ async def test_reply_text_when_there_is_no_body_and_failure_replies(weather, res
     )
     _status, reply = await call("POST", agora(server), {"body": "fail-object"})
     assert reply == {"status": "failure", "error": '{"code":7}'}
+    _status, reply = await call("POST", agora(server), {"body": "library-error"})
+    assert reply == {"status": "failure", "error": "Out of forecasts"}
 
 
 async def test_only_the_first_reply_counts(weather, responders):
