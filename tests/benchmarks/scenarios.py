@@ -38,6 +38,10 @@ def self_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+#: Loopback source addresses the load generator's own connections come from.
+SOURCES = 8
+
+
 @dataclass
 class Target:
     """A server under test: the hub (one or more nodes) or the baseline."""
@@ -70,7 +74,13 @@ class Target:
         port = self.ports[node % len(self.ports)]
         self._ids += 1
         path = f"/ws?agent_id={prefix}{self._ids}" if self.is_hub else "/"
-        client = await LoadClient.connect("127.0.0.1", port, path, deflate=self.deflate)
+        # Round robin over loopback source addresses, each with its own ~28k
+        # ephemeral ports: a run after a storm or a capacity run (tens of
+        # thousands of ports in TIME_WAIT) must not run out of them.
+        source = f"127.0.1.{1 + self._ids % SOURCES}"
+        client = await LoadClient.connect(
+            "127.0.0.1", port, path, deflate=self.deflate, source=source
+        )
         first = await client.expect("agent.registered" if self.is_hub else "ready")
         if self.is_hub:
             # Half the hub's heartbeat interval, as a client library would.
