@@ -162,7 +162,7 @@ class McpServer:
             return http.refused(409, str(exc))
 
     async def _session(
-        self, request: web.Request, caller: Caller
+        self, request: web.Request, caller: Caller, request_id: Any = None
     ) -> tuple[McpSession | None, Caller] | web.Response:
         """The request's session (when it names one) and the caller it binds:
         404 for a session that is unknown, ended, or another caller's."""
@@ -175,7 +175,7 @@ class McpServer:
         except BackplaneUnavailable:
             return http.busy("The hub is unavailable")
         if session is None or (self._host.auth_required and session.caller != caller.agent_id):
-            return http.session_not_found()
+            return http.session_not_found(request_id)
         return session, Caller(session.caller, caller.grant)
 
     async def _post(self, request: web.Request) -> web.StreamResponse:
@@ -223,7 +223,7 @@ class McpServer:
             request.headers.get(revisions.PROTOCOL_VERSION_HEADER)
         ):
             return http.refused(400, "Unsupported MCP-Protocol-Version", request_id=message.id)
-        found = await self._session(request, caller)
+        found = await self._session(request, caller, message.id)
         if isinstance(found, web.Response):
             return found
         session, caller = found

@@ -204,6 +204,11 @@ class HubServer:
 
     def _process_request(self, connection: Any, request: Request) -> Response | None:
         path, _, query = request.path.partition("?")
+        if request.method != "GET":
+            # As on the HTTP port: these routes (and the upgrade) are GET only.
+            body = f"method {request.method[:16]} not allowed: GET only\n".encode()
+            status = http.HTTPStatus.METHOD_NOT_ALLOWED
+            return _response(status, body, "text/plain; charset=utf-8", {"Allow": "GET"})
         if path == "/ws":
             return self._upgrade(connection, request, query)
         if path == "/healthz":

@@ -214,6 +214,26 @@ async def test_an_internal_error_is_reported_and_the_connection_survives(hub, mo
     await c.close()
 
 
+def _send(url: str, method: str) -> tuple[int, str]:
+    request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as resp:
+            return resp.status, resp.headers.get("Allow", "")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers.get("Allow", "")
+
+
+async def test_websocket_port_routes_are_get_only_as_on_the_http_port(hub):
+    server = await hub()
+    for path in ("/healthz", "/readyz", "/metrics", "/ws?agent_id=x"):
+        for method in ("POST", "DELETE", "PUT"):
+            url = f"http://127.0.0.1:{server.port}{path}"
+            status, allow = await asyncio.to_thread(_send, url, method)
+            assert (status, allow) == (405, "GET"), (method, path)
+    status, _, _ = await asyncio.to_thread(_get, f"http://127.0.0.1:{server.port}/healthz")
+    assert status == 200
+
+
 async def test_http_port_serves_health_metrics_and_identity(hub):
     server = await hub()
     base = server.http_url

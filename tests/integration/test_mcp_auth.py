@@ -90,6 +90,7 @@ async def test_a_session_belongs_to_its_caller(hub, http, tokens):
     assert await alice.delete() == 200
     gone = await alice.rpc("tools/list")
     assert gone.status == 404
+    assert gone.body["id"] is not None  # the answer names the request it refuses
     assert await alice.delete() == 404
 
 
