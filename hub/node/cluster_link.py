@@ -146,7 +146,9 @@ class ClusterLink:
                         "agent connected elsewhere",
                     )
         if announce:
-            await self._announce_restored([a for a in agents if a.agent_id not in lost])
+            # In the background: thousands of announcements must not hold up
+            # the beat that keeps this node from being reaped again.
+            self._spawn(self._announce_restored([a for a in agents if a.agent_id not in lost]))
 
     async def _announce_restored(self, agents: list[AgentRecord]) -> None:
         """The counterpart of the reaper's departures: ``online`` and a join per
@@ -159,7 +161,7 @@ class ClusterLink:
                 await self.membership.agent_status("online", record)
             for peer in self.registry:
                 if peer.agent_id in restored and peer.session is not None:
-                    for space in peer.session.spaces:
+                    for space in list(peer.session.spaces):
                         await events.changed(space, peer.agent_id, True)
 
     # ── node messages ───────────────────────────────────────────────────
