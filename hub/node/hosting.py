@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import secrets
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -209,7 +210,7 @@ class NodeHost:
         backplane = self._membership.backplane
         events: list[dict[str, Any]] = []
         size = 0
-        ended: dict[str, list[bytes]] = {}  # stream → its later frames, newest first
+        ended: dict[str, _Ended | None] = {}  # streams seen from their done backwards
         scanned = 0
         before: int | None = None
         while len(events) < limit and scanned < HISTORY_SCAN:
@@ -217,7 +218,7 @@ class NodeHost:
             page = await backplane.history(space, before=before, limit=want)
             for env in reversed(page.events):
                 scanned += 1
-                whole = _whole_event(env, ended)
+                whole = _whole_event(env, ended, budget)
                 if whole is None or not visible(env, viewer):
                     continue
                 event, bytes_ = whole
@@ -240,31 +241,45 @@ class NodeHost:
 HISTORY_SCAN = 1000
 
 
-def _whole_event(env: Delivery, ended: dict[str, list[bytes]]) -> tuple[dict[str, Any], int] | None:
+@dataclass(slots=True)
+class _Ended:
+    """A stream seen from its done backwards: its later frames, newest first."""
+
+    frames: list[bytes] = field(default_factory=list)
+    size: int = 0
+
+
+def _whole_event(
+    env: Delivery, ended: dict[str, _Ended | None], budget: int
+) -> tuple[dict[str, Any], int] | None:
     """A recorded frame read newest first, as a whole event and its size in
     bytes: an event as it is; a stream — seen from its end back to its first
     delta, its frames kept in ``ended`` meanwhile — as one ``space.event``
     with the whole text, in its first delta's place. A stream that was
-    cancelled, is not finished, or began before the history is None."""
+    cancelled, is not finished, began before the history or is larger than
+    ``budget`` is None (a stream over the budget stops being kept at once)."""
     stream = env.stream
     if stream is None:
         return orjson.loads(env.frame), len(env.frame)
     if env.op is StreamOp.END:
         if orjson.loads(env.frame).get("type") == "space.event.done":
-            ended[stream] = []
+            ended[stream] = _Ended()
         return None
     parts = ended.get(stream)
     if parts is None:
-        return None  # no done after it in the history: cancelled or unfinished
+        return None  # no done after it in the history (cancelled, unfinished), or too big
     if env.op is not StreamOp.OPEN:
-        parts.append(env.frame)
+        parts.frames.append(env.frame)
+        parts.size += len(env.frame)
+        if parts.size > budget:
+            ended[stream] = None
         return None
     del ended[stream]
     first = orjson.loads(env.frame)
     data = first.get("data") if isinstance(first.get("data"), dict) else {}
     texts = [data.get("text", "")]
-    for frame in reversed(parts):
+    for frame in reversed(parts.frames):
         more = orjson.loads(frame).get("data")
         texts.append(more.get("text", "") if isinstance(more, dict) else "")
     whole = {**first, "type": "space.event", "data": {**data, "text": "".join(map(str, texts))}}
-    return whole, len(env.frame) + sum(map(len, parts))
+    return whole, len(env.frame) + parts.size

@@ -177,6 +177,26 @@ async def test_space_history_gives_a_stream_as_one_whole_event(hub, http):
     await bob.close()
 
 
+async def test_space_history_leaves_out_a_stream_larger_than_its_budget(hub, http):
+    server = await hub(max_frame_bytes=4096)  # the history's byte budget too
+    bob = await WsClient.connect(server.url, "bob")
+    await bob.join("lab")
+    await bob.request({"type": "space.publish", "space": "lab", "data": {"text": "before"}})
+    for _ in range(60):  # some 10 KB of frames in all, each delta small
+        delta = {"type": "space.event.delta", "space": "lab", "event_id": "big",
+                 "data": {"text": "x" * 50}}  # fmt: skip
+        await bob.send(delta)
+    await bob.send({"type": "space.event.done", "space": "lab", "event_id": "big"})
+    await bob.request({"type": "space.publish", "space": "lab", "data": {"text": "after"}})
+    mcp = McpHttp(http, server.http_url, agent_id="alice")
+    result = await mcp.call("space_history", {"space": "lab", "limit": 10})
+    assert [e["data"]["text"] for e in result["structuredContent"]["events"]] == [
+        "before",
+        "after",
+    ]
+    await bob.close()
+
+
 async def test_space_ask_returns_the_first_reply(hub, http):
     server = await hub()
     bob = await WsClient.connect(server.url, "bob")
