@@ -24,7 +24,9 @@ from protocol.names import is_valid_agent_id
 _ENTRY_KEYS = frozenset({"token", "join", "publish"})
 
 
-MISSING = "a token is required (?token=, Authorization: Bearer, or the bearer.TOKEN subprotocol)"
+_MISSING_TOKEN = (
+    "a token is required (?token=, Authorization: Bearer, or the bearer.TOKEN subprotocol)"
+)
 
 
 class TokenFileAuth:
@@ -79,25 +81,24 @@ class TokenFileAuth:
         return commit
 
     async def authenticate(self, agent_id: str, token: str | None) -> Grant:
-        expected, grant = self._entries.get(agent_id, (None, Grant.unrestricted))
-        given = (token or "").encode()
-        ok = hmac.compare_digest(expected or self._DUMMY, given)
         if not token:
             # Saying it is missing tells nothing about the agent id.
-            raise AuthError(MISSING)
+            raise AuthError(_MISSING_TOKEN)
+        expected, grant = self._entries.get(agent_id, (None, Grant.unrestricted))
+        ok = hmac.compare_digest(expected or self._DUMMY, token.encode())
         if expected is None or not ok:
             raise AuthError("invalid token for this agent_id")
         return grant
 
     async def identify(self, token: str | None) -> tuple[str, Grant]:
-        given = (token or "").encode()
+        if not token:
+            raise AuthError(_MISSING_TOKEN)
+        given = token.encode()
         found: tuple[str, Grant] | None = None
         # Every entry is compared, so the time taken does not tell which matched.
         for agent_id, (expected, grant) in self._entries.items():
             if hmac.compare_digest(expected, given) and found is None:
                 found = (agent_id, grant)
-        if not token:
-            raise AuthError(MISSING)
         if found is None:
             raise AuthError("invalid token")
         return found

@@ -22,9 +22,9 @@ from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 from hub.cluster.redis_connection import RedisConnection
 from hub.errors import BackplaneUnavailable
 
-# Errors that mean "Redis could not do it": every one becomes BackplaneUnavailable.
-#: What a Redis that cannot serve raises. redis-py's ``RedisClusterException``
-#: (no reachable node, slots not all covered) is not a ``RedisError``.
+#: Errors that mean "Redis could not do it": every one becomes BackplaneUnavailable.
+#: redis-py's ``RedisClusterException`` (no reachable node, slots not all
+#: covered) is not a ``RedisError``.
 REDIS_ERRORS = (RedisError, RedisClusterException, OSError)
 
 

@@ -218,8 +218,11 @@ class NodeHost:
             page = await backplane.history(space, before=before, limit=want)
             for env in reversed(page.events):
                 scanned += 1
+                # A stream's frames share its audience: an invisible one is skipped whole.
+                if not visible(env, viewer):
+                    continue
                 whole = _whole_event(env, ended, budget)
-                if whole is None or not visible(env, viewer):
+                if whole is None:
                     continue
                 event, bytes_ = whole
                 if events and size + bytes_ > budget:

@@ -33,7 +33,7 @@ class Sweeper:
         *,
         preframe: bool,
         log: Any,
-        presence: Presence | None = None,
+        presence: Presence,
     ):
         self.settings = settings
         self.registry = registry
@@ -88,15 +88,13 @@ class Sweeper:
         # audience here gets a hub cancel, through the one fan-out loop.
         for record in self.registry.idle_streams(now, idle * 2):
             self._end(record, "idle_timeout", now)
-        if self.presence is not None:
-            await self._end_orphans(now)
+        await self._end_orphans(now)
 
     async def _end_orphans(self, now: float) -> None:
         """A relayed stream whose publisher is gone from the cluster — its node
         died mid-stream and was reaped — ends as a disconnect ends it, once it
         has been quiet as long as a node takes to be declared dead, instead of
         at twice the stream idle timeout."""
-        assert self.presence is not None
         local = self.registry.agents
         for record in self.registry.idle_streams(now, self.settings.node_dead_after):
             if not record.publisher or record.publisher in local:
