@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from websockets.asyncio.server import Server, serve
-from websockets.datastructures import Headers
+from websockets.datastructures import Headers, MultipleValuesError
 from websockets.http11 import Request, Response
 
 from hub import __version__
@@ -245,6 +245,10 @@ class HubServer:
             self.per_ip.acquire(client.ip)
         except HandshakeRefused as exc:
             return _text(http.HTTPStatus(exc.status), exc.reason + "\n")
+        except MultipleValuesError as exc:
+            # Two Authorization or Origin headers: ambiguous, as websockets
+            # itself answers two Origins.
+            return _text(http.HTTPStatus.BAD_REQUEST, f"more than one {exc} header\n")
         except ProtocolError as exc:
             return _text(http.HTTPStatus.BAD_REQUEST, f"{exc.message}\n")
         if self.per_ip.limit > 0:

@@ -71,6 +71,21 @@ async def test_ambiguous_credentials_are_refused_400(hub, tokens_file):
     assert await _status(f"{server.url}?agent_id=alice&token={t}") == 101
 
 
+async def test_a_header_sent_twice_that_must_be_one_is_refused_400(hub, tokens_file):
+    """Two Authorization or two Origin headers are ambiguous: 400 naming the
+    header (they were a 500 and a traceback in the log)."""
+    server = await hub(auth_mode="tokens", auth_tokens_file=str(tokens_file))
+    url = f"{server.url}?agent_id=alice"
+    for name, value in (("Authorization", f"Bearer {TOKENS['alice']}"), ("Origin", "https://a")):
+        with pytest.raises(InvalidStatus) as refused:
+            await connect(url, open_timeout=10, additional_headers=[(name, value), (name, value)])
+        response = refused.value.response
+        assert response.status_code == 400
+        assert response.body == f"more than one '{name}' header\n".encode()
+    auth = [("Authorization", f"Bearer {TOKENS['alice']}")]
+    assert await _status(url, additional_headers=auth) == 101
+
+
 async def test_allowed_origins(hub):
     server = await hub(allowed_origins="https://app.example, https://ops.example")
     url = f"{server.url}?agent_id=browser"
@@ -190,6 +205,54 @@ async def test_the_upgrade_and_the_registration_arrive_together(hub):
     payload = frame[4:] if frame[1] == 126 else frame[2:]
     event = orjson.loads(payload)
     assert event["type"] == "agent.registered" and event["agent"]["id"] == "raw"
+
+
+def _masked_text(payload: bytes) -> bytes:
+    mask = b"\x01\x02\x03\x04"
+    body = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    return bytes([0x81, 0x80 | len(payload)]) + mask + body
+
+
+async def test_an_upgrade_in_pieces_or_with_a_frame_behind_it_goes_through_websockets(hub):
+    """The plain upgrade's fast path takes a request that is whole in one read
+    and nothing else; split over reads, or with a frame sent before the 101,
+    websockets' own parser reads it and the agent opens all the same."""
+    server = await hub()
+    request = (
+        b"GET /ws?agent_id=%s HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+        b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        b"Sec-WebSocket-Version: 13\r\n\r\n"
+    )
+    join = _masked_text(b'{"type":"space.join","id":"j1","space":"pieces"}')
+
+    def talk(parts: list[bytes], until: bytes) -> bytes:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for part in parts:
+                s.sendall(part)
+                if part is not parts[-1]:
+                    # The hub reads the first piece alone before the rest comes.
+                    s.settimeout(0.3)
+                    try:
+                        early = s.recv(1)
+                    except TimeoutError:
+                        early = None  # nothing is answered to half a request
+                    assert early is None, f"half a request answered: {early!r}"
+                    s.settimeout(10)
+            data = b""
+            while until not in data:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            return data
+
+    split = request % b"split"
+    data = await asyncio.to_thread(talk, [split[:40], split[40:]], b"agent.registered")
+    assert data.startswith(b"HTTP/1.1 101 ") and b'"id":"split"' in data
+    data = await asyncio.to_thread(talk, [request % b"eager" + join], b"space.joined")
+    assert data.startswith(b"HTTP/1.1 101 ")
+    assert b"agent.registered" in data and b'"space":"pieces"' in data
 
 
 async def test_handshakes_in_progress_are_bounded(hub):
