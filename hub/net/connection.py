@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Any
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed, PayloadTooBig
 from websockets.http11 import Response
-from websockets.protocol import State
+from websockets.protocol import Protocol, State
 
 from hub.core.authz import Grant
 from hub.core.frames import OutFrame
 from hub.core.peer import CleanedUp, PeerKind
 from hub.net.handshake import ConnectionsPerIp, HandshakeDeadlines, HandshakeSlots
 from hub.net.outbox import Flusher, Outbox
+from hub.net.upgrade import accept, parse_request
 from protocol import codec
 from protocol.errors import CloseCode, ErrorCode
 
@@ -69,6 +70,7 @@ class HubConnection(ServerConnection):
         "_close_task",
         "_ending",
         "_failure_reported",
+        "_first_read",
         "_in_handshake",
         "_in_line",
         "agent_id",
@@ -118,6 +120,7 @@ class HubConnection(ServerConnection):
         self.bearer_subprotocol: str | None = None
         self._in_handshake = False
         self._in_line = False
+        self._first_read = True
         self._failure_reported = False
         self._close_task: asyncio.Task[None] | None = None
         # Resolved once the hub gives up on the connection (a probe stops waiting).
@@ -173,18 +176,29 @@ class HubConnection(ServerConnection):
         if response is not None or not self.server.is_serving():
             await self._library_handshake(response, server_header)
             return
-        self.response = response = self.protocol.accept(request)
+        protocol = self.protocol
+        # A plain upgrade is answered from a template (hub.net.upgrade);
+        # accept() negotiates anything else, or refuses.
+        answer = accept(request, server_header) if protocol.origins is None else None
+        if answer is not None:
+            if protocol.state is not State.CONNECTING:
+                return
+            protocol.state = OPEN
+            self.start_outbox()
+            self.outbox.push_preamble(answer)
+            return
+        self.response = response = protocol.accept(request)
         if response.status_code != 101:  # accept() refused: a 400 or 426
             # websockets adds the Server header to the answer it sends.
             await self._library_handshake(response, server_header)
             return
         if server_header is not None:
             response.headers["Server"] = server_header
-        if self.protocol.state is not State.CONNECTING:
+        if protocol.state is not State.CONNECTING:
             return
-        self.protocol.send_response(response)
+        protocol.send_response(response)
         self.start_outbox()
-        for data in self.protocol.data_to_send():
+        for data in protocol.data_to_send():
             self.outbox.push_preamble(data)
 
     async def _library_handshake(
@@ -291,6 +305,19 @@ class HubConnection(ServerConnection):
         self.outbox.paused = False
 
     def data_received(self, data: bytes) -> None:
+        if self._first_read:
+            self._first_read = False
+            # A whole plain request in the first read skips websockets'
+            # request parser (hub.net.upgrade); anything else goes to it.
+            request = parse_request(data)
+            if request is not None:
+                protocol = self.protocol
+                # From here on the protocol parses frames only.
+                protocol.parser = Protocol.parse(protocol)
+                next(protocol.parser)
+                self.request = request
+                self.request_rcvd.set_result(None)
+                return
         # Any inbound frame is liveness, control frames included: browsers and
         # client libraries keep connections alive with pings. One clock read
         # per socket read.

@@ -230,7 +230,7 @@ class HubServer:
         try:
             # Parsed once: the credentials and the declared details both read it.
             params = parse_qs(query, keep_blank_values=True)
-            creds = credentials(params, headers.get("Authorization"), _subprotocols(headers))
+            creds = credentials(params, _one(headers, "Authorization"), _subprotocols(headers))
             if creds is None or not is_valid_agent_id(creds.agent_id):
                 return _text(
                     http.HTTPStatus.BAD_REQUEST,
@@ -240,7 +240,7 @@ class HubServer:
             if not self.node.accepting:
                 return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, "hub shutting down\n")
             declared = codec.handshake_info(creds.agent_id, params)
-            self.origins.check(headers.get("Origin"))
+            self.origins.check(_one(headers, "Origin"))
             client = self.client_address(connection, request)
             self.per_ip.acquire(client.ip)
         except HandshakeRefused as exc:
@@ -266,6 +266,16 @@ class HubServer:
         ``Forwarded``). Per-client limits key on its ``ip``; see
         :mod:`hub.net.proxies`."""
         return self.proxies.client_address(connection.remote_address, request.headers)
+
+
+def _one(headers: Headers, name: str) -> str | None:
+    """The header's one value, None when absent (``Headers.get`` raises and
+    catches a KeyError for an absent header: most handshakes have no
+    ``Authorization`` and no ``Origin``)."""
+    values = headers.get_all(name)
+    if len(values) > 1:
+        raise MultipleValuesError(name)
+    return values[0] if values else None
 
 
 def _subprotocols(headers: Headers) -> list[str]:
