@@ -167,7 +167,7 @@ class HubConnection(ServerConnection):
             return
         try:
             response = process_request(self, request)
-            if inspect.isawaitable(response):
+            if response is not None and inspect.isawaitable(response):
                 response = await response
         except Exception as exc:
             # websockets logs it and answers 500, as it would have.
