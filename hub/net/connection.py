@@ -17,8 +17,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from websockets.asyncio.server import ServerConnection
+from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed, PayloadTooBig
-from websockets.http11 import Response
+from websockets.http11 import Request, Response
 from websockets.protocol import Protocol, State
 
 from hub.core.authz import Grant
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from protocol.messages import AgentInfo
 
 OPEN = State.OPEN
+_HANDSHAKE_OVER = Request("", Headers())
 _ENDING = (State.CLOSING, State.CLOSED)
 # Closes websockets makes on its own when a peer breaks the protocol.
 _FAILURE_CODES = frozenset(
@@ -239,13 +241,18 @@ class HubConnection(ServerConnection):
     def start_outbox(self) -> None:
         """Called once the handshake is done: the outbox starts writing."""
         self._handshake_over()
-        # The handshake's headers were read (what the hub keeps of them is in
-        # token, client, declared): emptied, they stop costing ~2.5 KiB for the
-        # connection's life. websockets' parser keeps the request object itself.
+        # The handshake was read (what the hub keeps of it is in token, client,
+        # declared): let go, it stops costing ~2.5 KiB and a few objects for the
+        # collector for the connection's life. websockets takes a request that
+        # is not None as "the handshake is over": a shared empty one stands in.
+        # When websockets' parser read the request it keeps the object itself:
+        # its headers are emptied.
         if self.request is not None:
             self.request.headers.clear()
+            self.request = _HANDSHAKE_OVER
         if self.response is not None:
             self.response.headers.clear()
+            self.response = None
         compress = None
         if self.protocol.extensions or self.compress_frames:
             protocol = self.protocol

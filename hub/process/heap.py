@@ -17,8 +17,9 @@ counting). At 10,000, forming a space of 2,000 agents still ran 12 young
 collections and one middle-generation one: 0.08–0.10 CPU-s, about a sixth
 of the join; at 50,000 it runs two young ones, 0.02 CPU-s (gc.callbacks, in
 docs/performance.md). The middle-generation walk of those connections is
-not saved but moved out of the burst: it comes with a later collection. And full collections wait for 100 middle-generation ones instead
-of 10: in a storm the whole population of connections is replaced, so
+not saved but moved out of the burst: it comes with a later collection.
+And full collections wait for 100 middle-generation ones instead of 10:
+in a storm the whole population of connections is replaced, so
 CPython's rule that a full collection waits until a quarter of the old
 objects are new never held it back, and each full walk over a hundred
 thousand connections' objects took 15 % of a 10,000-agent storm's CPU

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http
+import logging
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qs
@@ -138,6 +139,8 @@ class HubServer:
             close_timeout=s.close_timeout,
             max_queue=16,
             server_header=f"agora-hub/{__version__}",
+            # Given, not looked up by name for every new connection.
+            logger=_WEBSOCKETS_LOG,
             # Passed on to loop.create_server: room for a reconnect storm.
             backlog=s.listen_backlog,
             **kwargs,
@@ -266,6 +269,9 @@ class HubServer:
         ``Forwarded``). Per-client limits key on its ``ip``; see
         :mod:`hub.net.proxies`."""
         return self.proxies.client_address(connection.remote_address, request.headers)
+
+
+_WEBSOCKETS_LOG = logging.getLogger("websockets.server")
 
 
 def _one(headers: Headers, name: str) -> str | None:
