@@ -343,6 +343,14 @@ class HubConnection(ServerConnection):
         self.outbox.stop()
         self._end()
         super().connection_lost(exc)
+        # websockets leaves the protocol in cycles (its parser generator and its
+        # subprotocol hook both hold it, the hook the connection too): broken
+        # here, a closed connection is freed by reference counting at once
+        # instead of waiting, with all it holds, for the cycle collector — a
+        # storm's worth of connections at a time.
+        protocol = self.protocol
+        protocol.parser = None  # type: ignore[assignment]  # receive_eof() ran: no more input
+        protocol.__dict__.pop("select_subprotocol", None)
 
     def _end(self) -> None:
         ending = self._ending

@@ -198,6 +198,9 @@ class Outbox:
         self._writable = False
         self.open = False
         self._drop_pending()
+        # Nothing can overflow any more; the callback (a method of the
+        # connection) would keep the connection and its outbox in a cycle.
+        self._on_overflow = _nothing
 
     def _over_limit(self) -> bool:
         buffered = self._transport.get_write_buffer_size()
@@ -261,3 +264,7 @@ class Flusher:
                 outbox.flush()
             except Exception:
                 outbox.flush_failed()
+
+
+def _nothing() -> None:
+    pass

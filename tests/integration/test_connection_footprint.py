@@ -4,7 +4,10 @@ shared keys, the handshake's headers emptied, no deque for drain waiters."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import sys
+import weakref
 
 from hub.net.connection import HubConnection
 
@@ -42,3 +45,25 @@ async def test_the_per_ip_slot_is_given_back_when_the_connection_ends(hub, clien
     assert len(server.per_ip) == 0
     bob = await clients(server, "bob")
     assert bob is not None
+
+
+async def test_a_closed_connection_is_freed_by_reference_counting(hub, clients):
+    """Nothing of a closed connection waits for the cycle collector: in a storm
+    that would be every dropped agent's objects at once (websockets leaves its
+    protocol in cycles; the hub breaks them when the connection is lost)."""
+    server = await hub()
+    alice = await clients(server, "alice")
+    await alice.join("room")
+    (conn,) = server._server.connections
+    freed = asyncio.Event()
+    ref = weakref.ref(conn, lambda _: freed.set())
+    cleaned_up = conn.cleaned_up
+    del conn
+    gc.disable()
+    try:
+        await alice.aclose()
+        await asyncio.wait_for(cleaned_up.wait(), 10)
+        await asyncio.wait_for(freed.wait(), 10)
+    finally:
+        gc.enable()
+    assert ref() is None
