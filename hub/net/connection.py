@@ -239,7 +239,10 @@ class HubConnection(ServerConnection):
             self.handshakes.release()
 
     def start_outbox(self) -> None:
-        """Called once the handshake is done: the outbox starts writing."""
+        """Called once the handshake is done: the outbox starts writing.
+        Again (the node calls it for every connection it runs) it does nothing."""
+        if self.outbox.started:
+            return
         self._handshake_over()
         # The handshake was read (what the hub keeps of it is in token, client,
         # declared): let go, it stops costing ~2.5 KiB and a few objects for the

@@ -102,6 +102,10 @@ class Outbox:
         self._writable = self.open = True
 
     @property
+    def started(self) -> bool:
+        return self._transport is not _NOT_YET
+
+    @property
     def pending_bytes(self) -> int:
         return self._pending_bytes
 
