@@ -21,7 +21,7 @@ template:
 
 Both give what websockets gives for the same input: the same ``Request``
 (path, headers, method, protocol) and the same 101 bytes, headers in the
-same order (tests/unit/test_upgrade.py compares them). No I/O here.
+same order (tests/unit/net/test_upgrade.py compares them). No I/O here.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 # tabs (websockets' own grammar, without its ISO-8859-1 range), then the
 # empty line ending the request — and nothing after it.
 _REQUEST = re.compile(
-    rb"(GET|[A-Z]{1,16}) (/[\x21-\x7e]*) (HTTP/1\.[01])\r\n"
+    rb"([A-Z]{1,16}) (/[\x21-\x7e]*) (HTTP/1\.[01])\r\n"
     rb"((?:[-!#$%&'*+.^_`|~0-9a-zA-Z]+:[\t\x20-\x7e]*\r\n)*)\r\n"
 )
 _TOKEN = re.compile(r"[-!#$%&'*+.^_`|~0-9a-zA-Z]+")
