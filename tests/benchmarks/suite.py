@@ -245,14 +245,13 @@ class Bench:
         del self.records[first:]
         for server in ("baseline", "hub"):
             theirs = [r for r in mine if r["server"] == server]
-            measured = sorted(
-                (r for r in theirs if key in r.get("figures", {})), key=lambda r: r["figures"][key]
-            )
+            measured = [r for r in theirs if key in r.get("figures", {})]
             if not measured:
                 self.records.append(theirs[-1])
                 continue
-            median = dict(measured[len(measured) // 2])
-            median["runs"] = [r["figures"][key] for r in theirs if key in r.get("figures", {})]
+            ranked = sorted(measured, key=lambda r: r["figures"][key])
+            median = dict(ranked[len(ranked) // 2])
+            median["runs"] = [r["figures"][key] for r in measured]  # in the order run
             self.records.append(median)
 
     # ── scenarios ────────────────────────────────────────────────────────
