@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, cast
 
 from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
@@ -26,6 +26,7 @@ from hub.core.authz import Grant
 from hub.core.frames import OutFrame
 from hub.core.peer import CleanedUp, PeerKind
 from hub.net.handshake import ConnectionsPerIp, HandshakeDeadlines, HandshakeSlots
+from hub.net.inbox import Inbox, read_frames
 from hub.net.outbox import Flusher, Outbox
 from hub.net.upgrade import accept, parse_request
 from protocol import codec
@@ -63,6 +64,11 @@ class HubConnection(ServerConnection):
     #: permessage-deflate may be negotiated (``compression = deflate``).
     compress_frames: bool = False
     hub_close_timeout: float = 5.0
+    #: What runs a connection once it is open (the node's ConnectionLifecycle.handle),
+    #: the handshake's ``process_request`` and its ``Server`` header: set by the server.
+    hub_handler: Callable[[HubConnection], Awaitable[None]]
+    hub_process_request: Callable[..., Any] | None = None
+    hub_server_header: str | None = None
 
     # The hub's state of a connection lives in slots, not in the instance
     # __dict__: websockets' own ~27 attributes fit the dict's shared keys
@@ -73,6 +79,8 @@ class HubConnection(ServerConnection):
         "_ending",
         "_failure_reported",
         "_first_read",
+        "_frame_limit",
+        "_frames_read",
         "_in_handshake",
         "_in_line",
         "agent_id",
@@ -123,13 +131,26 @@ class HubConnection(ServerConnection):
         self._in_handshake = False
         self._in_line = False
         self._first_read = True
+        # Whole plain frames are read by the hub (hub.net.inbox) once the
+        # handshake is over, up to the size limit (None: no limit).
+        self._frames_read = False
+        self._frame_limit: int | None = None
         self._failure_reported = False
         self._close_task: asyncio.Task[None] | None = None
         # Resolved once the hub gives up on the connection (a probe stops waiting).
         self._ending: asyncio.Future[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
+        # websockets' own connection_made (websockets 17), with the hub's
+        # Inbox where websockets puts an Assembler: then the handler task.
+        transport = cast(asyncio.Transport, transport)
+        self.recv_messages = Inbox(  # type: ignore[assignment]
+            self.max_queue_high, self.max_queue_low,
+            transport.pause_reading, transport.resume_reading,
+        )  # fmt: skip
+        transport.set_write_buffer_limits(self.write_limit_high, self.write_limit_low)
+        self.transport = transport
+        self.server.handler_tasks.add(self.loop.create_task(self._serve()))
         self.deadlines.start(self)
         slots = self.handshakes
         if slots.acquire():
@@ -142,6 +163,36 @@ class HubConnection(ServerConnection):
         else:
             # The line is full too: cut at once, before any read.
             transport.abort()  # type: ignore[attr-defined]
+
+    async def _serve(self) -> None:
+        """websockets' per-connection ``protocol_handler`` for a hub connection:
+        the handshake, the hub's handler, the close. Without its
+        ``asyncio.timeout`` (``open_timeout`` is off: the hub keeps
+        ``handshake_timeout`` itself, :class:`HandshakeDeadlines`) and its
+        keepalive task (off: the hub's heartbeat is a message)."""
+        server = self.server
+        try:
+            await self.handshake(self.hub_process_request, None, self.hub_server_header)
+            if self.protocol.state is not OPEN:
+                self.transport.abort()
+                return
+            server.all_connections.add(self)
+            try:
+                try:
+                    await self.hub_handler(self)
+                except BaseException:
+                    await self.close(CloseCode.INTERNAL_ERROR)
+                    raise
+                await self.close()
+            except Exception:
+                self.logger.error("connection handler failed", exc_info=True)
+            finally:
+                server.all_connections.discard(self)
+        except Exception:
+            # Don't leak connections when the handshake fails unexpectedly.
+            self.transport.abort()
+        finally:
+            server.handler_tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
 
     async def handshake(
         self,
@@ -266,6 +317,14 @@ class HubConnection(ServerConnection):
                 return protocol.data_to_send()
 
         self.outbox.start(self.transport, compress)
+        protocol = self.protocol
+        # websockets logs every frame at debug level: then its parser reads them all.
+        if not protocol.debug:
+            limit, fragment = protocol.max_message_size, protocol.max_fragment_size
+            if fragment is not None and (limit is None or fragment < limit):
+                limit = fragment
+            self._frame_limit = limit
+            self._frames_read = True
 
     # ── the write path ───────────────────────────────────────────────────
 
@@ -334,6 +393,18 @@ class HubConnection(ServerConnection):
         session = self.session
         if session is not None:
             session.last_seen = self.loop.time()
+        protocol = self.protocol
+        if (
+            self._frames_read
+            and protocol.state is OPEN
+            and protocol.current_size is None  # no fragmented message under way
+            and not protocol.reader.buffer  # websockets' parser at a frame boundary
+        ):
+            read = read_frames(data, self._frame_limit, self.recv_messages.put_message)
+            if read == len(data):
+                return
+            if read:
+                data = data[read:]
         super().data_received(data)
 
     def connection_lost(self, exc: Exception | None) -> None:

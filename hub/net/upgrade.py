@@ -51,7 +51,6 @@ _REQUEST = re.compile(
     rb"((?:[-!#$%&'*+.^_`|~0-9a-zA-Z]+:[\t\x20-\x7e]*\r\n)*)\r\n"
 )
 _TOKEN = re.compile(r"[-!#$%&'*+.^_`|~0-9a-zA-Z]+")
-_add = getattr(Headers, "set_insecure", Headers.__setitem__)
 
 
 def parse_request(data: bytes) -> Request | None:
@@ -62,16 +61,30 @@ def parse_request(data: bytes) -> Request | None:
     if match is None:
         return None
     method, path, protocol, block = match.groups()
-    lines = block.split(b"\r\n")
+    # ASCII only (the pattern): decoded once, then split.
+    lines = block.decode("ascii").split("\r\n")
     lines.pop()  # after the last line's CRLF
     if len(lines) > MAX_HEADERS:
         return None
-    headers = Headers()
+    # What Headers.__setitem__ builds, header by header: names in lower case
+    # to their values, and the (name, value) pairs in order.
+    index: dict[str, list[str]] = {}
+    pairs: list[tuple[str, str]] = []
     for line in lines:
-        name, _, value = line.partition(b":")
-        _add(headers, name.decode("ascii"), value.strip(b" \t").decode("ascii"))
-    if "Transfer-Encoding" in headers or "Content-Length" in headers:
+        name, _, value = line.partition(":")
+        value = value.strip(" \t")
+        lower = name.lower()
+        values = index.get(lower)
+        if values is None:
+            index[lower] = [value]
+        else:
+            values.append(value)
+        pairs.append((name, value))
+    if "transfer-encoding" in index or "content-length" in index:
         return None  # websockets decides about a body
+    headers = Headers()
+    headers._dict = index
+    headers._list = pairs
     return Request(path.decode("ascii"), headers, method.decode("ascii"), protocol.decode("ascii"))
 
 
@@ -81,23 +94,23 @@ def accept(request: Request, server_header: str | None) -> bytes | None:
     None for anything ``accept()`` must decide."""
     if request.method != "GET" or request.protocol != "HTTP/1.1":
         return None
-    headers = request.headers
-    if "Sec-WebSocket-Extensions" in headers or "Sec-WebSocket-Protocol" in headers:
+    index = request.headers._dict  # names in lower case to their values
+    if "sec-websocket-extensions" in index or "sec-websocket-protocol" in index:
         return None
-    if len(headers.get_all("Origin")) > 1:
+    if len(index.get("origin", ())) > 1:
         return None  # accept() refuses it
-    if headers.get_all("Sec-WebSocket-Version") != ["13"]:
+    if index.get("sec-websocket-version") != ["13"]:
         return None
-    upgrade = headers.get_all("Upgrade")
-    if len(upgrade) != 1 or upgrade[0].lower() != "websocket":
+    upgrade = index.get("upgrade")
+    if upgrade is None or len(upgrade) != 1 or upgrade[0].lower() != "websocket":
         return None
-    options = [o.strip(" \t") for value in headers.get_all("Connection") for o in value.split(",")]
+    options = [o.strip(" \t") for value in index.get("connection", ()) for o in value.split(",")]
     if not all(_TOKEN.fullmatch(o) for o in options):  # an empty option too: accept() decides
         return None
     if not any(o.lower() == "upgrade" for o in options):
         return None
-    key = headers.get_all("Sec-WebSocket-Key")
-    if len(key) != 1:
+    key = index.get("sec-websocket-key")
+    if key is None or len(key) != 1:
         return None
     try:
         if len(base64.b64decode(key[0].encode(), validate=True)) != 16:

@@ -93,8 +93,12 @@ class ConnectionLifecycle:
             with contextlib.suppress(BackplaneUnavailable):
                 await self.membership.agent_status("online", record)
             receive = self.dispatcher.receive
+            recv = conn.recv
+            # What ``async for frame in conn`` does, without its async generator:
+            # recv() raises ConnectionClosed once the connection is closed.
             with contextlib.suppress(ConnectionClosed):
-                async for frame in conn:
+                while True:
+                    frame = await recv()
                     await receive(conn, frame, loop.time())
         finally:
             await self.membership.detach(conn, record)

@@ -21,6 +21,8 @@ from typing import Any
 import orjson
 import structlog
 
+from hub.ops.log_output import BufferedLines, LineLoggerFactory, TextLines
+
 _LEVELS = {
     "debug": logging.DEBUG,
     "info": logging.INFO,
@@ -72,17 +74,21 @@ def configure_logging(level: str = "info", fmt: str = "auto") -> None:
         renderer: Any = structlog.dev.ConsoleRenderer()
         logger_factory: Any = structlog.WriteLoggerFactory(sys.stderr)
         own_renderer: Any = renderer
+        stream: Any = sys.stderr
     else:
         renderer = structlog.processors.JSONRenderer(serializer=_orjson_str)
-        logger_factory = structlog.BytesLoggerFactory(sys.stderr.buffer)
+        out = BufferedLines(sys.stderr.buffer)
+        logger_factory = LineLoggerFactory(out)
         own_renderer = structlog.processors.JSONRenderer(serializer=_orjson_bytes)
+        # The stdlib loggers' lines go through the same buffer, in order.
+        stream = TextLines(out)
     structlog.configure(
         processors=[_below_level, *shared, own_renderer],
         logger_factory=logger_factory,
         wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
         cache_logger_on_first_use=True,
     )
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(stream)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=shared,

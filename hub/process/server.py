@@ -50,6 +50,8 @@ from protocol import codec
 from protocol.errors import CloseCode, ErrorCode, ProtocolError
 from protocol.names import is_valid_agent_id
 
+SERVER_HEADER = f"agora-hub/{__version__}"
+
 
 class HubServer:
     """A node served on a socket. ``async with HubServer(node):`` runs it."""
@@ -119,6 +121,11 @@ class HubServer:
         await self.node.start()
         if self._reuse_port:
             kwargs["reuse_port"] = True
+        # Hub connections run their own task (HubConnection._serve) with these.
+        cls = self.connection_class
+        cls.hub_handler = self.node.lifecycle.handle
+        cls.hub_process_request = self._process_request
+        cls.hub_server_header = SERVER_HEADER
         self._server = await serve(
             self.node.lifecycle.handle,
             s.host,
@@ -138,7 +145,7 @@ class HubServer:
             ping_timeout=None,
             close_timeout=s.close_timeout,
             max_queue=16,
-            server_header=f"agora-hub/{__version__}",
+            server_header=SERVER_HEADER,
             # Given, not looked up by name for every new connection.
             logger=_WEBSOCKETS_LOG,
             # Passed on to loop.create_server: room for a reconnect storm.
