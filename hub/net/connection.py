@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from websockets.asyncio.server import ServerConnection
+from websockets.asyncio.server import Server, ServerConnection
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed, PayloadTooBig
 from websockets.http11 import Request, Response
@@ -28,6 +29,7 @@ from hub.core.peer import CleanedUp, PeerKind
 from hub.net.handshake import ConnectionsPerIp, HandshakeDeadlines, HandshakeSlots
 from hub.net.inbox import Inbox, read_frames
 from hub.net.outbox import Flusher, Outbox
+from hub.net.sansio import HubProtocol
 from hub.net.upgrade import accept, parse_request
 from protocol import codec
 from protocol.errors import CloseCode, ErrorCode
@@ -84,7 +86,6 @@ class HubConnection(ServerConnection):
         "_in_handshake",
         "_in_line",
         "agent_id",
-        "bearer_subprotocol",
         "cleaned_up",
         "client",
         "connection_id",
@@ -100,12 +101,40 @@ class HubConnection(ServerConnection):
         "token",
     )
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    # What websockets' Connection.__init__ sets to the same value for every hub
+    # connection (websockets 17; tests/unit/net/test_sansio.py compares them):
+    # class attributes. Assignments later make instance attributes, as before.
+    ping_interval = None  # the hub's heartbeat is a message
+    ping_timeout = None
+    max_queue_high: int | None = 16
+    max_queue_low: int | None = None
+    write_limit_high = 2**15
+    write_limit_low: int | None = None
+    close_timeout: float | None = 10.0  # the server sets close_timeout
+    logger: Any = logging.getLogger("websockets.server")  # no LoggerAdapter per connection
+    request: Request | None = None
+    response: Response | None = None
+    close_deadline: float | None = None
+    send_in_progress = None
+    latency = 0.0
+    keepalive_task = None
+    connection_exc: BaseException | None = None
+    paused = False
+    #: The server's event loop (set by hub.net.listener).
+    loop: asyncio.AbstractEventLoop
+
+    def __init__(self, protocol: HubProtocol, server: Server) -> None:
+        # The per-connection part of websockets' ServerConnection.__init__.
+        self.protocol = protocol
+        self.server = server
+        loop = self.loop
+        self.pending_pings = {}
+        self.connection_lost_waiter = loop.create_future()
         # websockets only appends to, iterates and removes from its drain
         # waiters (hardly ever: the hub's writes do not wait): a list does
         # that as well, and an empty deque costs some 700 bytes per connection.
         self.drain_waiters = []  # type: ignore[assignment]
+        self.request_rcvd = loop.create_future()
         self.agent_id: str = ""
         self.connection_id: str = ""
         self.token: str | None = None
@@ -126,8 +155,6 @@ class HubConnection(ServerConnection):
         self.push: Callable[[OutFrame], bool] = self.outbox.push
         #: Set by the server when this connection holds a per-IP slot (:attr:`per_ip`).
         self.holds_ip_slot = False
-        #: The ``bearer.*`` subprotocol the token came in, selected in the answer.
-        self.bearer_subprotocol: str | None = None
         self._in_handshake = False
         self._in_line = False
         self._first_read = True
@@ -139,6 +166,14 @@ class HubConnection(ServerConnection):
         self._close_task: asyncio.Task[None] | None = None
         # Resolved once the hub gives up on the connection (a probe stops waiting).
         self._ending: asyncio.Future[None] | None = None
+
+    @property
+    def id(self) -> Any:  # type: ignore[override]
+        return self.protocol.id
+
+    @property
+    def debug(self) -> bool:  # type: ignore[override]
+        return self.protocol.debug
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # websockets' own connection_made (websockets 17), with the hub's
@@ -417,14 +452,11 @@ class HubConnection(ServerConnection):
         self.outbox.stop()
         self._end()
         super().connection_lost(exc)
-        # websockets leaves the protocol in cycles (its parser generator and its
-        # subprotocol hook both hold it, the hook the connection too): broken
-        # here, a closed connection is freed by reference counting at once
-        # instead of waiting, with all it holds, for the cycle collector — a
-        # storm's worth of connections at a time.
-        protocol = self.protocol
-        protocol.parser = None  # type: ignore[assignment]  # receive_eof() ran: no more input
-        protocol.__dict__.pop("select_subprotocol", None)
+        # websockets leaves the protocol in a cycle (its parser generator holds
+        # it): broken here, a closed connection is freed by reference counting
+        # at once instead of waiting, with all it holds, for the cycle
+        # collector — a storm's worth of connections at a time.
+        self.protocol.parser = None  # receive_eof() ran: no more input
 
     def _end(self) -> None:
         ending = self._ending

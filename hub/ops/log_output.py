@@ -6,9 +6,10 @@ per iteration, so writing each line at once (``PYTHONUNBUFFERED``, usual in
 containers, makes even ``sys.stderr.buffer`` unbuffered) cost one ``write``
 system call per connection — a third of all the node's writes in a join.
 
-:class:`BufferedLines` keeps info and debug lines for at most
-:data:`FLUSH_INTERVAL` (or until :data:`FLUSH_BYTES` wait) and writes them
-together. A warning or an error, any line from the stdlib loggers
+:class:`BufferedLines` writes an info or debug line at once when nothing
+was written in the last :data:`FLUSH_INTERVAL`; lines coming faster wait,
+and are written together an interval after the last write (or when
+:data:`FLUSH_BYTES` wait). A warning or an error, any line from the stdlib loggers
 (websockets, redis: :class:`TextLines`), and every line written outside a
 running event loop (start-up, shutdown) is written at once, behind whatever
 waits: the order of lines holds. Lines still waiting when the process
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import time
 from typing import Any, BinaryIO
 
 #: How long an info or debug line may wait before it is written.
@@ -31,7 +33,7 @@ FLUSH_BYTES = 64 * 1024
 class BufferedLines:
     """Lines of bytes for one file, written together (see the module)."""
 
-    __slots__ = ("__weakref__", "_file", "_loop", "_pending", "_size", "_timer", "interval")
+    __slots__ = ("_file", "_last", "_loop", "_pending", "_size", "_timer", "interval")
 
     def __init__(self, file: BinaryIO, interval: float = FLUSH_INTERVAL) -> None:
         self._file = file
@@ -40,6 +42,7 @@ class BufferedLines:
         self._size = 0
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._last = -interval  # when lines were last written (time.monotonic)
         atexit.register(self.flush)
 
     def write(self, line: bytes) -> None:
@@ -51,12 +54,19 @@ class BufferedLines:
         except RuntimeError:
             self.flush()
             return
-        if self._size >= FLUSH_BYTES:
+        if self._timer is not None and self._loop is loop:
+            if self._size >= FLUSH_BYTES:
+                self.flush()
+            return  # written with the others when the timer fires
+        # A quiet node writes each line at once; lines coming faster than one
+        # per interval wait for the next write, at most an interval after the last.
+        wait = self._last + self.interval - time.monotonic()
+        if wait <= 0 or self._size >= FLUSH_BYTES:
             self.flush()
-        # A timer of a loop that has since stopped never fires: not waited for.
-        elif self._timer is None or self._loop is not loop:
+        else:
+            # (A timer of a loop that has since stopped never fires: replaced.)
             self._loop = loop
-            self._timer = loop.call_later(self.interval, self.flush)
+            self._timer = loop.call_later(wait, self.flush)
 
     def write_now(self, line: bytes) -> None:
         """A line written at once, behind what waits (warnings, errors)."""
@@ -64,6 +74,7 @@ class BufferedLines:
         self.flush()
 
     def flush(self) -> None:
+        self._last = time.monotonic()
         timer, self._timer = self._timer, None
         if timer is not None:
             timer.cancel()  # harmless for the timer that fired

@@ -61,7 +61,17 @@ def set_log_level(level: str) -> None:
     logging.getLogger("redis").setLevel(max(numeric, logging.WARNING))
 
 
+_out: BufferedLines | None = None
+
+
+def flush_logs() -> None:
+    """Write the lines still waiting (hub.ops.log_output); at the end of a run."""
+    if _out is not None:
+        _out.flush()
+
+
 def configure_logging(level: str = "info", fmt: str = "auto") -> None:
+    global _out
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
@@ -77,7 +87,7 @@ def configure_logging(level: str = "info", fmt: str = "auto") -> None:
         stream: Any = sys.stderr
     else:
         renderer = structlog.processors.JSONRenderer(serializer=_orjson_str)
-        out = BufferedLines(sys.stderr.buffer)
+        out = _out = BufferedLines(sys.stderr.buffer)
         logger_factory = LineLoggerFactory(out)
         own_renderer = structlog.processors.JSONRenderer(serializer=_orjson_bytes)
         # The stdlib loggers' lines go through the same buffer, in order.

@@ -34,7 +34,7 @@ def run(settings: Settings, *, reuse_port: bool = False, worker: WorkerSlot | No
 
     ``worker``: this process is one of ``--workers`` (its parent already
     warned about the environment)."""
-    from hub.ops.logging import configure_logging
+    from hub.ops.logging import configure_logging, flush_logs
 
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
     check_files(settings)
@@ -52,8 +52,11 @@ def run(settings: Settings, *, reuse_port: bool = False, worker: WorkerSlot | No
         loop_factory = uvloop.new_event_loop
     except ImportError:
         pass
-    with asyncio.Runner(loop_factory=loop_factory) as runner:
-        return runner.run(serve_until_stopped(settings, reuse_port=reuse_port, worker=worker))
+    try:
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            return runner.run(serve_until_stopped(settings, reuse_port=reuse_port, worker=worker))
+    finally:
+        flush_logs()  # what waited when the loop stopped
 
 
 def warn_about_environment() -> None:

@@ -22,11 +22,10 @@ import asyncio
 import contextlib
 import http
 import logging
-from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qs
 
-from websockets.asyncio.server import Server, serve
+from websockets.asyncio.server import Server
 from websockets.datastructures import Headers, MultipleValuesError
 from websockets.http11 import Request, Response
 
@@ -41,6 +40,7 @@ from hub.net.handshake import (
     credentials,
 )
 from hub.net.http import HttpDeadlines, HttpServer
+from hub.net.listener import listen
 from hub.net.outbox import Flusher
 from hub.net.proxies import ClientAddress, TrustedProxies
 from hub.net.tls import ServerTls
@@ -51,6 +51,8 @@ from protocol.errors import CloseCode, ErrorCode, ProtocolError
 from protocol.names import is_valid_agent_id
 
 SERVER_HEADER = f"agora-hub/{__version__}"
+# Given to every connection, not looked up by name for each.
+_WEBSOCKETS_LOG = logging.getLogger("websockets.server")
 
 
 class HubServer:
@@ -85,6 +87,8 @@ class HubServer:
                 "outbox_limit": s.outbox_max_bytes,
                 "compress_frames": s.compression != "none",
                 "hub_close_timeout": s.close_timeout,
+                "close_timeout": s.close_timeout,
+                "logger": _WEBSOCKETS_LOG,
             },
         )
 
@@ -112,45 +116,32 @@ class HubServer:
 
     async def start(self) -> None:
         s = self.node.settings
-        kwargs: dict[str, Any] = {}
         if s.tls_certfile and s.tls_keyfile:
             self.tls = ServerTls(s.tls_certfile, s.tls_keyfile)  # ConfigError: unusable files
-            kwargs["ssl"] = self.tls.context
-            kwargs["ssl_handshake_timeout"] = s.handshake_timeout
-        ctx = kwargs.get("ssl")
+        ctx = self.tls.context if self.tls is not None else None
         await self.node.start()
-        if self._reuse_port:
-            kwargs["reuse_port"] = True
         # Hub connections run their own task (HubConnection._serve) with these.
         cls = self.connection_class
         cls.hub_handler = self.node.lifecycle.handle
         cls.hub_process_request = self._process_request
         cls.hub_server_header = SERVER_HEADER
-        self._server = await serve(
+        self._server = await listen(
+            cls,
             self.node.lifecycle.handle,
             s.host,
             s.port,
-            process_request=self._process_request,
-            select_subprotocol=_select_subprotocol,
-            # handshake_timeout is kept by HubConnection (HandshakeDeadlines):
-            # one timer for all handshakes, not an asyncio.timeout per
-            # connection. The TLS handshake has the same bound.
-            open_timeout=None,
-            create_connection=self.connection_class,
-            compression="deflate" if s.compression == "deflate" else None,
-            max_size=s.max_frame_bytes,
-            # The hub runs its own heartbeat (agent.heartbeat); no extra
-            # keepalive task per connection.
-            ping_interval=None,
-            ping_timeout=None,
-            close_timeout=s.close_timeout,
-            max_queue=16,
-            server_header=SERVER_HEADER,
-            # Given, not looked up by name for every new connection.
             logger=_WEBSOCKETS_LOG,
-            # Passed on to loop.create_server: room for a reconnect storm.
+            max_size=s.max_frame_bytes,
+            compression=s.compression == "deflate",
+            # Room for a reconnect storm (asyncio's default is 100).
             backlog=s.listen_backlog,
-            **kwargs,
+            close_timeout=s.close_timeout,
+            # The TLS handshake has handshake_timeout too; the WebSocket
+            # handshake's is kept by HubConnection (HandshakeDeadlines): one
+            # timer for all handshakes, not one per connection.
+            ssl_context=ctx,
+            ssl_handshake_timeout=s.handshake_timeout,
+            reuse_port=self._reuse_port,
         )
         self._http = HttpServer(
             self.node.http_app,
@@ -266,7 +257,7 @@ class HubServer:
         connection.declared = declared
         connection.agent_id = creds.agent_id
         connection.token = creds.token
-        connection.bearer_subprotocol = creds.subprotocol
+        connection.protocol.bearer_subprotocol = creds.subprotocol
         connection.client = client
         return None
 
@@ -276,9 +267,6 @@ class HubServer:
         ``Forwarded``). Per-client limits key on its ``ip``; see
         :mod:`hub.net.proxies`."""
         return self.proxies.client_address(connection.remote_address, request.headers)
-
-
-_WEBSOCKETS_LOG = logging.getLogger("websockets.server")
 
 
 def _one(headers: Headers, name: str) -> str | None:
@@ -298,13 +286,6 @@ def _subprotocols(headers: Headers) -> list[str]:
         for p in value.split(",")
         if p.strip()
     ]
-
-
-def _select_subprotocol(connection: Any, subprotocols: Sequence[str]) -> str | None:
-    """Answer with the ``bearer.*`` subprotocol the token came in (browsers
-    require the server to select one they offered); no other is spoken."""
-    chosen = getattr(connection, "bearer_subprotocol", None)
-    return chosen if chosen in subprotocols else None
 
 
 def _text(status: http.HTTPStatus, body: str) -> Response:

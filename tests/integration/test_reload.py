@@ -125,6 +125,8 @@ async def test_sighup_reloads_tokens_certificate_and_log_level(tmp_path, hub_pro
     dave = await WsClient.connect(url, "dave", token="d-1", ssl=ctx)
 
     # The level: nothing was logged for carol (warning), again for dave (info).
+    # (Info lines may wait a moment to be written together: hub.ops.log_output.)
+    await wait_for_lines(proc, "connection opened", 2)
     seen = opened(proc)
     assert "alice" in seen and "dave" in seen and "carol" not in seen
     refusals = [e for e in proc.log_lines() if e.get("event") == "connection refused"]

@@ -45,28 +45,31 @@ async def until(sink: Sink, condition, timeout: float = 5.0) -> None:
             await sink.written.wait()
 
 
-async def test_info_lines_in_a_running_loop_are_written_together_within_the_interval():
+async def test_a_quiet_node_writes_at_once_and_a_busy_one_together_within_the_interval():
     sink = Sink()
     out = BufferedLines(sink, interval=0.05)  # type: ignore[arg-type]
     log = LineLogger(out, "hub")
+    log.info(b"alone")
+    assert sink.writes == [b"alone\n"]  # nothing written lately: at once
     for i in range(100):
         log.info(b"line %d" % i)
-    assert sink.writes == []  # waiting
-    await until(sink, lambda: sink.writes)
-    assert len(sink.writes) == 1
-    assert sink.text == b"".join(b"line %d\n" % i for i in range(100))
+    assert len(sink.writes) == 1  # coming fast: they wait
+    await until(sink, lambda: len(sink.writes) == 2)
+    assert sink.writes[1] == b"".join(b"line %d\n" % i for i in range(100))
 
 
 async def test_a_warning_is_written_at_once_behind_the_lines_waiting():
     sink = Sink()
     out = BufferedLines(sink, interval=60)  # type: ignore[arg-type]
     log = LineLogger(out, "hub")
-    log.info(b"opened")
+    log.info(b"first")  # written at once (quiet)
+    log.info(b"opened")  # waits
+    assert sink.text == b"first\n"
     log.warning(b"careful")
-    assert sink.text == b"opened\ncareful\n"
+    assert sink.text == b"first\nopened\ncareful\n"
     log.error(b"bad")
     log.exception(b"worse")
-    assert sink.text == b"opened\ncareful\nbad\nworse\n"
+    assert sink.text == b"first\nopened\ncareful\nbad\nworse\n"
 
 
 async def test_stdlib_records_keep_their_place_among_the_hub_lines():
@@ -78,12 +81,13 @@ async def test_stdlib_records_keep_their_place_among_the_hub_lines():
     std.propagate = False
     std.addHandler(handler)
     try:
-        log.info(b"first")
+        log.info(b"zeroth")  # at once (quiet)
+        log.info(b"first")  # waits
         std.warning("from websockets, é")
         log.info(b"third")
     finally:
         std.removeHandler(handler)
-    assert sink.text == "first\nfrom websockets, é\n".encode()
+    assert sink.text == "zeroth\nfirst\nfrom websockets, é\n".encode()
     out.flush()
     assert sink.text.endswith(b"third\n")
 
@@ -99,11 +103,12 @@ async def test_lines_reaching_the_byte_bound_are_written_at_once(monkeypatch):
     monkeypatch.setattr(log_output, "FLUSH_BYTES", 1000)
     sink = Sink()
     log = LineLogger(BufferedLines(sink, interval=60), "hub")  # type: ignore[arg-type]
+    log.info(b"quiet")  # at once
     for _ in range(9):
         log.info(b"x" * 99)  # 900 bytes with newlines
-    assert sink.writes == []
+    assert sink.text == b"quiet\n"
     log.info(b"x" * 99)
-    assert len(sink.text) == 1000
+    assert len(sink.text) == 1006
 
 
 async def test_a_partial_write_of_a_raw_file_is_completed():
@@ -121,14 +126,16 @@ async def test_a_loop_that_stopped_with_lines_waiting_does_not_hold_later_ones()
     log = LineLogger(out, "hub")
 
     async def first() -> None:
-        log.info(b"from the first loop")
+        log.info(b"at once")
+        log.info(b"waiting in the first loop")
 
     # Its timer belongs to a loop that is gone: a new loop's line starts its own.
     await asyncio.to_thread(asyncio.run, first())
+    assert sink.text == b"at once\n"
     out.interval = 0.01
     log.info(b"from this loop")
     await until(sink, lambda: b"from this loop" in sink.text)
-    assert sink.text == b"from the first loop\nfrom this loop\n"
+    assert sink.text == b"at once\nwaiting in the first loop\nfrom this loop\n"
 
 
 async def test_configure_logging_json_lines_and_stdlib_records_in_order(monkeypatch):
