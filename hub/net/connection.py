@@ -73,9 +73,9 @@ class HubConnection(ServerConnection):
     hub_server_header: str | None = None
 
     # The hub's state of a connection lives in slots, not in the instance
-    # __dict__: websockets' own ~27 attributes fit the dict's shared keys
-    # (at most 30 per class), and a dozen more would make every connection's
-    # dict a full table of its own — about 1.4 KiB each.
+    # __dict__, which holds only what websockets keeps per connection (about
+    # ten attributes: the rest are class attributes below). A dict past 30
+    # keys would become a full table of its own — about 1.4 KiB each.
     __slots__ = (
         "_close_task",
         "_ending",

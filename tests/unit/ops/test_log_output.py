@@ -47,7 +47,7 @@ async def until(sink: Sink, condition, timeout: float = 5.0) -> None:
 
 async def test_a_quiet_node_writes_at_once_and_a_busy_one_together_within_the_interval():
     sink = Sink()
-    out = BufferedLines(sink, interval=0.05)  # type: ignore[arg-type]
+    out = BufferedLines(sink, interval=0.5)  # type: ignore[arg-type]
     log = LineLogger(out, "hub")
     log.info(b"alone")
     assert sink.writes == [b"alone\n"]  # nothing written lately: at once
