@@ -65,9 +65,9 @@ class HubConnection(ServerConnection):
     outbox_limit: int = 4 * 1024 * 1024
     #: permessage-deflate may be negotiated (``compression = deflate``).
     compress_frames: bool = False
-    hub_close_timeout: float = 5.0
     #: What runs a connection once it is open (the node's ConnectionLifecycle.handle),
-    #: the handshake's ``process_request`` and its ``Server`` header: set by the server.
+    #: the handshake's ``process_request`` and its ``Server`` header: set by
+    #: :func:`hub.net.listener.listen`.
     hub_handler: Callable[[HubConnection], Awaitable[None]]
     hub_process_request: Callable[..., Any] | None = None
     hub_server_header: str | None = None
@@ -110,7 +110,8 @@ class HubConnection(ServerConnection):
     max_queue_low: int | None = None
     write_limit_high = 2**15
     write_limit_low: int | None = None
-    close_timeout: float | None = 10.0  # the server sets close_timeout
+    #: The closing handshake's deadline, websockets' and the hub's (set by the server).
+    close_timeout: float | None = 10.0
     logger: Any = logging.getLogger("websockets.server")  # no LoggerAdapter per connection
     request: Request | None = None
     response: Response | None = None
@@ -516,7 +517,7 @@ class HubConnection(ServerConnection):
             self.hub_close_code = int(code)
         reason = reason.encode()[:120].decode(errors="ignore")
         try:
-            async with asyncio.timeout(self.hub_close_timeout):
+            async with asyncio.timeout(self.close_timeout):
                 await self.close(code, reason)
         except (TimeoutError, ConnectionClosed, OSError):
             self.transport.abort()

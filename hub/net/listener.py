@@ -35,6 +35,8 @@ def listen(
     host: str | None,
     port: int,
     *,
+    process_request: Callable[..., Any],
+    server_header: str | None,
     logger: LoggerLike,
     max_size: int | None,
     compression: bool,
@@ -44,7 +46,12 @@ def listen(
     ssl_handshake_timeout: float | None = None,
     reuse_port: bool = False,
 ) -> Server:
-    """A server that listens once awaited (as ``await serve(...)``)."""
+    """A server that listens once awaited (as ``await serve(...)``). Its
+    connections run ``handler`` after a handshake checked by ``process_request``
+    (``HubConnection._serve``)."""
+    connection_class.hub_handler = handler
+    connection_class.hub_process_request = process_request
+    connection_class.hub_server_header = server_header
     extensions = enable_server_permessage_deflate(None) if compression else None
     kwargs: dict[str, Any] = {"backlog": backlog}
     if ssl_context is not None:

@@ -86,7 +86,6 @@ class HubServer:
                 "per_ip": self.per_ip,
                 "outbox_limit": s.outbox_max_bytes,
                 "compress_frames": s.compression != "none",
-                "hub_close_timeout": s.close_timeout,
                 "close_timeout": s.close_timeout,
                 "logger": _WEBSOCKETS_LOG,
             },
@@ -120,16 +119,13 @@ class HubServer:
             self.tls = ServerTls(s.tls_certfile, s.tls_keyfile)  # ConfigError: unusable files
         ctx = self.tls.context if self.tls is not None else None
         await self.node.start()
-        # Hub connections run their own task (HubConnection._serve) with these.
-        cls = self.connection_class
-        cls.hub_handler = self.node.lifecycle.handle
-        cls.hub_process_request = self._process_request
-        cls.hub_server_header = SERVER_HEADER
         self._server = await listen(
-            cls,
+            self.connection_class,
             self.node.lifecycle.handle,
             s.host,
             s.port,
+            process_request=self._process_request,
+            server_header=SERVER_HEADER,
             logger=_WEBSOCKETS_LOG,
             max_size=s.max_frame_bytes,
             compression=s.compression == "deflate",

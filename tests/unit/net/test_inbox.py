@@ -8,7 +8,6 @@ websockets alone finds in the same bytes.
 from __future__ import annotations
 
 import asyncio
-import os
 
 import pytest
 from hypothesis import given, settings
@@ -240,15 +239,3 @@ async def test_two_concurrent_gets_are_refused_as_websockets_does():
         await first
     inbox.put_message(True, b"ok")
     assert await inbox.get() == "ok"  # a cancelled get leaves it usable
-
-
-def test_the_fragment_limit_is_websockets_own():
-    from websockets.asyncio import messages
-
-    from hub.net import inbox as module
-
-    assert (
-        module.MAX_FRAGMENTS
-        == messages.MAX_FRAGMENTS
-        == int(os.environ.get("WEBSOCKETS_MAX_FRAGMENTS", "4096"))
-    )

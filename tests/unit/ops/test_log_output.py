@@ -37,6 +37,15 @@ class Sink(io.RawIOBase):
         return b"".join(self.writes)
 
 
+def buffered(
+    interval: float = 60, chunk: int | None = None
+) -> tuple[Sink, BufferedLines, LineLogger]:
+    """A sink, the buffer in front of it, and a hub logger writing through it."""
+    sink = Sink(chunk)
+    out = BufferedLines(sink, interval=interval)  # type: ignore[arg-type]
+    return sink, out, LineLogger(out, "hub")
+
+
 async def until(sink: Sink, condition, timeout: float = 5.0) -> None:
     """Wait, on the sink's writes, until ``condition()`` holds."""
     async with asyncio.timeout(timeout):
@@ -46,9 +55,7 @@ async def until(sink: Sink, condition, timeout: float = 5.0) -> None:
 
 
 async def test_a_quiet_node_writes_at_once_and_a_busy_one_together_within_the_interval():
-    sink = Sink()
-    out = BufferedLines(sink, interval=0.5)  # type: ignore[arg-type]
-    log = LineLogger(out, "hub")
+    sink, _, log = buffered(interval=0.5)
     log.info(b"alone")
     assert sink.writes == [b"alone\n"]  # nothing written lately: at once
     for i in range(100):
@@ -59,9 +66,7 @@ async def test_a_quiet_node_writes_at_once_and_a_busy_one_together_within_the_in
 
 
 async def test_a_warning_is_written_at_once_behind_the_lines_waiting():
-    sink = Sink()
-    out = BufferedLines(sink, interval=60)  # type: ignore[arg-type]
-    log = LineLogger(out, "hub")
+    sink, _, log = buffered()
     log.info(b"first")  # written at once (quiet)
     log.info(b"opened")  # waits
     assert sink.text == b"first\n"
@@ -73,9 +78,7 @@ async def test_a_warning_is_written_at_once_behind_the_lines_waiting():
 
 
 async def test_stdlib_records_keep_their_place_among_the_hub_lines():
-    sink = Sink()
-    out = BufferedLines(sink, interval=60)  # type: ignore[arg-type]
-    log = LineLogger(out, "hub")
+    sink, out, log = buffered()
     handler = logging.StreamHandler(TextLines(out))
     std = logging.getLogger("tests.log_output")
     std.propagate = False
@@ -93,16 +96,14 @@ async def test_stdlib_records_keep_their_place_among_the_hub_lines():
 
 
 def test_outside_a_running_loop_every_line_is_written_at_once():
-    sink = Sink()
-    log = LineLogger(BufferedLines(sink, interval=60), "hub")  # type: ignore[arg-type]
+    sink, _, log = buffered()
     log.info(b"starting")
     assert sink.text == b"starting\n"
 
 
 async def test_lines_reaching_the_byte_bound_are_written_at_once(monkeypatch):
     monkeypatch.setattr(log_output, "FLUSH_BYTES", 1000)
-    sink = Sink()
-    log = LineLogger(BufferedLines(sink, interval=60), "hub")  # type: ignore[arg-type]
+    sink, _, log = buffered()
     log.info(b"quiet")  # at once
     for _ in range(9):
         log.info(b"x" * 99)  # 900 bytes with newlines
@@ -112,18 +113,14 @@ async def test_lines_reaching_the_byte_bound_are_written_at_once(monkeypatch):
 
 
 async def test_a_partial_write_of_a_raw_file_is_completed():
-    sink = Sink(chunk=7)
-    out = BufferedLines(sink, interval=60)  # type: ignore[arg-type]
-    log = LineLogger(out, "hub")
+    sink, _, log = buffered(chunk=7)
     log.info(b"a longer line than seven bytes")
     log.warning(b"and another")
     assert sink.text == b"a longer line than seven bytes\nand another\n"
 
 
 async def test_a_loop_that_stopped_with_lines_waiting_does_not_hold_later_ones():
-    sink = Sink()
-    out = BufferedLines(sink, interval=60)  # type: ignore[arg-type]
-    log = LineLogger(out, "hub")
+    sink, out, log = buffered()
 
     async def first() -> None:
         log.info(b"at once")
