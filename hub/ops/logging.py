@@ -80,21 +80,23 @@ def configure_logging(level: str = "info", fmt: str = "auto") -> None:
         structlog.processors.format_exc_info,
     ]
     console = fmt == "console" or (fmt == "auto" and sys.stderr.isatty())
+    own_renderer: Any
     if console:
         renderer: Any = structlog.dev.ConsoleRenderer()
-        logger_factory: Any = structlog.WriteLoggerFactory(sys.stderr)
-        own_renderer: Any = renderer
-        stream: Any = sys.stderr
+
+        def own_renderer(logger: Any, method_name: str, event_dict: Any) -> bytes:
+            return renderer(logger, method_name, event_dict).encode("utf-8", "backslashreplace")
+
     else:
         renderer = structlog.processors.JSONRenderer(serializer=_orjson_str)
-        out = _out = BufferedLines(sys.stderr.buffer)
-        logger_factory = LineLoggerFactory(out)
         own_renderer = structlog.processors.JSONRenderer(serializer=_orjson_bytes)
-        # The stdlib loggers' lines go through the same buffer, in order.
-        stream = TextLines(out)
+    # Both formats write through one buffer (with a named logger, which
+    # ``add_logger_name`` reads); the stdlib loggers' lines join it, in order.
+    out = _out = BufferedLines(sys.stderr.buffer)
+    stream = TextLines(out)
     structlog.configure(
         processors=[_below_level, *shared, own_renderer],
-        logger_factory=logger_factory,
+        logger_factory=LineLoggerFactory(out),
         wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
         cache_logger_on_first_use=True,
     )
