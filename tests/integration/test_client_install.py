@@ -110,3 +110,24 @@ async def test_the_client_installs_alone_and_talks_to_a_hub(tmp_path, hub):
         assert proc.returncode == 0, err.decode()
         published = orjson.loads(out)
         assert published["space"] == "general" and published["seq"] >= 1
+
+
+def test_building_either_package_prints_no_warning_of_ours(tmp_path):
+    """What ``make run`` shows a newcomer first is pip building the two
+    pyproject files: neither may make setuptools warn (a ``project.license``
+    table did, 30 lines per package). ``make run`` upgrades pip first, and only
+    a recent pip shows what the build backend warns, so this does too."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    pip = (python, "-m", "pip")
+    upgraded = run(venv, *pip, "install", "--quiet", "--upgrade", "pip", cwd=tmp_path)
+    assert upgraded.returncode == 0, upgraded.stdout + upgraded.stderr
+    for source in (CLIENT, ROOT):
+        built = run(
+            venv,
+            *(*pip, "install", "--dry-run", "--no-deps", "--quiet", str(source)),
+            cwd=tmp_path,
+        )
+        assert built.returncode == 0, built.stdout + built.stderr
+        assert "BuildBackendWarning" not in built.stderr, built.stderr
