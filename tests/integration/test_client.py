@@ -206,7 +206,7 @@ async def test_events_filter_by_space_and_report_member_changes(hub, clients):
     change = await with_members.get(TIMEOUT)
     assert isinstance(change, MembersChanged)
     assert change.joined == "bob" and change.member_count == 2
-    assert a.members("x") == ["alice", "bob"]
+    assert a.known_members("x") == ["alice", "bob"]
 
     await b.publish("x", "in x")
     await a.publish("y", "in y")

@@ -59,6 +59,17 @@ class Event:
         answered = self.data.get("in_reply_to")
         return answered if isinstance(answered, str) else None
 
+    @property
+    def status(self) -> Literal["complete"]:
+        """Always ``"complete"``: a plain event arrived whole (an
+        :class:`AssembledEvent` may not have), so one loop reads both alike."""
+        return "complete"
+
+    @property
+    def complete(self) -> bool:
+        """Always true (see :attr:`status`)."""
+        return True
+
 
 @dataclass(frozen=True, slots=True)
 class MembersChanged:
@@ -112,6 +123,8 @@ class StreamChunk:
     data: dict[str, Any] = field(default_factory=dict)
     reason: str | None = None
     request_id: str | int | None = None
+    #: An addressed stream's recipients (``to`` of its first delta), else None.
+    to: str | list[str] | None = None
 
     @property
     def text(self) -> str:
@@ -365,6 +378,7 @@ def parse_chunk(f: dict[str, Any]) -> StreamChunk | None:
         data=data if isinstance(data, dict) else {},
         reason=_str(f.get("reason")),
         request_id=_rid(f.get("request_id")),
+        to=_recipients(f.get("to")),
     )
 
 
@@ -422,6 +436,14 @@ class AssembledEvent:
     reason: str | None = None
     request_id: str | int | None = None
     chunks: int = 0
+    #: An addressed stream's recipients (``to`` of its first delta), else None.
+    to: str | list[str] | None = None
+
+    @property
+    def streamed(self) -> bool:
+        """Always true: it arrived as a stream (as :attr:`Event.streamed` says of a
+        publish the hub streamed)."""
+        return True
 
     @property
     def text(self) -> str:
