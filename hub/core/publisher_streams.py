@@ -148,11 +148,11 @@ class PublisherStreams:
             event_id = check_event_id(msg.event_id)
         except ProtocolError as exc:
             raise exc.with_request_id(rid) from None
-        if event_id in self._unheard:
+        stream = self._open.get(event_id)
+        if stream is None and event_id in self._unheard:
             return None
         if not isinstance(msg.data.get("text"), str):
             raise ProtocolError(ErrorCode.INVALID_REQUEST, "data.text must be a string", rid)
-        stream = self._open.get(event_id)
         if stream is None:
             if event_id in self._finished:
                 raise ProtocolError(
@@ -242,10 +242,6 @@ class PublisherStreams:
 
     def cancel_all(self, reason: str) -> list[StreamCancel]:
         return [self._hub_cancel(eid, reason) for eid in list(self._open)]
-
-    def publishes(self, stream_id: str) -> bool:
-        """Is ``stream_id`` (either form) one of this publisher's open streams?"""
-        return self._own(stream_id) is not None
 
     def open_in(self, space: str) -> list[str]:
         """Hub-side ids of the open streams in ``space``."""

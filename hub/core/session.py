@@ -311,10 +311,6 @@ class Session:
             return None
         return self._streams.receivers_gone(stream_id, receiver, left)
 
-    def publishes(self, stream_id: str) -> bool:
-        """Is ``stream_id`` one of this connection's open streams?"""
-        return self._streams is not None and self._streams.publishes(stream_id)
-
     def streams_in(self, space: str) -> list[str]:
         """Hub-side ids of this publisher's open streams in ``space``."""
         return self._streams.open_in(space) if self._streams else []

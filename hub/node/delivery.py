@@ -34,6 +34,8 @@ from hub.handlers.gaps import GapFiller
 #: publish-to-delivery latency measured.
 DELIVERY_SAMPLE = 16
 
+_SIGNAL = StreamOp.SIGNAL
+
 
 class FanOut:
     """A finished message to this node's members of its space."""
@@ -95,7 +97,7 @@ class NodeDelivery:
         self._on_signal = on_signal
 
     def deliver(self, message: Delivery) -> None:
-        if message.op is StreamOp.SIGNAL:
+        if message.op is _SIGNAL:
             # A note between nodes about a stream's receivers, never a frame
             # for members; answered even while the node is leaving the space.
             self._on_signal(message)
