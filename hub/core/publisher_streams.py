@@ -69,6 +69,8 @@ class OpenStream:
     to: tuple[str, ...] | None = None
     #: The addressed recipients still receiving, once the first one stopped.
     waiting: set[str] | None = None
+    #: The last receiver heard to stop, and whether it left (else it cancelled).
+    last_stop: tuple[str, bool] | None = None
 
 
 class Heard(Enum):
@@ -257,16 +259,18 @@ class PublisherStreams:
 
     # ── receivers stop ──────────────────────────────────────────────────
 
-    def receiver_stopped(self, stream_id: str, receiver: str) -> Heard:
-        """``receiver`` no longer receives ``stream_id`` (cancelled or left)."""
+    def receiver_stopped(self, stream_id: str, receiver: str, left: bool) -> Heard:
+        """``receiver`` no longer receives ``stream_id``: it ``left``, or cancelled."""
         own = self._own(stream_id)
         if own is None:
             return Heard.NOT_OPEN
         stream = self._open[own]
         if stream.to is None:
+            stream.last_stop = (receiver, left)
             return Heard.ASK
         if receiver == self.agent_id or receiver not in stream.to:
             return Heard.HEARD  # not one of its recipients: nothing changes
+        stream.last_stop = (receiver, left)
         waiting = stream.waiting
         if waiting is None:
             waiting = stream.waiting = set(stream.to)
@@ -274,13 +278,18 @@ class PublisherStreams:
         waiting.discard(receiver)
         return Heard.HEARD if waiting else Heard.NOBODY
 
-    def receivers_gone(self, stream_id: str, receiver: str, left: bool) -> Unheard | None:
-        """Nobody receives ``stream_id`` any more, the last being ``receiver``
-        (who ``left``, or cancelled): the stream ends. None when it is not open."""
+    def receivers_gone(self, stream_id: str) -> Unheard | None:
+        """Nobody receives ``stream_id`` any more: the stream ends, in the name
+        of the receiver last heard to stop (its ``from``, and its reason). None
+        when it is not open, or no receiver of it ever stopped."""
         own = self._own(stream_id)
         if own is None:
             return None
+        last = self._open[own].last_stop
+        if last is None:
+            return None
         stream = self._open.pop(own)
+        receiver, left = last
         reason = "receivers_left" if left else "receiver_cancelled"
         unheard = Unheard(stream.space, stream.stream_id, own, receiver, reason, stream.to)
         self._unheard[own] = unheard

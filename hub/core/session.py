@@ -299,17 +299,17 @@ class Session:
         if self._streams is not None:
             self._streams.refused(stream_id)
 
-    def receiver_stopped(self, stream_id: str, receiver: str) -> Heard:
-        """A receiver of ``stream_id`` cancelled it or left (contract §19)."""
+    def receiver_stopped(self, stream_id: str, receiver: str, left: bool) -> Heard:
+        """A receiver of ``stream_id`` cancelled it or ``left`` (contract §19)."""
         if self._streams is None:
             return Heard.NOT_OPEN
-        return self._streams.receiver_stopped(stream_id, receiver)
+        return self._streams.receiver_stopped(stream_id, receiver, left)
 
-    def receivers_gone(self, stream_id: str, receiver: str, left: bool) -> Unheard | None:
+    def receivers_gone(self, stream_id: str) -> Unheard | None:
         """Nobody receives ``stream_id`` any more: it ends (None: not open)."""
         if self._streams is None:
             return None
-        return self._streams.receivers_gone(stream_id, receiver, left)
+        return self._streams.receivers_gone(stream_id)
 
     def streams_in(self, space: str) -> list[str]:
         """Hub-side ids of this publisher's open streams in ``space``."""

@@ -180,11 +180,11 @@ class StreamStops:
         session = peer.session
         if session is None or peer.closing:
             return False
-        heard = session.receiver_stopped(stream_id, receiver)
+        heard = session.receiver_stopped(stream_id, receiver, left)
         if heard is Heard.NOBODY:
-            self._end(peer, stream_id, receiver, left)
+            self._end(peer, stream_id)
         elif heard is Heard.ASK:
-            self._spawn(self._ask(peer, space, stream_id, receiver, left))
+            self._spawn(self._ask(peer, space, stream_id))
         return heard is not Heard.NOT_OPEN
 
     def _departed(self, space: str, agents: list[str]) -> None:
@@ -194,17 +194,17 @@ class StreamStops:
                 continue
             for stream_id in session.streams_in(space):
                 for agent in agents:
-                    heard = session.receiver_stopped(stream_id, agent)
+                    heard = session.receiver_stopped(stream_id, agent, True)
                     if heard is Heard.NOBODY:
-                        self._end(peer, stream_id, agent, True)
+                        self._end(peer, stream_id)
                     elif heard is Heard.ASK:
-                        self._spawn(self._ask(peer, space, stream_id, agent, True))
+                        self._spawn(self._ask(peer, space, stream_id))
                     if heard is not Heard.HEARD:
                         break
 
-    async def _ask(self, peer: Peer, space: str, stream_id: str, receiver: str, left: bool) -> None:
+    async def _ask(self, peer: Peer, space: str, stream_id: str) -> None:
         if await self._nobody_receives(space, stream_id):
-            self._end(peer, stream_id, receiver, left)
+            self._end(peer, stream_id)
 
     async def _nobody_receives(self, space: str, stream_id: str) -> bool:
         """The census: True when every node reached says none of its members
@@ -221,12 +221,13 @@ class StreamStops:
         finally:
             del self._censuses[token]
 
-    def _end(self, peer: Peer, stream_id: str, receiver: str, left: bool) -> None:
-        """Nobody receives the stream: it ends, and its producer hears of it."""
+    def _end(self, peer: Peer, stream_id: str) -> None:
+        """Nobody receives the stream: it ends, and its producer hears of it
+        (``from`` the receiver last heard to stop: censuses may cross)."""
         session = peer.session
         if session is None or peer.closing:
             return
-        unheard = session.receivers_gone(stream_id, receiver, left)
+        unheard = session.receivers_gone(stream_id)
         if unheard is None:
             return  # it ended meanwhile (done, cancel, another stop's census)
         peer.send_frame(_notice(peer, unheard))
