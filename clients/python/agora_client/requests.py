@@ -20,7 +20,6 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
-
 # How many requests given up on (cancelled, timed out) are remembered, so that
 # the hub's late answer to one is known for what it is.
 _ABANDONED_KEPT = 1024
