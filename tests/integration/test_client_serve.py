@@ -221,7 +221,8 @@ async def test_two_hundred_askers_that_leave_mid_answer(serving, clients, caplog
 
     # Lifted so that 200 replies in a burst are not refused for their rate.
     hub_settings = {"rate_limit": 2000, "rate_burst": 4000}
-    server, _, task = await serving(handler, hub_settings=hub_settings, concurrency=32)
+    # concurrency 16: the hub's max_streams_per_agent (more streamed replies are refused)
+    server, _, task = await serving(handler, hub_settings=hub_settings, concurrency=16)
     slots = asyncio.Semaphore(50)
 
     async def ask_and_leave(i: int) -> None:

@@ -359,7 +359,9 @@ class Connection:
             return  # close() or the opener takes it from here
         close_code = err.close_code
         if self.reconnect and close_code not in TERMINAL_CLOSE_CODES:
-            log.warning("%s; reconnecting", err)
+            # The hub's own advice ("hub shutting down; reconnect") is what happens next.
+            why = str(err).replace(err.message, err.message.removesuffix("; reconnect"), 1)
+            log.warning("%s; reconnecting", why)
             self._router.reset()
             self._reconnector = asyncio.get_running_loop().create_task(self._reconnect(err))
             return
