@@ -83,7 +83,7 @@ class MembersChanged:
 
     ``members`` is the whole list only while the space is small (the hub's
     ``members_list_limit``, 100 by default); above it ``None`` — page the
-    list with :meth:`Client.space_members`. Above ``member_events_limit``
+    list with :meth:`Client.members`. Above ``member_events_limit``
     the hub sends no join/leave events at all.
     """
 
@@ -198,7 +198,7 @@ class HistoryPage:
 
 @dataclass(frozen=True, slots=True)
 class MembersPage:
-    """One page of :meth:`Client.space_members`: members oldest first, the
+    """One page of :meth:`Client.members`: members oldest first, the
     exact count, and the cursor of the next page (``None``: the last one)."""
 
     space: str
