@@ -166,10 +166,15 @@ class Program:
             await self._reader
             return await self.proc.wait()
 
-    def kill(self) -> None:
+    async def stop(self) -> None:
+        """Killed if still running, and reaped (its pipes closed while the loop runs)."""
+        if self.proc is None:
+            return
         if self.running:
-            assert self.proc is not None
             self.proc.kill()
+        async with asyncio.timeout(TIMEOUT):
+            await self.proc.wait()
+            await self._reader
 
 
 def hub_free_env() -> dict[str, str]:
@@ -305,7 +310,7 @@ async def test_documented_programs_run_against_a_hub(
         try:
             status = await second.finished()
         finally:
-            second.kill()
+            await second.stop()
         assert status == 1, f"{snippet.name}: a second copy exited {status}:\n{second.err}"
         lines = second.err.strip().splitlines()
         assert len(lines) == 1 and agent in lines[0] and "another agent" in lines[0], second.err
@@ -316,7 +321,7 @@ async def test_documented_programs_run_against_a_hub(
         assert status in (0, 130), f"{snippet.name}: Ctrl-C → {status}:\n{first.err}"
         assert not crashed(first.err), first.err
     finally:
-        first.kill()
+        await first.stop()
         for task in answering:
             task.cancel()
 
