@@ -26,9 +26,9 @@ the publisher can hear that nobody listens any more:
 
 Nothing of this is paid per frame: the receiver count is taken the first time
 a receiver of the stream stops. Records are removed by the stream's last frame
-(done or cancel) and, should that never come (its publisher's node died), by
-:meth:`StreamAudiences.expire`. Memory is O(open streams × local audience).
-Pure state: no I/O.
+(done or cancel) and, should that never come (its publisher's node died), the
+node's sweep ends them (:meth:`StreamAudiences.idle`). Memory is O(open
+streams × local audience). Pure state: no I/O.
 """
 
 from __future__ import annotations
