@@ -34,7 +34,7 @@ is the id ended like any other (a delta → ``INVALID_REQUEST``).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
@@ -301,19 +301,18 @@ class PublisherStreams:
 
     def _own(self, event_id: str) -> str | None:
         """The client-side id if ``event_id`` names one of this agent's open streams."""
-        if event_id in self._open:
-            return event_id
-        prefix = f"{self.agent_id}/"
-        if event_id.startswith(prefix) and event_id[len(prefix) :] in self._open:
-            return event_id[len(prefix) :]
-        return None
+        return self._client_id(event_id, self._open)
 
     def _unheard_id(self, event_id: str) -> str | None:
         """The client-side id if ``event_id`` names a stream ended for want of receivers."""
-        if event_id in self._unheard:
+        return self._client_id(event_id, self._unheard)
+
+    def _client_id(self, event_id: str, table: Mapping[str, object]) -> str | None:
+        """``event_id`` as the client sent it, or namespaced, if it is in ``table``."""
+        if event_id in table:
             return event_id
         prefix = f"{self.agent_id}/"
-        if event_id.startswith(prefix) and event_id[len(prefix) :] in self._unheard:
+        if event_id.startswith(prefix) and event_id[len(prefix) :] in table:
             return event_id[len(prefix) :]
         return None
 

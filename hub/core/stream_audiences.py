@@ -26,9 +26,9 @@ the publisher can hear that nobody listens any more:
 
 Nothing of this is paid per frame: the receiver count is taken the first time
 a receiver of the stream stops. Records are removed by the stream's last frame
-(done or cancel) and, should that never come (its publisher's node died), by
-:meth:`StreamAudiences.expire`. Memory is O(open streams × local audience).
-Pure state: no I/O.
+(done or cancel) and, should that never come (its publisher's node died), the
+node's sweep ends them (:meth:`StreamAudiences.idle`). Memory is O(open
+streams × local audience). Pure state: no I/O.
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ class ReceiverStop:
     addressed: bool
 
 
-#: Where a node hears of receivers stopping.
+#: Where a node hears of receivers stopping. It must not change the audiences
+#: there and then (it is called while they are being walked).
 OnStop = Callable[[ReceiverStop], None]
 
 
@@ -138,7 +139,8 @@ class StreamAudiences(Generic[M]):
 
     def forget_member(self, space: str, member: M) -> None:
         """``member`` left ``space`` (or disconnected)."""
-        for record in list(self._streams.values()):
+        # (``on_stop`` never ends a stream there and then: no copy needed.)
+        for record in self._streams.values():
             if record.space == space and member in record.audience:
                 self._drop(record, member, left=True, report=True)
 

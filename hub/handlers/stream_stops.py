@@ -46,7 +46,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -104,6 +104,7 @@ class StreamStops:
         backplane: Broker,
         publishing: Publishing,
         *,
+        filling: Callable[[str], bool] = lambda space: False,
         census_timeout: float = CENSUS_TIMEOUT,
     ):
         self.node_id = node_id
@@ -111,6 +112,8 @@ class StreamStops:
         self.backplane = backplane
         self.publishing = publishing
         self.census_timeout = census_timeout
+        #: Is the space's gap being filled from history (hub/handlers/gaps.py)?
+        self._filling = filling
         self._censuses: dict[str, _Census] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -149,7 +152,7 @@ class StreamStops:
             if peer is not None:
                 self._heard(peer, space, stream, receiver, bool(signal.get("left")))
         elif op == "census":
-            self._count(signal)
+            self._count(space, signal)
         elif op == "departed":
             agents = signal.get("agents")
             if isinstance(agents, list) and agents:
@@ -162,8 +165,14 @@ class StreamStops:
         if census is not None and isinstance(receivers, int):
             census.answer(receivers)
 
-    def _count(self, signal: dict[str, Any]) -> None:
-        """Answer a census: how many of this node's members receive the stream."""
+    def _count(self, space: str, signal: dict[str, Any]) -> None:
+        """Answer a census: how many of this node's members receive the stream.
+
+        Not while the space's missed messages are being filled in: the
+        stream's first frame may be among them, and an answer of none would
+        be wrong. The census then stays open (the producer is not told)."""
+        if self._filling(space):
+            return
         token, reply_to = str(signal.get("token")), str(signal.get("reply_to"))
         receivers = self.registry.streams.receivers(str(signal.get("stream")))
         if reply_to == self.node_id:

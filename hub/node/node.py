@@ -159,8 +159,9 @@ class Node:
         )  # fmt: skip
         #: Producers hear when nobody receives their stream any more.
         self.stream_stops = StreamStops(
-            self.node_id, self.registry, self.backplane, self.publishing
-        )
+            self.node_id, self.registry, self.backplane, self.publishing,
+            filling=self.gaps.holding.__contains__,
+        )  # fmt: skip
         holders = LocalHolders(s, self.registry)
         self.cluster = ClusterLink(
             s, self.node_id, self.registry, self.presence, self.backplane, self.membership,

@@ -247,7 +247,11 @@ class HandlerRig:
             self.recovery,
         )
         self.stream_stops = StreamStops(
-            self.node_id, self.registry, self.backplane, self.publishing
+            self.node_id,
+            self.registry,
+            self.backplane,
+            self.publishing,
+            filling=self.gaps.holding.__contains__,
         )
         self.token_expiry = TokenExpiry(auth) if auth is not None else None
         self.dispatcher = Dispatcher(self.counters, self.send_error, self.handlers())

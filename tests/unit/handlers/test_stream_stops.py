@@ -248,13 +248,14 @@ class Bare:
 
     def __init__(self, nodes: int, census_timeout: float = 5.0):
         self.nodes = nodes
+        self.filling: set[str] = set()
         self.questions: list[dict[str, Any]] = []
         self.answers: list[tuple[str, dict[str, Any]]] = []
         self.relayed: list[Any] = []
         self.registry: Registry[FakePeer] = Registry(on_stream_stop=self._stopped)
         self.stops = StreamStops(
             "node-a", self.registry, self, self,  # type: ignore[arg-type]
-            census_timeout=census_timeout,
+            filling=self.filling.__contains__, census_timeout=census_timeout,
         )  # fmt: skip
 
     def _stopped(self, stop: ReceiverStop) -> None:
@@ -366,3 +367,15 @@ async def test_this_node_answers_a_census_from_another(bare: Any) -> None:
         ("node-b", {"op": "census_result", "token": "t", "receivers": 2}),  # bob, carol
         ("node-b", {"op": "census_result", "token": "u", "receivers": 0}),
     ]
+
+
+async def test_a_space_being_filled_in_does_not_answer(bare: Any) -> None:
+    """Its missed messages may hold the stream's first frame: no answer (the
+    census stays open) rather than a wrong none."""
+    b = bare(nodes=1)
+    b.member("bob")
+    b.filling.add("room")
+    b.stops.on_signal(signal("room", op="census", stream="alice/s1", token="t",
+                             reply_to="node-b"))  # fmt: skip
+    await b.settle()
+    assert b.answers == []
