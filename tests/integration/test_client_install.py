@@ -131,6 +131,7 @@ def current_pip_venv() -> Iterator[Path]:
         yield venv
 
 
+@pytest.mark.packaging
 def test_building_either_package_prints_no_warning_of_ours(tmp_path):
     """What ``make run`` shows a newcomer first is pip building the two
     pyproject files: neither may make setuptools warn (a ``project.license``
