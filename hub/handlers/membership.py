@@ -11,9 +11,10 @@ Membership at scale: a join or leave is told to the other members as
 ``member_events_limit`` — so forming a space of N costs O(N × min(N,
 member_events_limit)) small frames, not O(N³) member ids. Each join reads at
 most ``members_list_limit`` ids from presence, whatever the space's size.
-And changes arriving together (a storm, a mass departure) are coalesced: a
-space announces at most one ``space.members`` per ``member_events_interval``
-(hub/handlers/member_events.py), a lone change still in the seed's shape.
+And changes arriving together (a storm, a mass departure) are coalesced, never
+dropped: a space announces about one ``space.members`` per
+``member_events_interval`` (hub/handlers/member_events.py), a lone change
+still in the seed's shape, and a held join goes out before its agent's events.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from hub.core.peer import Peer, PeerKind
 from hub.core.registry import Registry
 from hub.core.spaces import SpaceDirectory
 from hub.errors import BackplaneUnavailable
-from hub.handlers.member_events import Batch, MemberEvents
+from hub.handlers.member_events import Batch, HeldChangesFirst, MemberEvents
 from hub.handlers.publishing import Publishing
 from hub.handlers.recovery import Recovery
 from protocol import codec
@@ -76,6 +77,12 @@ class Membership:
     async def aclose(self) -> None:
         """Send the membership changes still held and stop their timers."""
         await self.member_events.aclose()
+
+    def held_changes_first(self, handler: Any) -> HeldChangesFirst:
+        """A publishing action's ``handler``, run after this node sent the
+        held membership changes of the publisher (contract §21: nobody gets
+        an agent's event before its join)."""
+        return HeldChangesFirst(lambda: self.member_events, handler)
 
     def limits(self, space: str) -> tuple[int, int]:
         """``members_list_limit`` and ``member_events_limit`` of ``space``."""

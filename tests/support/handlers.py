@@ -257,11 +257,12 @@ class HandlerRig:
     def handlers(self) -> dict[type, Handler]:
         """The node's table (hub/node/node.py ``Node._handlers``)."""
         p, m = self.publishing, self.membership
+        first = m.held_changes_first
         table: dict[type, Handler] = {
-            Publish: p.publish,
-            StreamDelta: p.stream_delta,
-            StreamDone: p.stream_done,
-            StreamCancel: p.stream_cancel,
+            Publish: first(p.publish),
+            StreamDelta: first(p.stream_delta),
+            StreamDone: first(p.stream_done),
+            StreamCancel: first(p.stream_cancel),
             ReceiverCancel: p.receiver_cancel,
             Send: _send,
             Reject: self._reject,
