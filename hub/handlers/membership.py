@@ -20,7 +20,6 @@ still in the seed's shape, and a held join goes out before its agent's events.
 from __future__ import annotations
 
 import contextlib
-import functools
 from typing import Any
 
 from hub.cluster.backplane import Backplane, Delivery, Draft
@@ -142,7 +141,6 @@ class Membership:
         await self.presence.join_space(space, conn.agent_id, self.spaces.capacity(space))
         try:
             await self.subscriptions.ensure(space)
-            members, count = await self.presence.space_members(space, limit)
         except BaseException:
             await self._undo_join(conn, space)
             raise
@@ -153,12 +151,22 @@ class Membership:
         # From here the joiner receives the space's messages; the reply goes
         # out first so nothing of the space overtakes space.joined, and a
         # resume (since) replays what was missed first (hub/handlers/recovery.py).
-        reply = functools.partial(codec.joined, rid, space, members, count)
+        # The members are read once the joiner is in the fan-out: another's
+        # join is in the list, or its announcement reaches the joiner after
+        # the reply — never neither (contract §21).
+        listing: tuple[list[str], int] = ([], 0)
+
+        async def reply(**position: Any) -> bytes:
+            nonlocal listing
+            listing = await self.presence.space_members(space, limit)
+            return codec.joined(rid, space, *listing, **position)
+
         try:
             await self.recovery.join(conn, space, a.since, reply)
         except BaseException:
             await self._undo_join(conn, space)
             raise
+        members, count = listing
         if count <= events_limit:
             with contextlib.suppress(BackplaneUnavailable):
                 await self.member_events.changed(space, conn.agent_id, True, (members, count))

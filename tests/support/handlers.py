@@ -158,7 +158,11 @@ class FlakyPresence(MemoryPresence):
 
     async def space_members(self, space: str, limit: int) -> tuple[list[str], int]:
         await self.switches.enter("space_members")
-        return await super().space_members(space, limit)
+        listing = await super().space_members(space, limit)
+        # Read, but not answered yet: as a Redis reply that other traffic
+        # (another socket's) overtakes on its way to the node.
+        await self.switches.enter("space_members:answered")
+        return listing
 
     async def update_agent(self, record: AgentRecord) -> None:
         await self.switches.enter("update_agent")

@@ -561,3 +561,29 @@ async def test_a_publisher_with_nothing_held_costs_no_announcement(
     assert [m["type"] for m in alice.messages()] == ["space.members", "space.event"]
     await settled(coalescing, clock)
     assert [m.get("joined") for m in announcements(alice)] == ["carol", "dave"]
+
+
+async def test_a_join_announced_while_a_joiner_reads_the_members_reaches_it(
+    make_rig: Any,
+) -> None:
+    """Bob joins (on another node) after alice's members read ran in Redis, and
+    his announcement reaches alice's node before her read's answer does. She
+    must hear of him anyway: the read happens once she is in the fan-out, so
+    the announcement waits for her ``space.joined`` (it used to be dropped:
+    she was not in the fan-out yet, and her list did not have him)."""
+    rig: HandlerRig = await make_rig(members_list_limit=100)
+    alice = await rig.connect("alice")
+    presence = rig.presence
+    gate = presence.switches.hold("space_members:answered")
+    joining = asyncio.get_running_loop().create_task(rig.join(alice, "room"))
+    async with asyncio.timeout(2):
+        await presence.switches.reached("space_members:answered")
+    # Bob's node: his membership, then its announcement.
+    await presence.join_space("room", "bob", 100)
+    async with asyncio.timeout(2):  # bob's node read its own listing
+        await rig.membership.member_events.changed("room", "bob", True, (["alice", "bob"], 2))
+    gate.set()
+    async with asyncio.timeout(2):
+        joined = await joining
+    told = [m.get("joined") for m in announcements(alice)]
+    assert "bob" in joined["members"] or "bob" in told, (joined, told)
