@@ -134,6 +134,8 @@ class RedisDirectory:
         keys = self._keys
         entries = [(aid, sorted(set(caps))) for aid, caps in entries]
         pairs = [(aid, c) for aid, caps in entries for c in caps]
+        if not pairs and not listed:
+            return
         calls: list[Call] = [(self._cap_remove, [keys.cap(c)], [aid]) for aid, c in pairs]
         if listed:
             calls += [(None, "ZREM", [keys.agent_index(keys.shard_of(a)), a]) for a, _ in entries]
