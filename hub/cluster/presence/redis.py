@@ -103,10 +103,9 @@ class RedisPresence(RedisStore):
         aid, conn = record.agent_id, record.connection_id
         caps = set(record.capabilities)
         mine = self._my_agents(aid)
-        # Intents: this node lists the agent, the directory lists it.
-        with self._command("claim_agent"):
-            await self._client.hset(mine, aid, conn)
-        await self._directory.index([(aid, caps)], listed=True)
+        # Intents, one round trip: this node lists the agent, the directory lists it.
+        intent = (None, "HSET", [mine, aid, conn])
+        await self._directory.index([(aid, caps)], listed=True, along=[intent])
         held, *rest = await self._call(
             "claim_agent",
             self._claim,
@@ -115,8 +114,9 @@ class RedisPresence(RedisStore):
         )
         if held:
             holder = _record(aid, *rest)
-            await self._call("claim_agent", self._delete_if, [mine], [aid, conn])
-            await self._directory.unindex([(aid, caps - set(holder.capabilities))], listed=False)
+            undo = (self._delete_if, [mine], [aid, conn])
+            stale = [(aid, caps - set(holder.capabilities))]
+            await self._directory.unindex(stale, listed=False, along=[undo])
             return holder
         (replaced,) = rest
         await self._directory.unindex([(aid, capabilities_of(replaced) - caps)], listed=False)
@@ -126,11 +126,10 @@ class RedisPresence(RedisStore):
         info = await self._call(
             "release_agent", self._release, [self._keys.agent(agent_id)], [connection_id]
         )
-        if info is not None:
-            await self._directory.unindex([(agent_id, capabilities_of(info))], listed=True)
-        await self._call(
-            "release_agent", self._delete_if, [self._my_agents(agent_id)], [agent_id, connection_id]
-        )
+        # With the directory's entries (one round trip), after the record.
+        unlisted = (self._delete_if, [self._my_agents(agent_id)], [agent_id, connection_id])
+        gone = [] if info is None else [(agent_id, capabilities_of(info))]
+        await self._directory.unindex(gone, listed=info is not None, along=[unlisted])
 
     async def update_agent(self, record: AgentRecord) -> None:
         caps = set(record.capabilities)

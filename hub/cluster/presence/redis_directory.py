@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import heapq
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import orjson
@@ -113,8 +113,11 @@ class RedisDirectory:
 
     # ── agents and capabilities ─────────────────────────────────────────
 
-    async def index(self, entries: Iterable[Entry], *, listed: bool) -> None:
-        """Add each agent (``listed``: to the directory itself) and its capabilities."""
+    async def index(
+        self, entries: Iterable[Entry], *, listed: bool, along: Sequence[Call] = ()
+    ) -> None:
+        """Add each agent (``listed``: to the directory itself) and its
+        capabilities; ``along``: the caller's calls, sent in the same pipeline."""
         keys = self._keys
         entries = [(aid, sorted(set(caps))) for aid, caps in entries]
         pairs = [(aid, c) for aid, caps in entries for c in caps]
@@ -123,23 +126,27 @@ class RedisDirectory:
             calls += [
                 (None, "ZADD", [keys.agent_index(keys.shard_of(a)), 0, a]) for a, _ in entries
             ]
-        fresh = await self._run("index agent", calls)
+        fresh = await self._run("index agent", [*calls, *along])
         new = sorted({c for (_, c), f in zip(pairs, fresh, strict=False) if f == 1})
         await self._run("index agent", [(None, "ZADD", [keys.capabilities, 0, c]) for c in new])
 
-    async def unindex(self, entries: Iterable[Entry], *, listed: bool) -> None:
+    async def unindex(
+        self, entries: Iterable[Entry], *, listed: bool, along: Sequence[Call] = ()
+    ) -> None:
         """Remove each agent (``listed``: from the directory itself) and the
         capabilities, then put back what an agent's record (if it came back
-        meanwhile) still declares."""
+        meanwhile) still declares; ``along``: the caller's calls, sent with the
+        removals."""
         keys = self._keys
         entries = [(aid, sorted(set(caps))) for aid, caps in entries]
         pairs = [(aid, c) for aid, caps in entries for c in caps]
         if not pairs and not listed:
+            await self._run("unindex agent", list(along))
             return
         calls: list[Call] = [(self._cap_remove, [keys.cap(c)], [aid]) for aid, c in pairs]
         if listed:
             calls += [(None, "ZREM", [keys.agent_index(keys.shard_of(a)), a]) for a, _ in entries]
-        gone = await self._run("unindex agent", calls)
+        gone = await self._run("unindex agent", [*calls, *along])
         empty = sorted({c for (_, c), g in zip(pairs, gone, strict=False) if g == 1})
         await self._run("unindex agent", [(None, "ZREM", [keys.capabilities, c]) for c in empty])
         # The checks, after the removals: a record or a set written meanwhile
