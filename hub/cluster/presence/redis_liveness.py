@@ -179,9 +179,13 @@ class RedisLiveness:
         conflicts: list[AgentRecord] = []
         members: list[Call] = []
         touched: list[str] = []
+        conns = {r.agent_id: r.connection_id for r in agents}
         for (aid, _), result in zip(restores, results, strict=True):
             if result[0] == 1:
                 conflicts.append(_record(aid, *result[1:]))
+                # Not ours any more: this node's shard no longer lists it.
+                mine = keys.node_agents(self.node_id, keys.shard_of(aid))
+                members.append((self._delete_if, [mine], [aid, conns[aid]]))
                 continue
             for space in spaces_of.get(aid, ()):
                 members.append((self._restore_member, [keys.members(space),
