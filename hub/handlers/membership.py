@@ -11,15 +11,15 @@ Membership at scale: a join or leave is told to the other members as
 ``member_events_limit`` — so forming a space of N costs O(N × min(N,
 member_events_limit)) small frames, not O(N³) member ids. Each join reads at
 most ``members_list_limit`` ids from presence, whatever the space's size.
-And changes arriving together (a storm, a mass departure) are coalesced: a
-space announces at most one ``space.members`` per ``member_events_interval``
-(hub/handlers/member_events.py), a lone change still in the seed's shape.
+And changes arriving together (a storm, a mass departure) are coalesced, never
+dropped: a space announces about one ``space.members`` per
+``member_events_interval`` (hub/handlers/member_events.py), a lone change
+still in the seed's shape, and a held join goes out before its agent's events.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 from typing import Any
 
 from hub.cluster.backplane import Backplane, Delivery, Draft
@@ -32,7 +32,7 @@ from hub.core.peer import Peer, PeerKind
 from hub.core.registry import Registry
 from hub.core.spaces import SpaceDirectory
 from hub.errors import BackplaneUnavailable
-from hub.handlers.member_events import Batch, MemberEvents
+from hub.handlers.member_events import Batch, HeldChangesFirst, MemberEvents
 from hub.handlers.publishing import Publishing
 from hub.handlers.recovery import Recovery
 from protocol import codec
@@ -76,6 +76,12 @@ class Membership:
     async def aclose(self) -> None:
         """Send the membership changes still held and stop their timers."""
         await self.member_events.aclose()
+
+    def held_changes_first(self, handler: Any) -> HeldChangesFirst:
+        """A publishing action's ``handler``, run after this node sent the
+        held membership changes of the publisher (contract §21: nobody gets
+        an agent's event before its join)."""
+        return HeldChangesFirst(lambda: self.member_events, handler)
 
     def limits(self, space: str) -> tuple[int, int]:
         """``members_list_limit`` and ``member_events_limit`` of ``space``."""
@@ -135,7 +141,6 @@ class Membership:
         await self.presence.join_space(space, conn.agent_id, self.spaces.capacity(space))
         try:
             await self.subscriptions.ensure(space)
-            members, count = await self.presence.space_members(space, limit)
         except BaseException:
             await self._undo_join(conn, space)
             raise
@@ -146,12 +151,22 @@ class Membership:
         # From here the joiner receives the space's messages; the reply goes
         # out first so nothing of the space overtakes space.joined, and a
         # resume (since) replays what was missed first (hub/handlers/recovery.py).
-        reply = functools.partial(codec.joined, rid, space, members, count)
+        # The members are read once the joiner is in the fan-out: another's
+        # join is in the list, or its announcement reaches the joiner after
+        # the reply — never neither (contract §21).
+        listing: tuple[list[str], int] = ([], 0)
+
+        async def reply(**position: Any) -> bytes:
+            nonlocal listing
+            listing = await self.presence.space_members(space, limit)
+            return codec.joined(rid, space, *listing, **position)
+
         try:
             await self.recovery.join(conn, space, a.since, reply)
         except BaseException:
             await self._undo_join(conn, space)
             raise
+        members, count = listing
         if count <= events_limit:
             with contextlib.suppress(BackplaneUnavailable):
                 await self.member_events.changed(space, conn.agent_id, True, (members, count))

@@ -250,11 +250,12 @@ class Node:
     def _handlers(self, expiry: TokenExpiry, recovery: Recovery) -> dict[type, Handler]:
         """Which handler carries out each action a session returns."""
         publishing, membership = self.publishing, self.membership
+        first = membership.held_changes_first  # a publisher's held join goes out first
         return {
-            Publish: publishing.publish,
-            StreamDelta: publishing.stream_delta,
-            StreamDone: publishing.stream_done,
-            StreamCancel: publishing.stream_cancel,
+            Publish: first(publishing.publish),
+            StreamDelta: first(publishing.stream_delta),
+            StreamDone: first(publishing.stream_done),
+            StreamCancel: first(publishing.stream_cancel),
             ReceiverCancel: publishing.receiver_cancel,
             Send: _send,
             Reject: self._reject,

@@ -45,7 +45,7 @@ from hub.net.outbox import Flusher
 from hub.net.proxies import ClientAddress, TrustedProxies
 from hub.net.tls import ServerTls
 from hub.node.node import Node
-from hub.ops.metrics import CONTENT_TYPE_LATEST, render
+from hub.ops.metrics import CONTENT_TYPE_LATEST, MetricsRegistry, render
 from protocol import codec
 from protocol.errors import CloseCode, ErrorCode, ProtocolError
 from protocol.names import is_valid_agent_id
@@ -220,11 +220,16 @@ class HubServer:
             return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, "not ready\n")
         if path == "/metrics":
             registry = self.node.metrics_registry
-            body = render(registry)
-            return _response(http.HTTPStatus.OK, body, CONTENT_TYPE_LATEST, registry.headers())
+            if registry.asks_workers:  # websockets awaits what it is handed
+                return self._metrics_of_every_worker(registry)  # type: ignore[return-value]
+            return _metrics(registry)
         return _text(
             http.HTTPStatus.NOT_FOUND, "not found: use /ws, /healthz, /readyz or /metrics\n"
         )
+
+    async def _metrics_of_every_worker(self, registry: MetricsRegistry) -> Response:
+        await registry.refresh()
+        return _metrics(registry)
 
     def _upgrade(self, connection: Any, request: Request, query: str) -> Response | None:
         headers = request.headers
@@ -286,6 +291,11 @@ def _subprotocols(headers: Headers) -> list[str]:
         for p in value.split(",")
         if p.strip()
     ]
+
+
+def _metrics(registry: MetricsRegistry) -> Response:
+    body = render(registry)
+    return _response(http.HTTPStatus.OK, body, CONTENT_TYPE_LATEST, registry.headers())
 
 
 def _text(status: http.HTTPStatus, body: str) -> Response:

@@ -160,7 +160,11 @@ class FlakyPresence(MemoryPresence):
 
     async def space_members(self, space: str, limit: int) -> tuple[list[str], int]:
         await self.switches.enter("space_members")
-        return await super().space_members(space, limit)
+        listing = await super().space_members(space, limit)
+        # Read, but not answered yet: as a Redis reply that other traffic
+        # (another socket's) overtakes on its way to the node.
+        await self.switches.enter("space_members:answered")
+        return listing
 
     async def update_agent(self, record: AgentRecord) -> None:
         await self.switches.enter("update_agent")
@@ -270,11 +274,12 @@ class HandlerRig:
     def handlers(self) -> dict[type, Handler]:
         """The node's table (hub/node/node.py ``Node._handlers``)."""
         p, m = self.publishing, self.membership
+        first = m.held_changes_first
         table: dict[type, Handler] = {
-            Publish: p.publish,
-            StreamDelta: p.stream_delta,
-            StreamDone: p.stream_done,
-            StreamCancel: p.stream_cancel,
+            Publish: first(p.publish),
+            StreamDelta: first(p.stream_delta),
+            StreamDone: first(p.stream_done),
+            StreamCancel: first(p.stream_cancel),
             ReceiverCancel: p.receiver_cancel,
             Send: _send,
             Reject: self._reject,
