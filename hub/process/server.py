@@ -39,7 +39,7 @@ from hub.net.handshake import (
     OriginPolicy,
     credentials,
 )
-from hub.net.http import HttpDeadlines, HttpServer
+from hub.net.http import HttpDeadlines, HttpServer, websocket_elsewhere
 from hub.net.listener import listen
 from hub.net.outbox import Flusher
 from hub.net.proxies import ClientAddress, TrustedProxies
@@ -138,6 +138,10 @@ class HubServer:
             ssl_context=ctx,
             ssl_handshake_timeout=s.handshake_timeout,
             reuse_port=self._reuse_port,
+        )
+        # Before the HTTP port freezes its application, as adapters mount theirs.
+        self.node.http_app.router.add_get(
+            "/ws", websocket_elsewhere(self.port, tls=ctx is not None)
         )
         self._http = HttpServer(
             self.node.http_app,

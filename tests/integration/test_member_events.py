@@ -83,7 +83,7 @@ async def test_the_sdk_lists_every_agent_of_an_event(hub, clients) -> None:
                 assert item.joined == (item.joined_ids[0] if len(item.joined_ids) == 1 else None)
                 joined += item.joined_ids
     assert sorted(joined) == ["o0", "o1", "o2"]
-    assert a.members("room") == ["a", "o0", "o1", "o2"], "the list of the last event"
+    assert a.known_members("room") == ["a", "o0", "o1", "o2"], "the list of the last event"
 
 
 # ── coalesced, never dropped (contract §21) ─────────────────────────────────
