@@ -56,10 +56,13 @@ class TaskRun:
         timeout: float,
         max_reply_bytes: int,
         stop_stream: Callable[[str], Awaitable[None]],
+        key: str = "",
     ):
         """``stop_stream(stream_id)`` stops the delivery of a reply stream to
-        this node (a receiver cancel) once the run no longer wants it."""
+        this node (a receiver cancel) once the run no longer wants it.
+        ``key``: whose share of the node's open tasks the run counts against."""
         self.record = record
+        self.key = key
         self.relay = relay
         self.store = store
         self.timeout = timeout

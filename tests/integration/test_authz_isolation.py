@@ -34,7 +34,8 @@ from adapters.agora_http import AgoraHttpInbound
 from adapters.agora_http import InboundOptions as AgoraOptions
 from adapters.mcp import McpOptions, McpServer
 from tests.support import a2a_http as a2a
-from tests.support.envelopes import ALICE, agora_env, agora_request
+from protocol.identity import did_key
+from tests.support.envelopes import ALICE, BOB, agora_env
 from tests.support.mcphttp import McpHttp, text_of
 from tests.support.wsclient import WsClient
 
@@ -168,7 +169,10 @@ async def test_an_agora_request_is_answered_only_from_its_space(hub, authed):
 
     async def ask() -> dict[str, Any]:
         body = {"body": "the code?", "protocolHash": None}
-        async with aiohttp.ClientSession() as h, h.post(url, json=body, headers=bearer("carol")) as r:
+        async with (
+            aiohttp.ClientSession() as h,
+            h.post(url, json=body, headers=bearer("carol")) as r,
+        ):
             assert r.status == 200
             return await r.json()
 
@@ -200,7 +204,9 @@ async def test_mcp_calls_shows_a_call_only_to_who_may_join_its_space(hub, http, 
         if name == "keeper.vault":
             call = asyncio.ensure_future(carol.call(name, arguments))
             request = await keeper.wait_for("space.event", space="secret")
-            await publish(keeper, "secret", {"in_reply_to": request["event_id"], "text": "x"}, "mcp")
+            await publish(
+                keeper, "secret", {"in_reply_to": request["event_id"], "text": "x"}, "mcp"
+            )
             await call
         else:
             await carol.call(name, arguments)
@@ -233,7 +239,7 @@ async def test_under_auth_every_http_face_wants_a_bearer_token(hub, authed):
         ("POST", "/agora/open", agora),
         ("GET", "/agora/open/wellknown", {}),
         ("GET", "/a2a/open/.well-known/agent-card.json", {}),
-        ("POST", "/envelope/open", {"json": agora_env("STATUS", {"x": 1}, ALICE)}),
+        ("POST", "/envelope/open", {"json": agora_env("STATUS", {"status": "x1"}, ALICE)}),
         ("POST", "/mcp", {"json": {"jsonrpc": "2.0", "id": 1, "method": "ping"}}),
     ):
         status, answer = await status_of(method, base + path, **body)
@@ -245,16 +251,37 @@ async def test_under_auth_every_http_face_wants_a_bearer_token(hub, authed):
 
 
 async def test_an_envelope_needs_a_signer_mapped_to_an_identity_that_may_publish(hub, authed):
-    server = await hub(**authed)
-    keeper = await agent(server, "keeper", "secret")
-    url = f"{server.http_url}/envelope/secret"
+    alice = did_key(ALICE.verify_key.encode())
+    signers = [{"did": alice, "agent_id": "keeper"}]
+    spaces = [*SPACES, {"id": "drop", "envelope_public": True}]
+    server = await hub(**{**authed, "spaces": spaces}, signers=signers)
+    keeper = await agent(server, "keeper", "secret", "drop")
+    base = f"{server.http_url}/envelope"
     # keeper's bearer token, but a self-made key nobody mapped: refused, nothing delivered.
-    status, _ = await status_of(
-        "POST", url, json=agora_env("STATUS", {"x": 1}, ALICE), headers=bearer("keeper")
+    status, refused = await status_of(
+        "POST",
+        f"{base}/secret",
+        json=agora_env("STATUS", {"status": "x1"}, BOB),
+        headers=bearer("keeper"),
     )
-    assert status == 403
-    await publish(keeper, "secret", {"text": "marker"})
-    assert (await keeper.wait_for("space.event", space="secret"))["data"]["text"] == "marker"
+    assert status == 401 and b"signer" in refused
+    # The mapped signer, as the identity it is mapped to: delivered.
+    mapped = agora_env("STATUS", {"status": "x2"}, ALICE)
+    status, _ = await status_of("POST", f"{base}/secret", json=mapped, headers=bearer("carol"))
+    assert status == 202
+    event = await keeper.wait_for("space.event", space="secret")
+    assert event["verified"] is True and event["data"]["payload"] == {"status": "x2"}
+    # A space declared envelope_public takes any valid signer.
+    status, _ = await status_of(
+        "POST",
+        f"{base}/drop",
+        json=agora_env("STATUS", {"status": "x3"}, BOB),
+        headers=bearer("carol"),
+    )
+    assert status == 202
+    assert (await keeper.wait_for("space.event", space="drop"))["data"]["payload"] == {
+        "status": "x3"
+    }
 
 
 async def test_discovery_shows_only_what_the_caller_may_join(hub, http, authed):
@@ -286,11 +313,29 @@ async def test_a_refusal_looks_like_an_absence(hub, authed):
         (f"/a2a/secret/keeper{card}", f"/a2a/secret/nobody{card}"),
         (f"/a2a/secret{card}", f"/a2a/missing{card}"),
         ("/agora/secret/wellknown", "/agora/missing/wellknown"),
+        ("/agora/secret", "/agora/missing"),  # GET: 405 would say "it exists"
     ):
         got = await status_of("GET", base + refused, headers=bearer("mallory"))
         expected = await status_of("GET", base + absent, headers=bearer("mallory"))
         assert got[0] == expected[0] == 404, (refused, got, expected)
-        assert got[1].replace(b"secret", b"missing") == expected[1].replace(b"nobody", b"keeper")
+        assert _named(got[1], refused) == _named(expected[1], absent), (got, expected)
+    envelope = agora_env("STATUS", {"status": "x"}, ALICE)
+    got = await status_of("POST", f"{base}/envelope/secret", json=envelope,
+                          headers=bearer("mallory"))  # fmt: skip
+    expected = await status_of("POST", f"{base}/envelope/missing", json=envelope,
+                               headers=bearer("mallory"))  # fmt: skip
+    assert got[0] == expected[0] == 404
+    got_error, expected_error = orjson.loads(got[1]), orjson.loads(expected[1])
+    assert _named(orjson.dumps(got_error["payload"]), "secret") == _named(
+        orjson.dumps(expected_error["payload"]), "missing"
+    )
+
+
+def _named(body: bytes, path: str) -> bytes:
+    """``body`` with the names ``path`` is made of blanked out."""
+    for part in sorted(filter(None, path.split("/")), key=len, reverse=True):
+        body = body.replace(part.encode(), b"_")
+    return body
 
 
 # ── 4. Origin ─────────────────────────────────────────────────────────────────
@@ -299,9 +344,7 @@ async def test_a_refusal_looks_like_an_absence(hub, authed):
 async def test_mcp_refuses_a_rebinding_origin_on_defaults(hub, http):
     server = await hub()
     mcp = McpHttp(http, server.http_url)
-    evil = await mcp.rpc(
-        "ping", Host="evil.example.com", Origin="http://evil.example.com"
-    )
+    evil = await mcp.rpc("ping", Host="evil.example.com", Origin="http://evil.example.com")
     assert evil.status == 403, evil
     port = server.http_url.rsplit(":", 1)[1]
     same = await mcp.rpc("ping", Origin=f"http://127.0.0.1:{port}")
@@ -342,8 +385,12 @@ async def test_one_caller_cannot_take_every_a2a_task_or_bridge_wait(hub, authed)
     inbound = AgoraHttpInbound({"open": {}}, AgoraOptions(max_waiting=8))
     server = await hub(adapters=[gateway, inbound], bridge_timeout=30, **authed)
     url = f"{server.http_url}/a2a/open"
-    body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
-            "params": {"message": a2a.message("?"), "configuration": {"returnImmediately": True}}}
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendMessage",
+        "params": {"message": a2a.message("?"), "configuration": {"returnImmediately": True}},
+    }
     for _ in range(2):
         assert (await a2a.post(url, body, headers=bearer("carol")))[0] == 200
     status, busy = await a2a.post(url, body, headers=bearer("carol"))
@@ -393,8 +440,8 @@ async def test_event_ids_are_not_predictable(hub):
     await alice.join("lobby")
     ids = []
     for _ in range(3):
-        await publish(alice, "lobby", {"text": "x"})
-        ids.append((await alice.wait_for("space.event", space="lobby"))["event_id"])
+        echo = await alice.request({"type": "space.publish", "space": "lobby", "data": {}})
+        ids.append(echo["event_id"])
     first, second, third = ids
     shared = len(os.path.commonprefix([first, second]))
     assert len(third) - shared >= 16, ids
