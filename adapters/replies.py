@@ -302,6 +302,10 @@ class ReplyWaiters:
         asked = self._asked.get(answered) if answered is not None else None
         return asked is not None and asked.admits(msg)
 
+    def _in_space_of(self, msg: dict[str, Any], answered: str) -> bool:
+        asked = self._asked.get(answered)
+        return asked is not None and msg.get("space") == asked.space
+
     def _route(self, msg: dict[str, Any]) -> bool:
         kind = msg.get("type")
         if kind == "space.event":
@@ -321,8 +325,10 @@ class ReplyWaiters:
         if not isinstance(stream_id, str):
             return False
         answered = self._request_of.get(stream_id)
-        if answered is not None and not self._answers(msg, answered):
-            return False  # the same stream id elsewhere: not this answer's
+        if answered is not None and not self._in_space_of(msg, answered):
+            # The same stream id in another space (stream ids are the
+            # publisher's, namespaced by the hub: in one space, one stream).
+            return False
         relay = self._relays.get(answered) if answered is not None else None
         if relay is not None and kind in _PIECES:
             relay.put(Piece(_PIECES[kind], msg))

@@ -398,7 +398,7 @@ class Node:
 
 
 def _session_limits(
-    s: Settings, signed_spaces: frozenset[str], policy: SpacePolicy
+    s: Settings, signed_spaces: frozenset[str], policy: SpacePolicy | None = None
 ) -> SessionLimits:
     return SessionLimits(
         heartbeat_timeout=s.heartbeat_timeout,
@@ -409,14 +409,14 @@ def _session_limits(
         stream_rate_burst=s.stream_rate_burst,
         max_streams=s.max_streams_per_agent,
         signed_spaces=signed_spaces,
-        policy=policy,
+        policy=policy or SpacePolicy.of(s.spaces),
         token_leeway=s.jwt_leeway if s.auth_mode == "jwt" else 0.0,
         token_refresh_grace=s.token_refresh_grace,
     )
 
 
 def _virtual_limits(
-    s: Settings, signed_spaces: frozenset[str], policy: SpacePolicy
+    s: Settings, signed_spaces: frozenset[str], policy: SpacePolicy | None = None
 ) -> SessionLimits:
     """Virtual members send no heartbeats and are never closed for abuse; a
     rate limit and the stream limit hold for them as for anyone — their own
@@ -434,7 +434,7 @@ def _virtual_limits(
         rate_abuse_seconds=math.inf,
         max_streams=s.max_streams_per_agent,
         signed_spaces=signed_spaces,
-        policy=policy,
+        policy=policy or SpacePolicy.of(s.spaces),
     )
 
 

@@ -21,7 +21,6 @@ reader may join ``secret`` but publish only to ``open``.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -33,8 +32,8 @@ from adapters.a2a import A2aGateway, InboundOptions, SpaceCard
 from adapters.agora_http import AgoraHttpInbound
 from adapters.agora_http import InboundOptions as AgoraOptions
 from adapters.mcp import McpOptions, McpServer
-from tests.support import a2a_http as a2a
 from protocol.identity import did_key
+from tests.support import a2a_http as a2a
 from tests.support.envelopes import ALICE, BOB, agora_env
 from tests.support.mcphttp import McpHttp, text_of
 from tests.support.wsclient import WsClient
@@ -358,13 +357,13 @@ async def test_mcp_refuses_a_rebinding_origin_on_defaults(hub, http):
 async def test_one_caller_cannot_take_every_mcp_call_slot_or_session(hub, http, authed):
     adapter = McpServer(["open", "secret"], options=McpOptions(max_calls=8, max_sessions=8))
     server = await hub(adapters=[adapter], **authed)
-    await agent(server, "keeper", "secret")  # never answers
+    keeper = await agent(server, "keeper", "secret")  # never answers
     carol = McpHttp(http, server.http_url, token=token_of("carol"))
     args = {"space": "secret", "text": "?", "to": "keeper", "timeout": 30}
     asks = [asyncio.ensure_future(carol.call("space_ask", args)) for _ in range(2)]
-    async with asyncio.timeout(10):
-        while adapter.calling < 2:
-            await asyncio.sleep(0.01)
+    for _ in asks:  # both calls hold their slot once their question is out
+        await keeper.wait_for("space.event", space="secret")
+    assert adapter.calling == 2
     beyond = await carol.rpc("tools/call", {"name": "space_ask", "arguments": args})
     assert beyond.status == 429 and int(beyond.headers["Retry-After"]) >= 1, beyond
     reader = McpHttp(http, server.http_url, token=token_of("reader"))
@@ -374,8 +373,8 @@ async def test_one_caller_cannot_take_every_mcp_call_slot_or_session(hub, http, 
     sessions = [McpHttp(http, server.http_url, token=token_of("other")) for _ in range(3)]
     for session in sessions[:2]:
         await session.initialize()
-    refused = await sessions[2].rpc("initialize", {"protocolVersion": "2025-11-25",
-                                                   "capabilities": {}, "clientInfo": {}})  # fmt: skip
+    hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {}}
+    refused = await sessions[2].rpc("initialize", hello)
     assert refused.status == 429 and "Retry-After" in refused.headers
     await McpHttp(http, server.http_url, token=token_of("mallory")).initialize()
 
@@ -384,6 +383,7 @@ async def test_one_caller_cannot_take_every_a2a_task_or_bridge_wait(hub, authed)
     gateway = A2aGateway({"open": SpaceCard()}, InboundOptions(max_open_tasks=8))
     inbound = AgoraHttpInbound({"open": {}}, AgoraOptions(max_waiting=8))
     server = await hub(adapters=[gateway, inbound], bridge_timeout=30, **authed)
+    listener = await agent(server, "other", "open")
     url = f"{server.http_url}/a2a/open"
     body = {
         "jsonrpc": "2.0",
@@ -401,9 +401,9 @@ async def test_one_caller_cannot_take_every_a2a_task_or_bridge_wait(hub, authed)
         asyncio.ensure_future(status_of("POST", agora, json={"body": "?"}, headers=bearer("carol")))
         for _ in range(2)
     ]
-    async with asyncio.timeout(10):
-        while inbound.slots.taken < 2:
-            await asyncio.sleep(0.01)
+    for _ in waiting:  # both requests hold their slot once they are published
+        await listener.wait_for("space.event", space="open", **{"from": "agora-http"})
+    assert inbound.slots.taken == 2
     status, _ = await status_of("POST", agora, json={"body": "?"}, headers=bearer("carol"))
     assert status == 429
     for wait in waiting:
@@ -443,5 +443,7 @@ async def test_event_ids_are_not_predictable(hub):
         echo = await alice.request({"type": "space.publish", "space": "lobby", "data": {}})
         ids.append(echo["event_id"])
     first, second, third = ids
-    shared = len(os.path.commonprefix([first, second]))
+    shared = next(
+        n for n, (a, b) in enumerate(zip(first + "$", second + "#", strict=False)) if a != b
+    )
     assert len(third) - shared >= 16, ids

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import itertools
 
 from hub.core.ids import Ids
 
@@ -16,8 +16,10 @@ def test_event_ids_are_unique_across_refills_of_the_random_pool():
 def test_an_event_id_carries_64_random_bits_beyond_what_its_predecessor_shares():
     ids = Ids()
     made = [ids.event_id() for _ in range(3000)]
-    for before, after in zip(made, made[1:], strict=False):
-        shared = len(os.path.commonprefix([before, after]))
+    for before, after in itertools.pairwise(made):
+        shared = next(
+            n for n, (a, b) in enumerate(zip(before + "$", after + "#", strict=False)) if a != b
+        )
         assert len(after) - shared >= 16, (before, after)
 
 
