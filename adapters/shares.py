@@ -31,7 +31,7 @@ class ShareExceeded(AdapterError):
     """The caller holds its whole share of a node's bound already."""
 
     def __init__(self, what: str, share: int):
-        super().__init__(f"you hold {share} {what} on this hub node already: try again later")
+        super().__init__(f"you hold {share} {what} on this hub node already")
         self.share = share
 
 

@@ -297,8 +297,8 @@ class EnvelopeGateway:
             self.waiting.take(key)
         except ShareExceeded as exc:
             raise Refused(AgoraErrorCode.TOO_MANY_REQUESTS, str(exc)) from None
-        except SlotsFull as exc:
-            raise Refused(AgoraErrorCode.UNAVAILABLE, str(exc)) from None
+        except SlotsFull:  # every wait is taken: the task table says so, in the protocol's words
+            return await self._wait(request, space, data)
         try:
             return await self._wait(request, space, data)
         finally:
