@@ -235,14 +235,15 @@ class A2aGateway:
 
     async def _post(self, request: web.Request) -> web.StreamResponse:
         space, agent = request.match_info["space"], request.match_info.get("agent_id")
-        if space not in self.spaces or (
-            agent is not None and (agent == VIA or not is_valid_agent_id(agent))
-        ):
-            return answers.not_found(f"No A2A agent at {request.path[:200]}")
         try:
+            # Who first: whether a space is served is nobody's business before that.
             caller = await self._caller(request)
             assert self._host is not None
-            if not self._host.policy.may_read(caller, space):
+            if (
+                space not in self.spaces
+                or (agent is not None and (agent == VIA or not is_valid_agent_id(agent)))
+                or not self._host.policy.may_read(caller, space)
+            ):
                 return answers.not_found(f"No A2A agent at {request.path[:200]}")
             version = request.headers.get("A2A-Version", "1.0").strip()
             rpc = jsonrpc.parse_request(await self._read_json(request))

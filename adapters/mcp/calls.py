@@ -138,8 +138,8 @@ class ToolRunner:
                 spaces = [s for s in reply.get("spaces", []) if self._may_read(caller, s["id"])]
                 return json_result({"spaces": spaces[: self.options.max_listed]})
             case AgentsList(capability=capability, space=space):
-                if space is not None and not self._may_read(caller, space):
-                    raise ToolFailure(f"You may not read space {space!r}.")
+                if space is not None:
+                    await self._check_read(caller, space)
                 try:
                     records, more = await self.host.agents(
                         caller, capability=capability, space=space, limit=self.options.max_listed
@@ -155,10 +155,7 @@ class ToolRunner:
                 published = await self.agent.publish(space, self._stamped(data, caller), to)
                 return json_result({"event_id": published["event_id"], "seq": published["seq"]})
             case SpaceHistory(space=space, limit=limit):
-                if not self._may_read(caller, space):
-                    raise ToolFailure(f"You may not read space {space!r}.")
-                if not await self.host.space_exists(space):
-                    raise ToolFailure(f"Space {space!r} does not exist.")
+                await self._check_read(caller, space)
                 events = await self.host.history(space, limit, caller.agent_id)
                 # The publisher's own request id is no reader's business.
                 events = [{k: v for k, v in e.items() if k != "request_id"} for e in events]
@@ -183,13 +180,17 @@ class ToolRunner:
     def _may_read(self, caller: Caller, space: str) -> bool:
         return self.host.policy.may_read(caller, space)
 
+    async def _check_read(self, caller: Caller, space: str) -> None:
+        """A space the caller may not read answers as one that does not exist."""
+        if not self._may_read(caller, space) or not await self.host.space_exists(space):
+            raise ToolFailure(_absent(space))
+
     async def _check_write(self, caller: Caller, space: str) -> None:
         if not is_user_space(space):
             raise ToolFailure(f"{space!r} is a system space: nobody may publish there.")
+        await self._check_read(caller, space)
         if not self.host.policy.may_publish(caller, space):
             raise ToolFailure(f"You may not publish to space {space!r}.")
-        if not await self.host.space_exists(space):
-            raise ToolFailure(f"Space {space!r} does not exist.")
 
     def _stamped(self, data: dict[str, Any], caller: Caller) -> dict[str, Any]:
         stamped = {**data, "via": VIA, "caller": caller.agent_id}
@@ -209,6 +210,12 @@ class ToolRunner:
         if whole.failure is not None:
             raise ToolFailure(f"The reply was lost: {whole.failure}.")
         return reply_result(whole.data)
+
+
+def _absent(space: str) -> str:
+    """What a caller hears of a space it may not read, and of one that does not
+    exist: the same words (no existence oracle, contract §18)."""
+    return f"Space {space!r} does not exist, or you may not read it."
 
 
 def _target(call: HubCall | ToolArgumentError | None, arguments: dict[str, Any]) -> str | None:

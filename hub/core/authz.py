@@ -22,7 +22,10 @@ Reading (:attr:`Act.READ`) covers joining, observing, reading members and
 history, and *discovery*: seeing the space or its members in any listing
 (``spaces_list``, ``agent.list``, A2A cards, HELLO, ``/wellknown``).
 Publishing (:attr:`Act.PUBLISH`) covers publishing, streaming, asking and
-calling a tool offered in the space.
+calling a tool offered in the space — a member's act: whoever may not read
+(join) a space may not publish there either, on any face (a gateway
+publishes for callers who are not members, so this cannot be left to the
+membership a WebSocket needs).
 
 Patterns follow :func:`fnmatch.fnmatchcase`: case-sensitive, ``*`` matches any
 run of characters *including dots* (``task.*`` matches ``task.a.b``), ``?``
@@ -171,6 +174,16 @@ class Principal(Protocol):
     def grant(self) -> Grant: ...
 
 
+def _refused(
+    claims: Globs | None, allowed: Globs | None, space: str, who: Principal
+) -> Refusal | None:
+    if claims is not None and not claims.matches(space):
+        return Refusal.CLAIMS
+    if allowed is not None and not allowed.matches(who.agent_id):
+        return Refusal.SPACE_RULES
+    return None
+
+
 class SpacePolicy:
     """The one answer to "may ``who`` ``act`` in ``space``?" for every face.
 
@@ -201,17 +214,11 @@ class SpacePolicy:
         grant = who.grant
         if grant.trusted:
             return None
-        if act is Act.READ:
-            claims, rule = grant._join, self._rules.get(space)
-            allowed = None if rule is None else rule.allow_join
-        else:
-            claims, rule = grant._publish, self._rules.get(space)
-            allowed = None if rule is None else rule.allow_publish
-        if claims is not None and not claims.matches(space):
-            return Refusal.CLAIMS
-        if allowed is not None and not allowed.matches(who.agent_id):
-            return Refusal.SPACE_RULES
-        return None
+        rule = self._rules.get(space)
+        refusal = _refused(grant._join, None if rule is None else rule.allow_join, space, who)
+        if refusal is not None or act is Act.READ:
+            return refusal
+        return _refused(grant._publish, None if rule is None else rule.allow_publish, space, who)
 
     def allows(self, who: Principal, act: Act, space: str) -> bool:
         return self.refusal(who, act, space) is None
