@@ -17,8 +17,10 @@ it into task updates, contract §13:
   no longer relayed; :meth:`TaskRun.stop` (shutdown) → ``FAILED``.
 
 Updates go to the run's listener (the SSE response, :meth:`TaskRun.listen`)
-as A2A stream results; the record is stored at the start and at the end of
-the turn, so ``GetTask`` on any node sees the task's state.
+as A2A stream results. The gateway stored the record before it published the
+turn (a task the store cannot keep is refused there, never acknowledged); the
+run stores it again as it starts working and at the end of the turn, so
+``GetTask`` on any node sees the task's state.
 """
 
 from __future__ import annotations
