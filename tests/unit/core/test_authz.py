@@ -167,12 +167,25 @@ def test_declared_space_rules_restrict_agent_ids():
 
 def test_grant_and_space_rules_must_both_allow():
     rules = _rules({"id": "ops", "allow_join": ["ops-*"], "allow_publish": ["ops-*"]})
-    grant = Grant(join=("ops",), publish=("lobby",))
+    grant = Grant(join=("ops", "lobby"), publish=("lobby",))
     assert may_join(grant, "ops", "ops-1", rules)
     assert not may_join(grant, "ops", "alice", rules)  # the space refuses
-    assert not may_join(grant, "lobby", "ops-1", {})  # the grant refuses
+    assert not may_join(grant, "general", "ops-1", {})  # the grant refuses
     assert not may_publish(grant, "ops", "ops-1", rules)  # grant lacks ops
     assert may_publish(grant, "lobby", "ops-1", rules)
+
+
+def test_publishing_needs_reading_too():
+    """Gateways publish for callers that are not members: who may not join a
+    space may not publish there either, whatever its publish claims say."""
+    rules = _rules({"id": "vault", "allow_join": ["keeper"]})
+    assert not may_publish(Grant.unrestricted, "vault", "outsider", rules)
+    assert may_publish(Grant.unrestricted, "vault", "keeper", rules)
+    assert not may_publish(Grant(join=("a",), publish=("b",)), "b", "x", {})
+    policy = SpacePolicy(rules)
+    assert policy.refusal(Who("outsider", Grant.unrestricted), Act.PUBLISH, "vault") is (
+        Refusal.SPACE_RULES
+    )
 
 
 def test_space_rules_come_from_the_config_file(tmp_path):
