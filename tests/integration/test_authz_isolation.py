@@ -202,11 +202,10 @@ async def test_mcp_calls_shows_a_call_only_to_who_may_join_its_space(hub, http, 
     for name, arguments in secret_calls:
         if name == "keeper.vault":
             call = asyncio.ensure_future(carol.call(name, arguments))
-            request = await keeper.wait_for("space.event", space="secret")
-            await publish(
-                keeper, "secret", {"in_reply_to": request["event_id"], "text": "x"}, "mcp"
-            )
-            await call
+            request = await keeper.wait_for("space.event", space="secret", to=["keeper"])
+            answer = {"in_reply_to": request["event_id"], "text": "x"}
+            await publish(keeper, "secret", answer, "mcp")
+            assert not (await call)["isError"]
         else:
             await carol.call(name, arguments)
     await carol.call("space_publish", {"space": "open", "text": "hello all"})
