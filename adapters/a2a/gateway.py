@@ -421,27 +421,26 @@ class A2aGateway:
     async def _turn(
         self, rpc: RpcRequest, params: SendParams, space: str, agent: str | None, caller: Caller
     ) -> TaskRecord:
-        """The task this message starts or continues, stored before anything is
-        published: a task the cluster cannot keep is refused, not acknowledged."""
+        """The task this message starts or continues. A new task is stored
+        (``WORKING``) before anything is published: one the cluster cannot keep
+        is refused, never acknowledged. (A follow-up's task is stored already,
+        and its turn was claimed in the store.)"""
         message = params.message
         if message.taskId is not None:
-            record = await self.tasks.next_turn(
+            return await self.tasks.next_turn(
                 message.taskId, message.contextId, space, self._owner(caller),
                 self.options.max_turns,
             )  # fmt: skip
-        else:
-            record = TaskRecord(
-                id=str(uuid.uuid4()),
-                context_id=message.contextId or str(uuid.uuid4()),
-                space=space, to=agent, caller=caller.agent_id,
-                state=TaskState.SUBMITTED, updated_ms=codec.now_ms(),
-            )  # fmt: skip
+        record = TaskRecord(
+            id=str(uuid.uuid4()),
+            context_id=message.contextId or str(uuid.uuid4()),
+            space=space, to=agent, caller=caller.agent_id,
+            state=TaskState.WORKING, updated_ms=codec.now_ms(),
+        )  # fmt: skip
         try:
             await self.tasks.store.save(record)
         except BackplaneUnavailable as exc:
             log.warning("a2a task refused: not stored", task_id=record.id, reason=str(exc))
-            if message.taskId is not None:
-                await self.tasks.release_turn(record)
             busy = answers.busy(rpc.id, "The task cannot be stored now: try again")
             raise Refused(busy) from None
         return record
@@ -459,7 +458,7 @@ class A2aGateway:
             record, relay, self.tasks.store,
             timeout=self.timeout, max_reply_bytes=self.options.max_reply_bytes,
             stop_stream=lambda stream_id: self.member.stop_stream(record.space, stream_id),
-            key=key,
+            key=key, stored=record.turn == 1,
         )  # fmt: skip
 
     def _run_done(self, run: TaskRun) -> None:

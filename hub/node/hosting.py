@@ -189,19 +189,23 @@ class NodeHost:
     async def caller(
         self, request: web.Request, *, public: bool = False, prefix: str = "caller"
     ) -> Caller:
-        address = f"ip:{self.client_address(request)}"
         token = bearer_token(request.headers.get("Authorization"))
         if self.auth_required:
             if token is None and public:
-                return Caller(ANONYMOUS, key=address, anonymous=True)
+                return Caller(ANONYMOUS, key=self._address_key(request), anonymous=True)
             found, grant = await self._auth.identify(token)
             self._not_reserved(found)
             return Caller(found, grant, key=found)
+        key = self._address_key(request)
         agent_id = request.query.get("agent_id")
         if agent_id is not None and is_valid_agent_id(agent_id):
             self._not_reserved(agent_id)
-            return Caller(agent_id, key=address, anonymous=True)
-        return Caller(f"{prefix}-{secrets.token_hex(8)}", key=address, anonymous=True)
+            return Caller(agent_id, key=key, anonymous=True)
+        return Caller(f"{prefix}-{secrets.token_hex(8)}", key=key, anonymous=True)
+
+    def _address_key(self, request: web.Request) -> str:
+        """What a caller without credentials is counted as: its address."""
+        return f"ip:{self.client_address(request)}"
 
     def client_address(self, request: web.Request) -> str:
         """The client's IP (behind ``trusted_proxies``: the one they name)."""
