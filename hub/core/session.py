@@ -44,7 +44,7 @@ from hub.core.actions import (
     StreamCancel,
 )
 from hub.core.authz import Act, Grant, Refusal, SpacePolicy
-from hub.core.publisher_streams import PublisherStreams, StreamBudget
+from hub.core.publisher_streams import Heard, PublisherStreams, StreamBudget, Unheard
 from hub.core.ratelimit import TokenBucket, Verdict
 from protocol import codec
 from protocol.envelope import is_envelope
@@ -294,6 +294,22 @@ class Session:
         if self._streams is not None:
             self._streams.refused(stream_id)
 
+    def receiver_stopped(self, stream_id: str, receiver: str, left: bool) -> Heard:
+        """A receiver of ``stream_id`` cancelled it or ``left`` (contract §19)."""
+        if self._streams is None:
+            return Heard.NOT_OPEN
+        return self._streams.receiver_stopped(stream_id, receiver, left)
+
+    def receivers_gone(self, stream_id: str) -> Unheard | None:
+        """Nobody receives ``stream_id`` any more: it ends (None: not open)."""
+        if self._streams is None:
+            return None
+        return self._streams.receivers_gone(stream_id)
+
+    def streams_in(self, space: str) -> list[str]:
+        """Hub-side ids of this publisher's open streams in ``space``."""
+        return self._streams.open_in(space) if self._streams else []
+
     @property
     def open_streams(self) -> int:
         return len(self._streams) if self._streams else 0
@@ -308,7 +324,8 @@ class Session:
             case SpacePublish():
                 return [self._publish(msg)]
             case ClientDelta():
-                return [self._delta(msg, now)]
+                action = self._delta(msg, now)
+                return [] if action is None else [action]
             case ClientDone():
                 return [self._done(msg)]
             case ClientCancel():
@@ -413,7 +430,7 @@ class Session:
 
     # ── publisher side of client streams (hub/core/publisher_streams.py) ───────────
 
-    def _delta(self, msg: ClientDelta, now: float) -> Action:
+    def _delta(self, msg: ClientDelta, now: float) -> Action | None:
         if self._streams is None:
             limits = self._limits
             budget = StreamBudget(

@@ -436,4 +436,5 @@ class Boundary:
 
     def _skip(self, stream: str) -> None:
         self.skipped.add(stream)
-        self.registry.stop_receiving(self.conn, stream, self.space)
+        # Not a receiver cancel: the member joined past the stream's start.
+        self.registry.stop_receiving(self.conn, stream, self.space, report=False)

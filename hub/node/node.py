@@ -60,6 +60,7 @@ from hub.core.peer import Peer, PeerKind
 from hub.core.registry import Registry
 from hub.core.session import SessionLimits
 from hub.core.spaces import SpaceDirectory
+from hub.core.stream_audiences import ReceiverStop
 from hub.errors import BackplaneUnavailable
 from hub.handlers.agent_ids import AgentIds, LocalHolders
 from hub.handlers.dispatch import Dispatcher, ErrorSender, Handler
@@ -69,6 +70,7 @@ from hub.handlers.membership import Membership
 from hub.handlers.publishing import Publishing
 from hub.handlers.recovery import Recovery
 from hub.handlers.seen_ids import SeenIds
+from hub.handlers.stream_stops import StreamStops
 from hub.handlers.token_expiry import TokenExpiry
 from hub.net.http import request_metrics
 from hub.node.cluster_link import ClusterLink
@@ -123,7 +125,7 @@ class Node:
         )
 
         # ── this node's members and the rules of their sessions
-        self.registry: Registry[Peer] = Registry()
+        self.registry: Registry[Peer] = Registry(on_stream_stop=self._stream_stopped)
         self.spaces = SpaceDirectory(
             s.declared, s.space_capacity, s.auto_create_spaces,
             system=[space for adapter in self.adapters for space in adapter.system_spaces],
@@ -157,10 +159,15 @@ class Node:
             s, self.node_id, self.registry, self.spaces, self.presence, self.backplane,
             self.subscriptions, self.ids, self.publishing, recovery, self.policy,
         )  # fmt: skip
+        #: Producers hear when nobody receives their stream any more.
+        self.stream_stops = StreamStops(
+            self.node_id, self.registry, self.backplane, self.publishing,
+            filling=self.gaps.holding.__contains__,
+        )  # fmt: skip
         holders = LocalHolders(s, self.registry)
         self.cluster = ClusterLink(
             s, self.node_id, self.registry, self.presence, self.backplane, self.membership,
-            probe_local=holders.probe_local, evict_local=holders.evict_local,
+            self.stream_stops, probe_local=holders.probe_local, evict_local=holders.evict_local,
             disconnect_local=self._disconnect_local,
         )  # fmt: skip
         self.agent_ids = AgentIds(
@@ -175,6 +182,7 @@ class Node:
         self.delivery = delivery(
             self.registry, fan_out, self.gaps,
             on_ready=self._backplane_ready, on_node_message=self.cluster.on_message,
+            on_signal=self.stream_stops.on_signal,
         )  # fmt: skip
 
         # ── the faces: WebSocket connections, the HTTP port, adapters
@@ -249,7 +257,7 @@ class Node:
             StreamDelta: publishing.stream_delta,
             StreamDone: publishing.stream_done,
             StreamCancel: publishing.stream_cancel,
-            ReceiverCancel: self._receiver_cancel,
+            ReceiverCancel: publishing.receiver_cancel,
             Send: _send,
             Reject: self._reject,
             Close: _close,
@@ -264,11 +272,9 @@ class Node:
             Refresh: expiry.refresh,
         }
 
-    async def _receiver_cancel(self, peer: Peer, a: ReceiverCancel) -> None:
-        """A receiver stops its copy of a stream; a bridge publishing it hears of it."""
-        self.publishing.receiver_cancel(peer, a)
-        with contextlib.suppress(BackplaneUnavailable):
-            await self.cluster.tell_publisher(a.space, a.stream_id, peer.agent_id)
+    def _stream_stopped(self, stop: ReceiverStop) -> None:
+        """A receiver of a relayed stream stopped (the registry's report)."""
+        self.stream_stops.stopped(stop)
 
     def _reject(self, peer: Peer, a: Reject) -> None:
         self.send_error(peer, a.error.code, a.error.message, a.error.request_id)
@@ -321,6 +327,7 @@ class Node:
         await self.membership.aclose()
         await self.subscriptions.aclose()
         await self.cluster.aclose()
+        await self.stream_stops.aclose()
         with contextlib.suppress(Exception):
             await self.presence.leave_cluster()
         with contextlib.suppress(Exception):

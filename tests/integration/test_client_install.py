@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
+import pytest
 
 from tests.support.servers import ROOT
 
@@ -75,6 +76,7 @@ def run(venv: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.packaging
 async def test_the_client_installs_alone_and_talks_to_a_hub(tmp_path, hub):
     source = tmp_path / "python"
     shutil.copytree(

@@ -52,6 +52,7 @@ from hub.core.peer import PeerKind
 from hub.core.registry import Registry
 from hub.core.session import Session, SessionLimits
 from hub.core.spaces import SpaceDirectory
+from hub.core.stream_audiences import ReceiverStop
 from hub.errors import BackplaneUnavailable
 from hub.handlers.dispatch import Dispatcher, ErrorSender, Handler
 from hub.handlers.envelope_check import EnvelopeCheck
@@ -60,6 +61,7 @@ from hub.handlers.membership import Membership
 from hub.handlers.publishing import Publishing
 from hub.handlers.recovery import Recovery
 from hub.handlers.seen_ids import SeenIds
+from hub.handlers.stream_stops import StreamStops
 from hub.handlers.token_expiry import TokenExpiry
 from hub.node.delivery import FanOut, NodeDelivery
 from tests.support.peers import FakePeer
@@ -120,9 +122,9 @@ class FlakyBackplane(MemoryBackplane):
         await self.switches.enter("publish")
         return await super().publish(space, draft)
 
-    async def send(self, message: Delivery) -> None:
+    async def send(self, message: Delivery) -> int:
         await self.switches.enter("send")
-        await super().send(message)
+        return await super().send(message)
 
     async def subscribe(self, space: str) -> None:
         await self.switches.enter("subscribe")
@@ -202,7 +204,7 @@ class HandlerRig:
         self.backplane = FlakyBackplane(history_size=s.history_size, history_ttl=s.history_ttl)
         self.presence = FlakyPresence()
         self.kv = MemoryKeyValueStore(max_entries=s.kv_max_entries)
-        self.registry: Registry[FakePeer] = Registry()
+        self.registry: Registry[FakePeer] = Registry(on_stream_stop=self._stream_stopped)
         self.ids = Ids()
         self.counters = Counters()
         self.send_error = ErrorSender(self.counters)
@@ -245,6 +247,13 @@ class HandlerRig:
             self.recovery,
             SpacePolicy.of(s.spaces),
         )
+        self.stream_stops = StreamStops(
+            self.node_id,
+            self.registry,
+            self.backplane,
+            self.publishing,
+            filling=self.gaps.holding.__contains__,
+        )
         self.token_expiry = TokenExpiry(auth) if auth is not None else None
         self.dispatcher = Dispatcher(self.counters, self.send_error, self.handlers())
         self.delivery = NodeDelivery(
@@ -253,7 +262,11 @@ class HandlerRig:
             self.gaps,
             on_ready=lambda ready: None,
             on_node_message=lambda payload: None,
+            on_signal=self.stream_stops.on_signal,
         )
+
+    def _stream_stopped(self, stop: ReceiverStop) -> None:
+        self.stream_stops.stopped(stop)
 
     def handlers(self) -> dict[type, Handler]:
         """The node's table (hub/node/node.py ``Node._handlers``)."""
@@ -290,6 +303,7 @@ class HandlerRig:
         return self
 
     async def aclose(self) -> None:
+        await self.stream_stops.aclose()
         await self.subscriptions.aclose()
         for task in list(self._tasks):
             task.cancel()
