@@ -23,10 +23,17 @@ import contextlib
 from typing import Any
 
 from hub.cluster.backplane import Backplane, Delivery, Draft
-from hub.cluster.presence import AgentRecord, CapabilityFilter, InvalidQuery, Presence
+from hub.cluster.presence import (
+    AgentRecord,
+    AgentsPage,
+    CapabilityFilter,
+    InvalidQuery,
+    Presence,
+)
 from hub.cluster.subscriptions import Subscriptions
 from hub.config.settings import Settings
 from hub.core.actions import Denied, Join, Leave, ListAgents, ListMembers, ListSpaces, Register
+from hub.core.authz import Principal, SpacePolicy
 from hub.core.ids import Ids
 from hub.core.peer import Peer, PeerKind
 from hub.core.registry import Registry
@@ -42,6 +49,9 @@ from protocol.names import AGENT_STATUS_SPACE, SpaceKind, space_kind
 
 # ``from`` of events the hub itself generates; not a valid agent id.
 HUB_SENDER = "@hub"
+#: Spaces looked through, per page of ``agent.list``, for the agents a caller
+#: whose join claims limit it shares a space with (the first, by name).
+MAX_DISCOVERY_SPACES = 100
 
 
 class Membership:
@@ -57,6 +67,7 @@ class Membership:
         ids: Ids,
         publishing: Publishing,
         recovery: Recovery,
+        policy: SpacePolicy | None = None,
     ):
         self.settings = settings
         self.node_id = node_id
@@ -68,6 +79,7 @@ class Membership:
         self.ids = ids
         self.publishing = publishing
         self.recovery = recovery
+        self.policy = policy or SpacePolicy()
         # Departures the cluster has not heard of yet (backplane was down).
         self.pending_departures: list[tuple[AgentRecord, list[str]]] = []
         self._declared = settings.declared
@@ -278,16 +290,59 @@ class Membership:
         )
 
     async def list_agents(self, conn: Peer, a: ListAgents) -> None:
-        """A page of the agent directory, cluster-wide."""
-        capability = None if a.capability is None else CapabilityFilter.parse(a.capability)
+        """A page of the agent directory, cluster-wide, as the caller may see it."""
         try:
-            page = await self.presence.list_agents(
-                capability=capability, space=a.space, cursor=a.cursor, limit=a.limit
-            )
+            page = await self.agents_page(conn.session, a.capability, a.space, a.cursor, a.limit)
         except InvalidQuery as exc:
             raise ProtocolError(ErrorCode.INVALID_REQUEST, str(exc), a.request_id) from None
         agents = [record.directory() for record in page.agents]
         conn.send_frame(codec.agent_list(a.request_id, agents, page.next_cursor))
+
+    async def agents_page(
+        self,
+        who: Principal | None,
+        capability: str | None,
+        space: str | None,
+        cursor: str | None,
+        limit: int,
+    ) -> AgentsPage:
+        """A page of the directory as ``who`` may see it (None: the operator).
+
+        Discovery shows only what the caller may join (contract §18): with
+        ``space`` (a space it may read, checked by its face) every member of
+        it; without, an agent is left out when it is in a space whose rules
+        keep ``who`` out, and — when ``who``'s join claims limit it — unless
+        it is in a space ``who`` may read (one of the first
+        :data:`MAX_DISCOVERY_SPACES` with members, by name). A page may so
+        hold fewer than ``limit``; only ``next_cursor`` None ends the listing.
+        Raises :class:`InvalidQuery`."""
+        found = None if capability is None else CapabilityFilter.parse(capability)
+        page = await self.presence.list_agents(
+            capability=found, space=space, cursor=cursor, limit=limit
+        )
+        if who is None or space is not None or not self.policy.restricts(who.grant):
+            return page
+        hidden = await self._hidden(who, [record.agent_id for record in page.agents])
+        shown = [record for record in page.agents if record.agent_id not in hidden]
+        return AgentsPage(shown, page.next_cursor)
+
+    async def _hidden(self, who: Principal, ids: list[str]) -> set[str]:
+        hidden: set[str] = set()
+        for space in self.policy.ruled_out(who):
+            if ids:
+                missing = set(await self.presence.missing_members(space, tuple(ids)))
+                hidden.update(i for i in ids if i not in missing)
+        if who.grant.join is None:
+            return hidden
+        sizes = await self.presence.space_sizes()
+        readable = self.policy.readable(who, sorted(sizes))[:MAX_DISCOVERY_SPACES]
+        rest = tuple(i for i in ids if i not in hidden)
+        for space in readable:
+            if not rest:
+                break
+            rest = tuple(await self.presence.missing_members(space, rest))
+        hidden.update(rest)
+        return hidden
 
     async def denied(self, conn: Peer, a: Denied) -> None:
         """Publish/stream to a space the agent is not in: which refusal?"""
@@ -311,18 +366,23 @@ class Membership:
         """Publish an ``agent.status`` event (online, offline, updated)."""
         await self.system_event(AGENT_STATUS_SPACE, {"event": event, "agent": record.public()})
 
-    async def system_event(self, space: str, data: dict[str, Any]) -> None:
-        """Publish a hub-generated event (``from`` the hub) into a system space."""
-        await self.backplane.publish(space, self._system_draft(space, data))
+    async def system_event(
+        self, space: str, data: dict[str, Any], *, to: tuple[str, ...] | None = None
+    ) -> None:
+        """Publish a hub-generated event (``from`` the hub) into a system space,
+        to every member or only to those in ``to``."""
+        await self.backplane.publish(space, self._system_draft(space, data, to))
 
-    def _system_draft(self, space: str, data: dict[str, Any]) -> Draft:
+    def _system_draft(
+        self, space: str, data: dict[str, Any], to: tuple[str, ...] | None = None
+    ) -> Draft:
         head, tail = codec.sequenced(
             "space.event",
             space,
             self.ids.event_id(),
             {"from": HUB_SENDER, "timestamp": codec.now_ms(), "data": {**data, "from": HUB_SENDER}},
         )
-        return Draft(head, tail)
+        return Draft(head, tail, to=to)
 
     async def depart(self, record: AgentRecord, spaces: list[str], retry: bool = False) -> None:
         """Tell the cluster an agent's connection is gone. Safe to retry."""

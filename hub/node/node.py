@@ -53,7 +53,7 @@ from hub.core.actions import (
     StreamDelta,
     StreamDone,
 )
-from hub.core.authz import space_rules
+from hub.core.authz import SpacePolicy
 from hub.core.counters import Counters
 from hub.core.ids import Ids
 from hub.core.peer import Peer, PeerKind
@@ -132,8 +132,10 @@ class Node:
         )  # fmt: skip
         grace = 0.0 if not s.redis_url else min(5.0, s.heartbeat_interval)
         self.subscriptions = Subscriptions(self.backplane, grace, self.registry.has_space)
-        self.limits = _session_limits(s, signed_spaces)
-        self.virtual_limits = _virtual_limits(s, signed_spaces)
+        #: Who may read or publish where, for every face (hub/core/authz.py).
+        self.policy = SpacePolicy.of(s.spaces)
+        self.limits = _session_limits(s, signed_spaces, self.policy)
+        self.virtual_limits = _virtual_limits(s, signed_spaces, self.policy)
         #: Agent ids of shared virtual members (one per node) and of the server
         #: API's senders: never a connection's.
         self.reserved_ids: set[str] = set()
@@ -155,7 +157,7 @@ class Node:
         )  # fmt: skip
         self.membership = Membership(
             s, self.node_id, self.registry, self.spaces, self.presence, self.backplane,
-            self.subscriptions, self.ids, self.publishing, recovery,
+            self.subscriptions, self.ids, self.publishing, recovery, self.policy,
         )  # fmt: skip
         #: Producers hear when nobody receives their stream any more.
         self.stream_stops = StreamStops(
@@ -225,7 +227,7 @@ class Node:
             ),
             disconnect_local=self._disconnect_local,
             disconnect_remote=self.cluster.disconnect_remote,
-            node_stats=create_node_stats(self.redis, prefix=s.redis_prefix),
+            node_stats=create_node_stats(self.redis, prefix=s.redis_prefix), policy=self.policy,
         )  # fmt: skip
         self.operator.mount(self.http_app)
         #: What the hosted adapters get (:class:`~hub.adapter_host.AdapterHost`).
@@ -234,7 +236,7 @@ class Node:
             membership=self.membership, presence=self.presence, dispatcher=self.dispatcher,
             limits=self.virtual_limits, reserved_ids=self.reserved_ids, identity=self.identity,
             kv=self.kv, envelopes=self.envelopes, auth=self.auth,
-            space_rules=self.limits.space_rules, http_app=self.http_app, ready=lambda: self.ready,
+            policy=self.policy, http_app=self.http_app, ready=lambda: self.ready,
         )  # fmt: skip
         self.sweeper = Sweeper(
             s, self.registry, self.dispatcher, preframe=preframe, log=self.log,
@@ -403,7 +405,9 @@ class Node:
         task.add_done_callback(self._background.discard)
 
 
-def _session_limits(s: Settings, signed_spaces: frozenset[str]) -> SessionLimits:
+def _session_limits(
+    s: Settings, signed_spaces: frozenset[str], policy: SpacePolicy | None = None
+) -> SessionLimits:
     return SessionLimits(
         heartbeat_timeout=s.heartbeat_timeout,
         rate_limit=s.rate_limit,
@@ -413,18 +417,22 @@ def _session_limits(s: Settings, signed_spaces: frozenset[str]) -> SessionLimits
         stream_rate_burst=s.stream_rate_burst,
         max_streams=s.max_streams_per_agent,
         signed_spaces=signed_spaces,
-        space_rules=space_rules(s.spaces),
+        policy=policy or SpacePolicy.of(s.spaces),
         token_leeway=s.jwt_leeway if s.auth_mode == "jwt" else 0.0,
         token_refresh_grace=s.token_refresh_grace,
     )
 
 
-def _virtual_limits(s: Settings, signed_spaces: frozenset[str]) -> SessionLimits:
+def _virtual_limits(
+    s: Settings, signed_spaces: frozenset[str], policy: SpacePolicy | None = None
+) -> SessionLimits:
     """Virtual members send no heartbeats and are never closed for abuse; a
     rate limit and the stream limit hold for them as for anyone — their own
     (``bridge_rate_limit``), since one gateway member publishes for all the
-    HTTP callers a node serves. Declared spaces' allow_join/allow_publish are
-    for agents: the operator's own bridges are not restricted by them."""
+    HTTP callers a node serves. Their sessions hold the trusted grant
+    (``Grant.hub``): declared spaces' allow_join/allow_publish are for agents,
+    the operator's own bridges are not restricted by them — what a gateway
+    does for a caller, the policy decides for that caller first."""
     return SessionLimits(
         heartbeat_timeout=math.inf,
         rate_limit=s.bridge_rate_limit,
@@ -434,6 +442,7 @@ def _virtual_limits(s: Settings, signed_spaces: frozenset[str]) -> SessionLimits
         rate_abuse_seconds=math.inf,
         max_streams=s.max_streams_per_agent,
         signed_spaces=signed_spaces,
+        policy=policy or SpacePolicy.of(s.spaces),
     )
 
 

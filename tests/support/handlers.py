@@ -45,7 +45,7 @@ from hub.core.actions import (
     StreamDelta,
     StreamDone,
 )
-from hub.core.authz import Grant, space_rules
+from hub.core.authz import Grant, SpacePolicy
 from hub.core.counters import Counters
 from hub.core.ids import Ids
 from hub.core.peer import PeerKind
@@ -186,7 +186,7 @@ def session_limits(s: Settings) -> SessionLimits:
         rate_abuse_seconds=s.rate_abuse_seconds,
         max_streams=s.max_streams_per_agent,
         signed_spaces=frozenset(d.id for d in s.spaces if d.require_signed),
-        space_rules=space_rules(s.spaces),
+        policy=SpacePolicy.of(s.spaces),
         token_leeway=s.jwt_leeway if s.auth_mode == "jwt" else 0.0,
         token_refresh_grace=s.token_refresh_grace,
     )
@@ -249,6 +249,7 @@ class HandlerRig:
             self.ids,
             self.publishing,
             self.recovery,
+            SpacePolicy.of(s.spaces),
         )
         self.stream_stops = StreamStops(
             self.node_id,
