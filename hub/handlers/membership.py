@@ -266,12 +266,18 @@ class Membership:
             await self.backplane.send(Delivery(space, frame))
 
     async def list_spaces(self, conn: Peer, a: ListSpaces) -> None:
+        """The spaces cluster-wide, as the caller may see them: only those it
+        may join (contract §18: discovery shows what the caller may join)."""
         sizes = await self.presence.space_sizes()
         for space in (*self.spaces.declared, *self.spaces.system):
             sizes.setdefault(space, 0)
+        names = sorted(sizes)
+        who = conn.session
+        if who is not None and self.policy.restricts(who.grant):
+            names = self.policy.readable(who, names)
         spaces = [
-            {"id": space, "type": str(space_kind(space)), "member_count": n}
-            for space, n in sorted(sizes.items())
+            {"id": space, "type": str(space_kind(space)), "member_count": sizes[space]}
+            for space in names
         ]
         conn.send_frame(codec.space_list(a.request_id, spaces))
 

@@ -35,6 +35,7 @@ from nacl.signing import SigningKey
 from adapters.a2a import A2aGateway
 from protocol.envelope import agentprotocol as ap
 from protocol.identity import did_key
+from protocol.messages import CLIENT_MODELS
 from tests.support import a2a_http as a2a
 from tests.support.envelopes import agora_env
 from tests.support.wsclient import WsClient
@@ -262,11 +263,43 @@ async def websocket_face(m: Matrix) -> None:
                 )
                 want = ws_code(expected(identity, Act.PUBLISH, space), space)
                 m.check(f"ws {identity} publish {space}", ws_outcome(published), want)
+                streamed = await stream_outcome(client, space)
+                m.check(f"ws {identity} stream {space}", streamed, want)
         listed = await client.request({"type": "agent.list"})
         sees_keeper = "keeper" in {a["id"] for a in listed.get("agents", [])}
         may = expected(identity, Act.READ, VAULT) is Outcome.OK
         m.check(f"ws {identity} agent.list shows keeper", ok_if(sees_keeper), ok_if(may))
+        listed = await client.request({"type": "space.list"})
+        sees_vault = VAULT in {s["id"] for s in listed.get("spaces", [])}
+        m.check(f"ws {identity} space.list shows {VAULT}", ok_if(sees_vault), ok_if(may))
         await client.close()
+
+
+async def stream_outcome(client: WsClient, space: str) -> Outcome:
+    """A client stream into ``space``: its first delta refused, or its done echoed."""
+    stream = f"s-{uuid.uuid4().hex[:8]}"
+    delta, done = f"d-{stream}", f"e-{stream}"
+    await client.send({"type": "space.event.delta", "id": delta, "space": space,
+                       "event_id": stream, "data": {"text": "x"}})  # fmt: skip
+    await client.send({"type": "space.event.done", "id": done, "space": space, "event_id": stream})
+    reply = await client._until(
+        lambda msg: msg.get("request_id") in (delta, done) or msg.get("id") in (delta, done), 10.0
+    )
+    return ws_outcome(reply)
+
+
+#: How the WebSocket rows above cover each message a client may send: a new
+#: message type without an entry here fails the matrix.
+WS_ROWS = {
+    "space.join": "join", "space.members": "space.members", "agent.list": "agent.list",
+    "space.history": "history", "space.publish": "publish", "space.list": "space.list",
+    "space.event.delta": "stream", "space.event.done": "stream",
+    # A receiver's or the producer's cancel touches only a stream the caller
+    # already receives or produces; leaving, registering, heartbeats and token
+    # refreshes concern the caller's own connection, in no space it is not in.
+    "space.event.cancel": None, "space.leave": None, "agent.register": None,
+    "agent.heartbeat": None, "agent.refresh": None,
+}  # fmt: skip
 
 
 def ws_outcome(reply: dict[str, Any]) -> Outcome:
@@ -547,7 +580,8 @@ FACE_ROUTES = {
     "/admin/agents/{agent_id}/disconnect": "operator",
 }  # fmt: skip
 #: Routes that are not faces: no space, no caller's identity.
-NOT_FACES = {"/healthz", "/readyz", "/metrics", "/identity", "/admin/static/{name}"}
+#: (``/ws`` there only says which port serves WebSockets.)
+NOT_FACES = {"/healthz", "/readyz", "/metrics", "/identity", "/admin/static/{name}", "/ws"}
 
 FACES: dict[str, Callable[[Matrix], Awaitable[None]]] = {
     "websocket": websocket_face,
@@ -560,6 +594,8 @@ FACES: dict[str, Callable[[Matrix], Awaitable[None]]] = {
 
 
 async def test_every_face_every_identity_every_space(matrix: Matrix) -> None:
+    unlisted = set(CLIENT_MODELS) - set(WS_ROWS)
+    assert not unlisted, f"WebSocket messages without a row in the matrix: {sorted(unlisted)}"
     routes = {r.canonical for r in matrix.server.node.http_app.router.resources()}
     uncovered = routes - set(FACE_ROUTES) - NOT_FACES
     assert not uncovered, f"HTTP routes without a row in the matrix: {sorted(uncovered)}"

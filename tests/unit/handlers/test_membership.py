@@ -335,6 +335,24 @@ async def test_space_list_counts_members_and_shows_declared_and_system_spaces(
     ]
 
 
+async def test_space_list_shows_only_the_spaces_the_caller_may_join(make_rig: Any) -> None:
+    vault = {"id": "vault", "allow_join": ["keeper"]}
+    rig = await make_rig(spaces=[vault, {"id": "plaza"}])
+    await joined_all(rig, "room", "alice")
+
+    async def listed(peer: Any) -> list[str]:
+        peer.frames.clear()
+        await rig.send(peer, {"type": "space.list", "id": "s"})
+        return [s["id"] for s in peer.one("space.list")["spaces"]]
+
+    everything = ["agent.status", "plaza", "room", "vault"]
+    assert await listed(await rig.connect("keeper")) == everything
+    # Kept out of vault by its rules: vault is not listed (as if it did not exist).
+    assert await listed(await rig.connect("outsider")) == ["agent.status", "plaza", "room"]
+    # Join claims limit what is listed too.
+    assert await listed(await rig.connect("ops", grant=Grant(join=("plaza",)))) == ["plaza"]
+
+
 async def test_members_are_paged_in_join_order(rig: HandlerRig) -> None:
     names = [f"a{i}" for i in range(5)]
     await joined_all(rig, "room", *names)
