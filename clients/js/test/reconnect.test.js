@@ -46,6 +46,9 @@ describe("a hub restarted (memory backplane)", () => {
     const warnings = [];
     const alice = new Client(hub.url, unique("alice"), {
       reconnect: { initialDelay: 200, maxDelay: 1000 },
+      // The publish queued while the hub is down waits for its restart: on a
+      // busy machine a hub process may take longer than the default 10 s to start.
+      requestTimeout: 30_000,
       onResume: (r) => resumes.push(r),
       onStateChange: watching(waiters),
       logger: { warn: (m) => warnings.push(m) },
@@ -95,7 +98,7 @@ describe("a hub restarted (memory backplane)", () => {
     const queued = alice.publish(space, "sent while away");
     const back = nextState(waiters, "open");
     await hub.start(); // same ports, fresh memory: new epochs
-    await within(15_000, back, "alice reconnecting");
+    await within(30_000, back, "alice reconnecting");
     assert.equal(alice.reconnects, 1);
     const sent = await queued;
 
