@@ -27,7 +27,7 @@ from hub.core.authz import Grant
 from hub.core.frames import OutFrame
 from hub.core.peer import CleanedUp, PeerKind
 from hub.net.handshake import ConnectionsPerIp, HandshakeDeadlines, HandshakeSlots
-from hub.net.inbox import Inbox, read_frames
+from hub.net.inbox import Inbox, ParserPosition, read_frames
 from hub.net.outbox import Flusher, Outbox
 from hub.net.sansio import HubProtocol
 from hub.net.upgrade import accept, parse_request
@@ -85,6 +85,7 @@ class HubConnection(ServerConnection):
         "_frames_read",
         "_in_handshake",
         "_in_line",
+        "_parser_at",
         "agent_id",
         "cleaned_up",
         "client",
@@ -163,6 +164,10 @@ class HubConnection(ServerConnection):
         # handshake is over, up to the size limit (None: no limit).
         self._frames_read = False
         self._frame_limit: int | None = None
+        # Where websockets' frame parser is: known when its first byte was
+        # known (a request the hub read whole), else None and the hub reads
+        # no frame of this connection.
+        self._parser_at: ParserPosition | None = None
         self._failure_reported = False
         self._close_task: asyncio.Task[None] | None = None
         # Resolved once the hub gives up on the connection (a probe stops waiting).
@@ -420,6 +425,7 @@ class HubConnection(ServerConnection):
                 # From here on the protocol parses frames only.
                 protocol.parser = Protocol.parse(protocol)
                 next(protocol.parser)
+                self._parser_at = ParserPosition()
                 self.request = request
                 self.request_rcvd.set_result(None)
                 return
@@ -429,18 +435,21 @@ class HubConnection(ServerConnection):
         session = self.session
         if session is not None:
             session.last_seen = self.loop.time()
-        protocol = self.protocol
-        if (
-            self._frames_read
-            and protocol.state is OPEN
-            and protocol.current_size is None  # no fragmented message under way
-            and not protocol.reader.buffer  # websockets' parser at a frame boundary
-        ):
-            read = read_frames(data, self._frame_limit, self.recv_messages.put_message)
-            if read == len(data):
-                return
-            if read:
-                data = data[read:]
+        position = self._parser_at
+        if position is not None:
+            protocol = self.protocol
+            if (
+                self._frames_read
+                and position.between_frames
+                and protocol.state is OPEN
+                and protocol.current_size is None  # no fragmented message under way
+            ):
+                read = read_frames(data, self._frame_limit, self.recv_messages.put_message)
+                if read == len(data):
+                    return
+                if read:
+                    data = data[read:]
+            position.passed(data)
         super().data_received(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
