@@ -26,7 +26,6 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from websockets.asyncio.messages import MAX_FRAGMENTS
 from websockets.exceptions import ConcurrencyError, TooManyFragments
 from websockets.frames import CONT, TEXT, Frame, apply_mask
 
@@ -146,6 +145,7 @@ class Inbox:
     __slots__ = (
         "_fragments",
         "_head",
+        "_max_fragments",
         "_messages",
         "_pause",
         "_resume",
@@ -163,10 +163,13 @@ class Inbox:
         low: int | None,
         pause: Callable[[], Any],
         resume: Callable[[], Any],
+        max_fragments: int,
     ) -> None:
         if high is not None and low is None:
             low = high // 4
         self.high, self.low = high, low
+        #: websockets' own bound on the fragments of one message.
+        self._max_fragments = max_fragments
         self._pause = pause
         self._resume = resume
         self.paused = False
@@ -190,7 +193,7 @@ class Inbox:
         self._queue((text, payload))
 
     def _queue(self, entry: tuple[bool, bytes] | None) -> None:
-        # None: a message of more than MAX_FRAGMENTS fragments, for get() to refuse.
+        # None: a message of too many fragments, for get() to refuse.
         if self.closed:
             raise EOFError("stream of frames ended")
         self._messages.append(entry)
@@ -210,7 +213,7 @@ class Inbox:
         if frame.opcode is CONT:
             if fragments is None:
                 return  # the rest of a message already refused (too many fragments)
-            if len(fragments) >= MAX_FRAGMENTS:
+            if len(fragments) >= self._max_fragments:
                 self._fragments = None
                 self._queue(None)
                 return
@@ -258,7 +261,7 @@ class Inbox:
             self.paused = False
             self._resume()
         if entry is None:
-            raise TooManyFragments(MAX_FRAGMENTS)
+            raise TooManyFragments(self._max_fragments)
         text, payload = entry
         if decode is None:
             decode = text

@@ -10,18 +10,19 @@ template:
 
 - :func:`parse_request` reads a request that is whole in one chunk of bytes
   (nothing after it), ASCII only, at most :data:`MAX_REQUEST_BYTES` and
-  :data:`MAX_HEADERS` lines, with no body; anything else is None, and the
-  bytes go to websockets' parser as before, which answers every malformed
-  request as it always did.
+  :data:`MAX_HEADERS` lines, with no body, into a :class:`PlainRequest`;
+  anything else is None, and the bytes go to websockets' parser as before,
+  which answers every malformed request as it always did.
 - :func:`accept` answers a request websockets' ``accept()`` would take with
   no extension and no subprotocol: ``Upgrade: websocket``, ``Connection``
   naming ``upgrade``, a 16-byte ``Sec-WebSocket-Key`` and version 13. For
   anything else it returns None and ``accept()`` decides (a refusal, an
   extension to negotiate, a ``bearer.*`` subprotocol).
 
-Both give what websockets gives for the same input: the same ``Request``
-(path, headers, method, protocol) and the same 101 bytes, headers in the
-same order (tests/unit/net/test_upgrade.py compares them). No I/O here.
+Both give what websockets gives for the same input: the same request (path,
+headers, method, protocol; :func:`hub.net.ws_internals.request_from` makes
+websockets' ``Request`` of it) and the same 101 bytes, headers in the same
+order (tests/unit/net/test_upgrade.py compares them). No I/O, no websockets.
 """
 
 from __future__ import annotations
@@ -32,9 +33,7 @@ import email.utils
 import hashlib
 import re
 import time
-
-from websockets.datastructures import Headers
-from websockets.http11 import Request
+from dataclasses import dataclass
 
 #: The request is at most this long (websockets allows 8 KiB per line).
 MAX_REQUEST_BYTES = 8192
@@ -53,7 +52,21 @@ _REQUEST = re.compile(
 _TOKEN = re.compile(r"[-!#$%&'*+.^_`|~0-9a-zA-Z]+")
 
 
-def parse_request(data: bytes) -> Request | None:
+@dataclass(frozen=True, slots=True)
+class PlainRequest:
+    """A request as :func:`parse_request` read it."""
+
+    method: str
+    path: str
+    protocol: str
+    #: Header names in lower case to their values, in order (what websockets'
+    #: ``Headers`` keeps as its index).
+    index: dict[str, list[str]]
+    #: ``(name, value)`` as sent, in order.
+    pairs: list[tuple[str, str]]
+
+
+def parse_request(data: bytes) -> PlainRequest | None:
     """The request ``data`` holds whole, as websockets would parse it, or None."""
     if len(data) > MAX_REQUEST_BYTES:
         return None
@@ -82,19 +95,18 @@ def parse_request(data: bytes) -> Request | None:
         pairs.append((name, value))
     if "transfer-encoding" in index or "content-length" in index:
         return None  # websockets decides about a body
-    headers = Headers()
-    headers._dict = index
-    headers._list = pairs
-    return Request(path.decode("ascii"), headers, method.decode("ascii"), protocol.decode("ascii"))
+    return PlainRequest(
+        method.decode("ascii"), path.decode("ascii"), protocol.decode("ascii"), index, pairs
+    )
 
 
-def accept(request: Request, server_header: str | None) -> bytes | None:
+def accept(request: PlainRequest, server_header: str | None) -> bytes | None:
     """The 101 for ``request`` — when it is a plain upgrade needing no
     negotiation — as websockets' ``accept()`` and ``send_response()`` write it;
     None for anything ``accept()`` must decide."""
     if request.method != "GET" or request.protocol != "HTTP/1.1":
         return None
-    index = request.headers._dict  # names in lower case to their values
+    index = request.index
     if "sec-websocket-extensions" in index or "sec-websocket-protocol" in index:
         return None
     if len(index.get("origin", ())) > 1:

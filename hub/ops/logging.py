@@ -56,8 +56,12 @@ def set_log_level(level: str) -> None:
     numeric = _LEVELS.get(level, logging.INFO)
     _threshold = numeric
     logging.getLogger().setLevel(numeric)
-    # websockets logs handshake failures at INFO/ERROR; keep only warnings.
-    logging.getLogger("websockets").setLevel(max(numeric, logging.WARNING))
+    # websockets logs every connection opened and closed at INFO: above
+    # debug, only its warnings. At debug, all of it — every frame of every
+    # connection opened from then on (websockets' parser then reads them
+    # all: hub.net.ws_internals).
+    websockets_level = numeric if numeric == logging.DEBUG else max(numeric, logging.WARNING)
+    logging.getLogger("websockets").setLevel(websockets_level)
     logging.getLogger("redis").setLevel(max(numeric, logging.WARNING))
 
 

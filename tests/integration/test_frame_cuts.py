@@ -2,8 +2,9 @@
 
 Each client writes its frames in pieces with ``TCP_NODELAY`` and, before the
 next piece, waits until the hub has read every byte sent so far — the hub's
-socket has nothing unread and the client's nothing unacknowledged
-(``/proc/net/tcp``) — so each cut is the end of a read of the hub's. A third
+socket has nothing unread and the client's nothing unacknowledged (the
+sockets' queues, read over sock_diag as ``ss`` does) — so each cut is the end
+of a read of the hub's. A third
 of the frames are cut right after their header, their extended length or
 their mask, where websockets' parser has taken part of a frame and waits with
 an empty buffer; half of all frames carry a mask key, or a masked payload,
@@ -39,6 +40,7 @@ from tests.support.wsframes import (
     OP_PONG,
     OP_TEXT,
     RawFrame,
+    Unread,
     websockets_alone,
 )
 
@@ -47,60 +49,6 @@ CONNECTIONS = 8
 MESSAGES = 40
 MAX_FRAME = 1_048_576  # the default max_frame_bytes
 TIMEOUT = 60.0
-
-
-# ── what the hub has not read yet ───────────────────────────────────────────
-
-
-class Unread:
-    """Waits until the hub has read all a connection sent: one reader of
-    ``/proc/net/tcp`` for every waiting client."""
-
-    def __init__(self, server_port: int) -> None:
-        self.server_port = server_port
-        self._waiting: dict[int, asyncio.Future[None]] = {}
-        self._poller: asyncio.Task[None] | None = None
-
-    async def settled(self, client_port: int) -> None:
-        future = asyncio.get_running_loop().create_future()
-        self._waiting[client_port] = future
-        if self._poller is None or self._poller.done():
-            self._poller = asyncio.get_running_loop().create_task(self._poll())
-        await asyncio.wait_for(future, TIMEOUT)
-
-    async def _poll(self) -> None:
-        while self._waiting:
-            queues = _queues(self.server_port)
-            for port, future in list(self._waiting.items()):
-                # The hub's side read everything, the client's side has
-                # nothing in flight: the hub's last read ended at the cut.
-                # (A connection the hub closed reads nothing more.)
-                server = queues.get(("server", port))
-                if server is None or (server == 0 and queues.get(("client", port)) == 0):
-                    del self._waiting[port]
-                    if not future.done():
-                        future.set_result(None)
-            await asyncio.sleep(0.001)
-
-
-def _queues(server_port: int) -> dict[tuple[str, int], int]:
-    """``("server", client port)`` → bytes the hub has not read;
-    ``("client", client port)`` → bytes the client sent, not yet acknowledged."""
-    out = {}
-    with open("/proc/net/tcp", "rb") as f:
-        lines = f.read().splitlines()[1:]
-    for line in lines:
-        fields = line.split()
-        local = int(fields[1].rsplit(b":", 1)[1], 16)
-        remote = int(fields[2].rsplit(b":", 1)[1], 16)
-        tx, rx = (int(q, 16) for q in fields[4].split(b":"))
-        if fields[3] != b"01":  # established only
-            continue
-        if local == server_port:
-            out[("server", remote)] = rx
-        elif remote == server_port:
-            out[("client", local)] = tx
-    return out
 
 
 # ── a client that writes bytes exactly as told ──────────────────────────────

@@ -19,8 +19,10 @@ For the tests that hold the hub's reading of a socket to websockets' own
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import itertools
+import socket
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -354,7 +356,85 @@ def cut_points(draw: Any, frames: list[RawFrame], *, one_byte_up_to: int = 1500)
     return sorted(c for c in cuts if 0 < c < size)
 
 
+def frame_cuts(frame: bytes) -> list[int]:
+    """Where a read may end inside the (masked) frame that starts ``frame``:
+    after its first byte, its header, its extended length, its mask."""
+    second = frame[1]
+    n = second & 0x7F
+    ext = 2 if n == 126 else 8 if n == 127 else 0
+    cuts = [1, 2, 2 + ext] + ([2 + ext + 4] if second & 0x80 else [])
+    return sorted({c for c in cuts if c < len(frame)})
+
+
 def cut(stream: bytes, cuts: list[int]) -> list[bytes]:
     """``stream`` as reads ending at ``cuts``."""
     bounds = [0, *cuts, len(stream)]
     return [stream[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+
+
+# ── what a server has not read yet ──────────────────────────────────────────
+
+
+class Unread:
+    """Waits until a server on ``server_port`` (this machine, IPv4) has read
+    all a client sent — its socket has nothing unread, the client's nothing
+    unacknowledged — so the server's last read ended where the client's
+    write did: one poller (:func:`_queue`, sock_diag) for every waiting client."""
+
+    def __init__(self, server_port: int) -> None:
+        self.server_port = server_port
+        self._waiting: dict[int, asyncio.Future[None]] = {}
+        self._poller: asyncio.Task[None] | None = None
+
+    async def settled(self, client_port: int) -> None:
+        future = asyncio.get_running_loop().create_future()
+        self._waiting[client_port] = future
+        if self._poller is None or self._poller.done():
+            self._poller = asyncio.get_running_loop().create_task(self._poll())
+        await asyncio.wait_for(future, 60.0)
+
+    async def _poll(self) -> None:
+        while self._waiting:
+            for port, future in list(self._waiting.items()):
+                # The hub's side read everything, the client's side has
+                # nothing in flight: the hub's last read ended at the cut.
+                # (A connection the hub closed reads nothing more.)
+                server = _queue(self.server_port, port)
+                client = _queue(port, self.server_port)
+                if server is None or (server[0] == 0 and (client is None or client[1] == 0)):
+                    del self._waiting[port]
+                    if not future.done():
+                        future.set_result(None)
+            await asyncio.sleep(0.001)
+
+
+_NETLINK_SOCK_DIAG = 4
+_SOCK_DIAG_BY_FAMILY = 20
+_NLMSG_ERROR = 2
+_LOOPBACK = socket.inet_aton("127.0.0.1") + bytes(12)
+
+
+def _queue(local_port: int, remote_port: int) -> tuple[int, int] | None:
+    """(bytes unread, bytes sent and not acknowledged) of the established TCP
+    socket 127.0.0.1:``local_port`` → 127.0.0.1:``remote_port``, or None when
+    there is none (closed): one exact sock_diag lookup over netlink — what
+    ``ss`` shows as Recv-Q and Send-Q, without reading every socket of the
+    machine."""
+    request = struct.pack(
+        "=BBBBI2H16s16sI2I",
+        socket.AF_INET, socket.IPPROTO_TCP, 0, 0,
+        1 << 1,  # TCP_ESTABLISHED
+        socket.htons(local_port), socket.htons(remote_port),
+        _LOOPBACK, _LOOPBACK, 0, 0xFFFFFFFF, 0xFFFFFFFF,
+    )  # fmt: skip
+    header = struct.pack("=IHHII", 16 + len(request), _SOCK_DIAG_BY_FAMILY, 1, 0, 0)
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as nl:
+        nl.send(header + request)
+        reply = nl.recv(65536)
+    kind = struct.unpack_from("=H", reply, 4)[0]
+    if kind == _NLMSG_ERROR:
+        return None
+    # inet_diag_msg after the 16-byte header: family, state, timer, retrans,
+    # the 48-byte socket id, expires, rqueue, wqueue, ...
+    rqueue, wqueue = struct.unpack_from("=II", reply, 16 + 4 + 48 + 4)
+    return rqueue, wqueue

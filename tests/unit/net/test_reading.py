@@ -20,10 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hub.core.counters import Counters
-from hub.net.connection import HubConnection
+from hub.net.connection import ConnectionContext, HubConnection
 from hub.net.handshake import ConnectionsPerIp, HandshakeDeadlines, HandshakeSlots
 from hub.net.outbox import Flusher
-from hub.net.sansio import HubProtocol
+from hub.net.ws_internals import HubProtocol
 from tests.support.wsframes import (
     FIN,
     OP_PING,
@@ -107,22 +107,18 @@ async def open_connection(
         opened.set_result(None)
         await release
 
-    cls = type(
-        "TestConnection",
-        (HubConnection,),
-        {
-            "flusher": Flusher(loop),
-            "counters": Counters(),
-            "handshakes": HandshakeSlots(10),
-            "deadlines": HandshakeDeadlines(30.0, loop),
-            "per_ip": ConnectionsPerIp(0),
-            "loop": loop,
-            "hub_handler": staticmethod(handler),
-            "hub_process_request": staticmethod(lambda conn, request: None),
-        },
+    context = ConnectionContext(
+        flusher=Flusher(loop),
+        counters=Counters(),
+        handshakes=HandshakeSlots(10),
+        deadlines=HandshakeDeadlines(30.0, loop),
+        per_ip=ConnectionsPerIp(0),
+        handler=handler,
+        process_request=lambda conn, request: None,
     )
     server = SimpleNamespace(handler_tasks=set(), all_connections=set(), is_serving=lambda: True)
-    conn = cls(HubProtocol(extensions=None, max_size=limit, logger=LOG), server)
+    protocol = HubProtocol(extensions=None, max_size=limit, logger=LOG)
+    conn = HubConnection(protocol, server, loop, context)  # type: ignore[arg-type]
     transport = Transport()
     conn.connection_made(transport)  # type: ignore[arg-type]
     conn.data_received(UPGRADE)
