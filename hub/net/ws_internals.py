@@ -36,7 +36,7 @@ import inspect
 import logging
 import uuid
 from collections.abc import Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from websockets.asyncio.messages import MAX_FRAGMENTS
 from websockets.asyncio.server import Server, ServerConnection
@@ -51,9 +51,6 @@ from websockets.typing import LoggerLike, Subprotocol
 
 from hub.net.inbox import Inbox, ParserPosition, read_frames
 from hub.net.upgrade import PlainRequest, accept, parse_request
-
-if TYPE_CHECKING:
-    from hub.net.connection import ConnectionContext
 
 __all__ = [
     "ConnectionClosed",
@@ -161,7 +158,9 @@ class WebSocketsConnection(ServerConnection):
     :class:`~hub.net.connection.ConnectionContext`).
     """
 
-    context: ConnectionContext
+    #: The server's hub.net.connection.ConnectionContext (handler,
+    #: process_request, server_header, close_timeout are read here).
+    context: Any
 
     # What websockets' Connection.__init__ sets to the same value for every
     # hub connection: class attributes (an assignment later makes an
