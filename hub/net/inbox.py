@@ -76,7 +76,7 @@ class ParserPosition:
     header, then its extended length, then its mask as each arrives, and waits
     for the rest with an empty buffer. So the hub follows every byte it hands
     to websockets' parser, frame by frame, from the first — the bytes right
-    after a request the hub read whole (:mod:`hub.net.upgrade`) — and knows
+    after a request that ended exactly where the first read did — and knows
     how many more the frame under way needs: :attr:`between_frames` is true
     only when none. No inference from websockets' state: RFC 6455's framing
     alone says where a frame ends. (Past a frame websockets refuses, nothing

@@ -14,15 +14,14 @@ websockets release that changes one fails there:
 - :class:`WebSocketsConnection` — websockets' ``ServerConnection`` as the
   hub builds it (no ``Connection.__init__``: the per-connection part only),
   runs it (its own task, not ``serve()``'s ``protocol_handler``; its own
-  opening handshake for a plain upgrade) and reads it: a request the hub
-  read whole replaces websockets' request parser by its frame parser, and
+  opening handshake, the 101 written with the first frames) and reads it:
   whole plain frames are read by the hub (:mod:`hub.net.inbox`) only where
   websockets' frame parser is between frames
-  (:class:`~hub.net.inbox.ParserPosition`). The hub's own write path is
+  (:class:`~hub.net.inbox.ParserPosition`, which follows every byte handed
+  to websockets from the first after the request). The hub's own write path is
   ordered with websockets' writes through :meth:`~WebSocketsConnection.send_data`.
 - :func:`make_server` — websockets' ``Server`` around the hub's connection
   factory; :func:`handler_tasks` — its connections' tasks.
-- :func:`headers_from` — a ``Headers`` from an index the hub built.
 
 The hub's own parts of a connection (its outbox, limits, closes) are
 :class:`hub.net.connection.HubConnection`, which uses only the hooks below
@@ -44,22 +43,19 @@ from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.extensions import ServerExtensionFactory
 from websockets.http11 import Request, Response
-from websockets.protocol import CONNECTING, SERVER, Protocol, State
+from websockets.protocol import CONNECTING, SERVER, State
 from websockets.server import ServerProtocol
 from websockets.streams import StreamReader
 from websockets.typing import LoggerLike, Subprotocol
 
 from hub.net.inbox import Inbox, ParserPosition, read_frames
-from hub.net.upgrade import PlainRequest, accept, parse_request
 
 __all__ = [
     "ConnectionClosed",
     "HubProtocol",
     "WebSocketsConnection",
     "handler_tasks",
-    "headers_from",
     "make_server",
-    "request_from",
 ]
 
 OPEN = State.OPEN
@@ -139,11 +135,6 @@ class HubProtocol(ServerProtocol):
             self._start()
         super().receive_eof()
 
-    def parse_frames_only(self) -> None:
-        """The hub read the request itself: from here on, frames only."""
-        self.parser = Protocol.parse(self)
-        next(self.parser)
-
     def select_subprotocol(self, subprotocols: Sequence[Subprotocol]) -> Subprotocol | None:
         chosen = self.bearer_subprotocol
         return chosen if chosen is not None and chosen in subprotocols else None  # type: ignore[return-value]
@@ -198,7 +189,7 @@ class WebSocketsConnection(ServerConnection):
 
     # The slots of a subclass's own state: websockets' instance __dict__ then
     # holds only its own (about ten keys: the rest are class attributes).
-    __slots__ = ("_first_read", "_frame_limit", "_frames_read", "_parser_at", "_plain")
+    __slots__ = ("_first_read", "_frame_limit", "_frames_read", "_parser_at")
 
     @property
     def close_timeout(self) -> float | None:  # type: ignore[override]
@@ -252,8 +243,6 @@ class WebSocketsConnection(ServerConnection):
         # Where websockets' frame parser is: known from the first byte after
         # a request the hub read whole, else None and the hub reads no frame.
         self._parser_at: ParserPosition | None = None
-        # A request the hub read, until its handshake is answered.
-        self._plain: PlainRequest | None = None
         self.server.handler_tasks.add(self.loop.create_task(self._serve()))
         self.connection_ready(transport)
 
@@ -298,9 +287,10 @@ class WebSocketsConnection(ServerConnection):
         The hub's ``process_request`` is synchronous and it sets no
         ``process_response``, so an upgrade needs no ``asyncio.wait`` for the
         request (``connection_lost`` resolves ``request_rcvd`` too) and no
-        async write context: the 101 goes to :meth:`preamble`, written with
-        the first frames. Anything else — a refusal, an HTTP answer, a hook
-        of another shape — takes websockets' own path.
+        async write context: websockets' ``accept()`` answers, and its 101
+        goes to :meth:`preamble`, written with the first frames. Anything
+        else — a refusal, an HTTP answer, a hook of another shape — takes
+        websockets' own path.
         """
         if not self.request_rcvd.done():
             await self.request_rcvd
@@ -322,16 +312,6 @@ class WebSocketsConnection(ServerConnection):
             await self._library_handshake(response, server_header)
             return
         protocol = self.protocol
-        # A plain upgrade the hub read is answered from a template
-        # (hub.net.upgrade); accept() negotiates anything else, or refuses.
-        plain, self._plain = self._plain, None
-        answer = accept(plain, server_header) if plain is not None else None
-        if answer is not None:
-            if protocol.state is not CONNECTING:
-                return
-            protocol.state = OPEN
-            self.preamble(answer)
-            return
         self.response = response = protocol.accept(request)
         if response.status_code != 101:  # accept() refused: a 400 or 426
             # websockets adds the Server header to the answer it sends.
@@ -388,33 +368,31 @@ class WebSocketsConnection(ServerConnection):
     # ── reading ──────────────────────────────────────────────────────────
 
     def data_received(self, data: bytes) -> None:
-        if self._first_read:
-            self._first_read = False
-            # A whole plain request in the first read skips websockets'
-            # request parser (hub.net.upgrade); anything else goes to it.
-            plain = parse_request(data)
-            if plain is not None:
-                self.protocol.parse_frames_only()
-                self._parser_at = ParserPosition()
-                self._plain = plain
-                self.request = request_from(plain)
-                self.request_rcvd.set_result(None)
-                return
         position = self._parser_at
-        if position is not None:
-            protocol = self.protocol
-            if (
-                self._frames_read
-                and position.between_frames
-                and protocol.state is OPEN
-                and protocol.current_size is None  # no fragmented message under way
-            ):
-                read = read_frames(data, self._frame_limit, self.recv_messages.put_message)  # type: ignore[attr-defined]
-                if read == len(data):
-                    return
-                if read:
-                    data = data[read:]
-            position.passed(data)
+        if position is None:
+            super().data_received(data)
+            if self._first_read:
+                self._first_read = False
+                # websockets read the request. An HTTP request ends at its first
+                # empty line: when the first read ends there, websockets' frame
+                # parser starts at the next read's first byte, and the hub can
+                # follow it from there (else it never reads a frame itself).
+                if self.request is not None and data.find(b"\r\n\r\n") == len(data) - 4:
+                    self._parser_at = ParserPosition()
+            return
+        protocol = self.protocol
+        if (
+            self._frames_read
+            and position.between_frames
+            and protocol.state is OPEN
+            and protocol.current_size is None  # no fragmented message under way
+        ):
+            read = read_frames(data, self._frame_limit, self.recv_messages.put_message)  # type: ignore[attr-defined]
+            if read == len(data):
+                return
+            if read:
+                data = data[read:]
+        position.passed(data)
         super().data_received(data)
 
     async def receive(self) -> str | bytes | None:
@@ -472,17 +450,3 @@ def make_server(
 def handler_tasks(server: Server) -> set[asyncio.Task[None]]:
     """The tasks running ``server``'s connections (to cancel at shutdown)."""
     return server.handler_tasks
-
-
-def headers_from(index: dict[str, list[str]], pairs: list[tuple[str, str]]) -> Headers:
-    """The ``Headers`` that adding ``pairs`` one by one would build, from its
-    two parts built already: lower-case names to their values, and the pairs."""
-    headers = Headers()
-    headers._dict = index
-    headers._list = pairs
-    return headers
-
-
-def request_from(plain: PlainRequest) -> Request:
-    """websockets' ``Request`` of a request the hub read (hub.net.upgrade)."""
-    return Request(plain.path, headers_from(plain.index, plain.pairs), plain.method, plain.protocol)

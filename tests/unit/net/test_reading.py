@@ -127,6 +127,8 @@ async def open_connection(
     head, _, rest = bytes(transport.data).partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 101") and not rest
     transport.data.clear()
+    # The hub's own reader is on: it follows websockets' frame parser.
+    assert conn._frames_read and conn._parser_at is not None
     (task,) = server.handler_tasks
     release.set_result(None)
     return conn, transport, task

@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 from websockets.asyncio.server import Server, ServerConnection
-from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import CONT, TEXT, Frame
 from websockets.protocol import OPEN
@@ -27,14 +26,7 @@ from hub.core.counters import Counters
 from hub.net.connection import ConnectionContext, HubConnection
 from hub.net.handshake import ConnectionsPerIp, HandshakeDeadlines, HandshakeSlots
 from hub.net.outbox import Flusher
-from hub.net.upgrade import parse_request
-from hub.net.ws_internals import (
-    HubProtocol,
-    handler_tasks,
-    headers_from,
-    make_server,
-    request_from,
-)
+from hub.net.ws_internals import HubProtocol, handler_tasks, make_server
 from tests.support.wsframes import FIN, OP_CLOSE, OP_PING, OP_TEXT, RawFrame, server_frames
 
 LOG = logging.getLogger("websockets.server")
@@ -99,24 +91,14 @@ def test_hub_protocol_parses_requests_answers_and_frames_as_websockets_does():
     assert mine.data_to_send() == theirs.data_to_send()
 
 
-def test_after_a_request_read_by_the_hub_websockets_parses_frames_only():
-    """parse_frames_only(): websockets' frame parser (Protocol.parse) in place
-    of its request parser, at the first byte after the request."""
-    _, mine = both_protocols()
-    mine.parse_frames_only()
-    mine.state = OPEN
-    mine.receive_data(RawFrame(FIN | OP_TEXT, b"hi").wire)
-    (frame,) = mine.events_received()
-    assert frame.opcode is TEXT and frame.data == b"hi"
-
-
 def test_websockets_parser_takes_exactly_one_frame_s_bytes_and_tracks_a_fragmented_message():
     """ParserPosition assumes websockets' parser reads a frame's bytes and no
     more (it waits, its buffer empty, for the rest); the hub's reader waits
     while current_size says a fragmented message is under way."""
     _, mine = both_protocols()
-    mine.parse_frames_only()
-    mine.state = OPEN
+    mine.receive_data(REQUEST)
+    (request,) = mine.events_received()
+    mine.send_response(mine.accept(request))
     first = RawFrame(OP_TEXT, b"a" * 300).wire  # a 16-bit length, not final
     for i in range(len(first) - 1):
         mine.receive_data(first[i : i + 1])
@@ -138,34 +120,12 @@ def test_the_bearer_subprotocol_is_selected_only_as_the_token_came():
     _, mine = both_protocols()
     assert mine.select_subprotocol(["bearer.abc"]) is None
     mine.bearer_subprotocol = "bearer.abc"
-    request = request_from(
-        parse_request(
-            REQUEST.replace(b"\r\n\r\n", b"\r\nSec-WebSocket-Protocol: chat, bearer.abc\r\n\r\n")
-        )
-    )  # type: ignore[arg-type]
+    offered = b"\r\nSec-WebSocket-Protocol: chat, bearer.abc\r\n\r\n"
+    mine.receive_data(REQUEST.replace(b"\r\n\r\n", offered))
+    (request,) = mine.events_received()
     response = mine.accept(request)
     assert response.status_code == 101
     assert response.headers["Sec-WebSocket-Protocol"] == "bearer.abc"
-
-
-# ── Headers built from their two parts ──────────────────────────────────────
-
-
-def test_headers_from_their_parts_behave_as_headers_built_one_by_one():
-    pairs = [("Host", "h"), ("X-A", "1"), ("x-a", "2"), ("Upgrade", "websocket")]
-    index: dict[str, list[str]] = {}
-    for name, value in pairs:
-        index.setdefault(name.lower(), []).append(value)
-    ours = headers_from(index, list(pairs))
-    theirs = Headers(pairs)
-    assert ours == theirs and str(ours) == str(theirs)
-    assert list(ours.raw_items()) == list(theirs.raw_items())
-    assert ours.get_all("x-A") == theirs.get_all("x-A") == ["1", "2"]
-    assert ours["host"] == "h" and "upgrade" in ours and len(ours) == len(theirs)
-    ours["Server"] = "s"
-    assert ours.get_all("server") == ["s"] and ours.copy() == ours
-    ours.clear()
-    assert len(ours) == 0 and "host" not in ours
 
 
 # ── WebSocketsConnection: websockets' connection as the hub builds it ───────
