@@ -9,6 +9,10 @@ CLIENT := clients/python
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 ARGS   ?=
+# setuptools says once per editable install that a folder named like a package
+# may shadow it: true of every editable install, and 20 lines of a newcomer's
+# first screen. Only that notice is silenced.
+PIP_INSTALL := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install --quiet
 
 JS     := clients/js
 
@@ -21,11 +25,11 @@ venv: $(DEV_STAMP)
 $(RUN_STAMP): pyproject.toml $(CLIENT)/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ./$(CLIENT) -e .
+	$(PIP_INSTALL) -e ./$(CLIENT) -e .
 	touch $@
 
 $(DEV_STAMP): $(RUN_STAMP)
-	$(BIN)/python -m pip install --quiet -e './$(CLIENT)[api]' -e '.[dev]'
+	$(PIP_INSTALL) -e './$(CLIENT)[api]' -e '.[dev]'
 	touch $@
 
 run: $(RUN_STAMP)

@@ -57,9 +57,9 @@ class JoiningMember:
         busy: Callable[[str], bool] = lambda space: False,
     ):
         """``served``: the spaces joined from the start, in this order, and
-        never left. Past ``max_joined`` spaces the least recently used one
-        that is not served nor ``busy`` is left on this node. ``label`` names
-        the gateway in the log."""
+        never left. Past ``max_joined`` other spaces (joined when a caller
+        needs them) the least recently used one that is not ``busy`` is left
+        on this node. ``label`` names the gateway in the log."""
         self.agent_id = agent_id
         self.served = tuple(served)
         self.capabilities = capabilities
@@ -123,8 +123,8 @@ class JoiningMember:
         assert self.member is not None
         if self.max_joined is None:
             return
-        surplus = len(self._joined) - self.max_joined
-        for space in list(self._joined):
+        surplus = sum(1 for s in self._joined if s not in self.served) - self.max_joined
+        for space in list(self._joined)[:-1]:  # never the one just joined
             if surplus <= 0:
                 return
             if space in self.served or self._busy(space):

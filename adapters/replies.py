@@ -7,10 +7,20 @@ streams a bridge cares about back together — bounded in bytes per stream and i
 open streams, because the hub itself never holds a whole stream.
 
 :class:`ReplyWaiters` is the inbound bridge's table of requests waiting for
-their answer: the first event (or stream) in the space whose ``data.in_reply_to``
-is the request's ``event_id`` resolves it — assembled (:meth:`ReplyWaiters.expect`),
+their answer: the first event (or stream) whose ``data.in_reply_to`` is the
+request's ``event_id`` resolves it — assembled (:meth:`ReplyWaiters.expect`),
 or piece by piece as it arrives (:meth:`ReplyWaiters.relay`, a :class:`ReplyRelay`)
 for a gateway that passes a streamed answer on while it streams.
+
+A wait is keyed by everything that makes an answer legitimate (contract §18),
+an :class:`Asked`: the space the request was published in, its ``event_id``,
+and the agents it was addressed to. An answer from another space, or in the
+space from an agent the request was not addressed to, is not an answer — it
+is ignored and does not stand in the real answer's way. (Event ids carry a
+random part, :mod:`hub.core.ids`, so nobody can name a request they did not
+see; this keeps those who can see one from answering it where they should
+not.) The signed-envelope gateway, whose answers name the request's envelope
+id instead, matches with the same :class:`Asked`.
 """
 
 from __future__ import annotations
@@ -18,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -109,6 +119,30 @@ class StreamAssembler:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """A request waiting for its answer: the space it was published in, the id
+    its answer names (``in_reply_to``), and the agents it was addressed to
+    (``None``: unaddressed, any member of the space may answer)."""
+
+    space: str
+    event_id: str
+    to: frozenset[str] | None = None
+
+    @classmethod
+    def of(cls, space: str, event_id: str, to: str | Iterable[str] | None = None) -> Asked:
+        if to is None:
+            return cls(space, event_id)
+        return cls(space, event_id, frozenset([to] if isinstance(to, str) else to))
+
+    def admits(self, msg: Mapping[str, Any]) -> bool:
+        """May ``msg`` (a delivered frame: its ``space`` and ``from`` are the
+        hub's stamps) answer this request?"""
+        if msg.get("space") != self.space:
+            return False
+        return self.to is None or msg.get("from") in self.to
+
+
 PieceKind = Literal["event", "delta", "done", "cancel"]
 _PIECES: dict[Any, PieceKind] = {
     "space.event.delta": "delta",
@@ -185,7 +219,8 @@ def in_reply_to(msg: dict[str, Any]) -> str | None:
 
 
 class ReplyWaiters:
-    """Requests waiting for their answer, by the ``event_id`` they were published as.
+    """Requests waiting for their answer (:class:`Asked`), by the ``event_id``
+    they were published as.
 
     :meth:`feed` gets every message the bridge member receives, on every node;
     only the node holding the request resolves it, the others ignore it. A reply
@@ -195,6 +230,7 @@ class ReplyWaiters:
     """
 
     def __init__(self, max_reply_bytes: int, *, stash_size: int = STASH_SIZE):
+        self._asked: dict[str, Asked] = {}
         self._pending: dict[str, asyncio.Future[Assembled]] = {}
         self._relays: dict[str, ReplyRelay] = {}
         self._stream_of: dict[str, str] = {}  # request event id -> stream answering it
@@ -220,15 +256,18 @@ class ReplyWaiters:
             if not self._publishing:
                 self._stash.clear()
 
-    def expect(self, event_id: str) -> asyncio.Future[Assembled]:
+    def expect(self, asked: Asked) -> asyncio.Future[Assembled]:
+        """Wait for the whole answer to ``asked`` (a streamed one assembled)."""
         future: asyncio.Future[Assembled] = asyncio.get_running_loop().create_future()
-        self._pending[event_id] = future
+        self._asked[asked.event_id] = asked
+        self._pending[asked.event_id] = future
         self._unstash()
         return future
 
-    def relay(self, event_id: str) -> ReplyRelay:
-        """Wait for the answer to ``event_id`` piece by piece (:class:`ReplyRelay`)."""
-        relay = self._relays[event_id] = ReplyRelay(event_id)
+    def relay(self, asked: Asked) -> ReplyRelay:
+        """Wait for the answer to ``asked`` piece by piece (:class:`ReplyRelay`)."""
+        self._asked[asked.event_id] = asked
+        relay = self._relays[asked.event_id] = ReplyRelay(asked.event_id)
         self._unstash()
         return relay
 
@@ -246,6 +285,7 @@ class ReplyWaiters:
                 future.set_exception(error)
 
     def forget(self, event_id: str) -> None:
+        self._asked.pop(event_id, None)
         self._pending.pop(event_id, None)
         self._relays.pop(event_id, None)
         stream_id = self._stream_of.pop(event_id, None)
@@ -257,12 +297,23 @@ class ReplyWaiters:
         if not self._route(msg) and self._publishing:
             self._stash.append(msg)
 
+    def _answers(self, msg: dict[str, Any], answered: str | None) -> bool:
+        """Is ``msg`` a legitimate answer to the request ``answered`` we wait for?"""
+        asked = self._asked.get(answered) if answered is not None else None
+        return asked is not None and asked.admits(msg)
+
+    def _in_space_of(self, msg: dict[str, Any], answered: str) -> bool:
+        asked = self._asked.get(answered)
+        return asked is not None and msg.get("space") == asked.space
+
     def _route(self, msg: dict[str, Any]) -> bool:
         kind = msg.get("type")
         if kind == "space.event":
             answered = in_reply_to(msg)
             if answered is None or answered in self._stream_of:
                 return False  # not a reply, or a stream answered first
+            if not self._answers(msg, answered):
+                return False  # not from the request's space and addressees
             relay = self._relays.get(answered)
             if relay is not None:
                 if relay.ended:
@@ -274,6 +325,10 @@ class ReplyWaiters:
         if not isinstance(stream_id, str):
             return False
         answered = self._request_of.get(stream_id)
+        if answered is not None and not self._in_space_of(msg, answered):
+            # The same stream id in another space (stream ids are the
+            # publisher's, namespaced by the hub: in one space, one stream).
+            return False
         relay = self._relays.get(answered) if answered is not None else None
         if relay is not None and kind in _PIECES:
             relay.put(Piece(_PIECES[kind], msg))
@@ -289,6 +344,8 @@ class ReplyWaiters:
         if kind != "space.event.delta":
             return False
         answered = in_reply_to(msg)
+        if not self._answers(msg, answered):
+            return False
         relay = self._relays.get(answered) if answered is not None else None
         if relay is not None and not relay.ended and answered not in self._stream_of:
             relay.stream_id = stream_id

@@ -22,17 +22,18 @@ Every A2A message arrives as a ``space.event`` from ``a2a`` with ``data.text``,
 ``data.in_reply_to`` names it answers. This agent streams its forecast word by
 word (each word an ``artifactUpdate``), asks for the city when the message names
 none (``state: "input-required"``, the task's next message is the city), and
-forgets a question whose task was cancelled (``data.cancel``).
+forgets a question whose task was cancelled (``data.cancel``). ``hub.serve()`` runs
+the loop: it hands each request to the handler and sends back what it returns.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import hashlib
 import re
+from collections.abc import Iterator
 
-from agora_client import Client
+from agora_client import Client, Event, run
 
 FORECASTS = ("sunny", "windy", "cloudy", "rainy")
 
@@ -47,6 +48,31 @@ def city_in(text: str) -> str | None:
     return found.group(1) if found else None
 
 
+class Forecaster:
+    """The handler ``serve`` calls for each request; it remembers the tasks waiting
+    for the client to name a city."""
+
+    def __init__(self) -> None:
+        self.asking: set[str] = set()
+
+    def __call__(self, event: Event) -> Iterator[str] | dict[str, str] | None:
+        data = event.data
+        if event.sender != "a2a":
+            return None
+        task_id = str(data.get("task_id"))
+        if data.get("cancel"):
+            self.asking.discard(task_id)
+            return None
+        text = str(data.get("text", "")).strip()
+        city = city_in(text) or (text if task_id in self.asking and text else None)
+        if city is None:
+            self.asking.add(task_id)
+            return {"state": "input-required", "text": "Which city?"}
+        self.asking.discard(task_id)
+        words = f"Tomorrow in {city}: {forecast(city)}.".split(" ")
+        return (word if n == 0 else " " + word for n, word in enumerate(words))  # streamed
+
+
 async def main(url: str, space: str, agent_id: str) -> None:
     async with Client(url, agent_id, reconnect=True) as hub:
         await hub.register(
@@ -55,28 +81,7 @@ async def main(url: str, space: str, agent_id: str) -> None:
         )
         await hub.join(space)
         print(f"{agent_id} answering A2A requests in {space!r}", flush=True)
-        asking: set[str] = set()  # tasks waiting for the client to name a city
-        async for event in hub.events(space):
-            data = event.data
-            if event.sender != "a2a":
-                continue
-            task_id = str(data.get("task_id"))
-            if data.get("cancel"):
-                asking.discard(task_id)
-                continue
-            text = str(data.get("text", "")).strip()
-            city = city_in(text) or (text if task_id in asking and text else None)
-            if city is None:
-                asking.add(task_id)
-                reply = {"in_reply_to": event.event_id, "state": "input-required",
-                         "text": "Which city?"}  # fmt: skip
-                await hub.publish(space, reply)
-                continue
-            asking.discard(task_id)
-            words = f"Tomorrow in {city}: {forecast(city)}.".split(" ")
-            async with hub.stream(space, data={"in_reply_to": event.event_id}) as stream:
-                for n, word in enumerate(words):
-                    await stream.send(word if n == 0 else " " + word)
+        await hub.serve(space, Forecaster())
 
 
 if __name__ == "__main__":
@@ -85,7 +90,4 @@ if __name__ == "__main__":
     parser.add_argument("--space", default="weather")
     parser.add_argument("--agent-id", default="forecaster")
     args = parser.parse_args()
-    try:
-        asyncio.run(main(args.url, args.space, args.agent_id))
-    except KeyboardInterrupt:
-        pass
+    run(main(args.url, args.space, args.agent_id))

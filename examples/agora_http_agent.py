@@ -11,8 +11,9 @@ Run a hub with ``examples/agora_http.toml``, then this agent, then::
 
 Every HTTP request arrives as a ``space.event`` from ``agora-http``; the first event
 in the space whose ``data.in_reply_to`` names it is the HTTP answer, which
-``hub.reply()`` sends (addressed to ``agora-http``). Ctrl-C stops the agent; an agent
-id already connected is one line saying so (``agora_client.run``).
+``hub.serve()`` sends for what the handler returns (addressed to ``agora-http``).
+Ctrl-C stops the agent; an agent id already connected is one line saying so
+(``agora_client.run``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import hashlib
 import re
 from typing import Any
 
-from agora_client import Client, run
+from agora_client import Client, Event, run
 
 FORECASTS = ("sunny", "windy", "cloudy", "rainy")
 
@@ -51,16 +52,16 @@ def answer(data: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def handle(event: Event) -> dict[str, Any] | None:
+    """What ``serve`` calls for each request in the space: only the bridge's count."""
+    return answer(event.data) if event.sender == "agora-http" else None
+
+
 async def main(url: str, space: str, agent_id: str) -> None:
     async with Client(url, agent_id, reconnect=True) as hub:
         await hub.join(space)
         print(f"{agent_id} answering HTTP Agora requests in {space!r}", flush=True)
-        async for event in hub.events(space):
-            if event.sender != "agora-http":
-                continue
-            reply = answer(event.data)
-            if reply is not None:
-                await hub.reply(event, reply)
+        await hub.serve(space, handle)
 
 
 if __name__ == "__main__":

@@ -19,11 +19,10 @@ tool, arguments, caller}``; the first event in the space whose
 from __future__ import annotations
 
 import argparse
-import asyncio
 import hashlib
 from typing import Any
 
-from agora_client import Client
+from agora_client import Client, Event, run
 
 FORECASTS = ("sunny", "windy", "cloudy", "rainy")
 
@@ -69,19 +68,20 @@ def answer(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
     return {"status": "failure", "error": f"no tool {tool!r}"}
 
 
+def handle(event: Event) -> dict[str, Any] | None:
+    """What ``serve`` calls for each request in the space: the tool calls."""
+    if event.sender != "mcp" or "tool" not in event.data:
+        return None  # not a tool call (space_ask questions carry text instead)
+    arguments = event.data.get("arguments")
+    return answer(str(event.data["tool"]), arguments if isinstance(arguments, dict) else {})
+
+
 async def main(url: str, space: str, agent_id: str, token: str | None) -> None:
     metadata = {"mcp_tools": TOOLS}
     async with Client(url, agent_id, token=token, reconnect=True, metadata=metadata) as hub:
         await hub.join(space)
         print(f"{agent_id} offering MCP tools in {space!r}", flush=True)
-        async for event in hub.events(space):
-            if event.sender != "mcp" or "tool" not in event.data:
-                continue  # not a tool call (space_ask questions carry text instead)
-            arguments = event.data.get("arguments")
-            reply = answer(
-                str(event.data["tool"]), arguments if isinstance(arguments, dict) else {}
-            )
-            await hub.publish(space, {"in_reply_to": event.event_id, **reply})
+        await hub.serve(space, handle)
 
 
 if __name__ == "__main__":
@@ -91,7 +91,4 @@ if __name__ == "__main__":
     parser.add_argument("--agent-id", default="forecaster")
     parser.add_argument("--token", default=None)
     args = parser.parse_args()
-    try:
-        asyncio.run(main(args.url, args.space, args.agent_id, args.token))
-    except KeyboardInterrupt:
-        pass
+    run(main(args.url, args.space, args.agent_id, args.token))

@@ -10,6 +10,11 @@ as for a WebSocket agent. Besides that it may mount HTTP routes on the HTTP
 port, keep small shared state in the cluster's key-value store, read who is
 in a space, and authenticate HTTP callers as agents.
 
+What a caller may do in a space, every adapter asks the hub's one policy
+(:attr:`AdapterHost.policy`, :class:`~hub.core.authz.SpacePolicy`) about the
+:class:`Caller` :meth:`AdapterHost.caller` made of the request — never its
+own reading of tokens or claims.
+
 Adapters import this module, :mod:`protocol` and their own package — nothing
 else of ``hub`` (``tests/unit/repo/test_layers.py``). So everything they need is
 named here: the host and adapter protocols, the virtual member, the errors
@@ -29,7 +34,7 @@ from hub.cluster.kvstore import KeyValueStore
 from hub.cluster.presence import AgentRecord
 from hub.config.hub_identity import HubIdentity
 from hub.config.settings import Settings as HubSettings
-from hub.core.authz import Grant
+from hub.core.authz import Act, Grant, SpacePolicy
 from hub.errors import AgentIdTaken, AuthError, BackplaneUnavailable, ConfigError
 from hub.handlers.envelope_check import EnvelopeCheck
 from hub.net.bodies import (
@@ -45,6 +50,8 @@ from hub.net.http import client_gone
 from hub.node.virtual import MessageHandler, RequestFailed, VirtualMember
 
 __all__ = [
+    "ANONYMOUS",
+    "Act",
     "Adapter",
     "AdapterHost",
     "AgentIdTaken",
@@ -62,6 +69,7 @@ __all__ = [
     "MessageHandler",
     "RequestFailed",
     "SlotsFull",
+    "SpacePolicy",
     "VirtualMember",
     "WaitingSlots",
     "check_json",
@@ -82,16 +90,37 @@ class HostSettings(Protocol):
     heartbeat_interval: float
     history_ttl: float
     max_frame_bytes: int
+    #: Most of a shared per-node bound one caller may hold (a fraction of it).
+    caller_share: float
+    #: Faces open to callers without a token while auth is on.
+    agora_http_public: bool
+    a2a_cards_public: bool
+    envelope_http_public: bool
+
+
+#: The agent id of a caller without credentials on a face made public.
+ANONYMOUS = "anonymous"
 
 
 @dataclass(frozen=True, slots=True)
 class Caller:
-    """Who calls an HTTP gateway, as an agent: the id its bearer token names
-    (or, with auth off, the id it gave or one made up) and what the token's
-    claims allow (:meth:`AdapterHost.may_join` / :meth:`AdapterHost.may_publish`)."""
+    """Who calls an HTTP gateway, as an agent (a :class:`~hub.core.authz.Principal`):
+    the id its bearer token names (or, with auth off, the id it gave or one
+    made up; on a public face without a token, :data:`ANONYMOUS`) and what the
+    token's claims allow, for :attr:`AdapterHost.policy` to judge.
+
+    ``key`` is what per-caller shares of a node's bounds count against: the
+    authenticated agent id, else the client's address (``ip:…``) — an id a
+    caller names itself proves nothing. ``anonymous``: no credentials."""
 
     agent_id: str
     grant: Grant = Grant.unrestricted
+    key: str = ""
+    anonymous: bool = False
+
+    @property
+    def share_key(self) -> str:
+        return self.key or self.agent_id
 
 
 class AdapterHost(Protocol):
@@ -123,7 +152,13 @@ class AdapterHost(Protocol):
 
     @property
     def auth_required(self) -> bool:
-        """Whether HTTP callers must present a bearer token."""
+        """Whether HTTP callers must present a bearer token (auth is on)."""
+        ...
+
+    @property
+    def policy(self) -> SpacePolicy:
+        """The one policy: may a caller read (:attr:`Act.READ`: join, read,
+        discover) or publish (:attr:`Act.PUBLISH`) in a space."""
         ...
 
     async def attach(
@@ -160,23 +195,29 @@ class AdapterHost(Protocol):
         ``X-Forwarded-Proto``/``-Host`` only from ``trusted_proxies``."""
         ...
 
-    async def identify(
-        self, token: str | None, agent_id: str | None = None, *, prefix: str = "caller"
+    async def caller(
+        self, request: web.Request, *, public: bool = False, prefix: str = "caller"
     ) -> Caller:
-        """The caller of an HTTP gateway. With auth on, ``token`` (a bearer
-        token as agents use: tokens file or JWT) names it, or
-        :class:`AuthError` is raised; with auth off, ``agent_id`` (when it is
-        a valid agent id), else ``{prefix}-{random hex}``. An id of the hub's
-        own agents (``mcp``, a bridge's virtual agents) raises
-        :class:`~hub.errors.AgentIdTaken`."""
+        """The caller of an HTTP request. With auth on, its ``Authorization:
+        Bearer`` token (tokens file or JWT, as agents use) names it; no token,
+        or one that proves nothing, raises :class:`AuthError` — except that
+        a face the operator made ``public`` takes a request without a token
+        as :data:`ANONYMOUS`. With auth off: ``?agent_id=`` (when valid), else
+        ``{prefix}-{random hex}``. An id of the hub's own agents (``mcp``, a
+        bridge's virtual agents) raises :class:`~hub.errors.AgentIdTaken`."""
         ...
 
-    def may_join(self, caller: Caller, space: str) -> bool:
-        """May ``caller`` join (or read) ``space``: its claims and the space's rules."""
+    def signer(self, did: str) -> Caller | None:
+        """The identity the operator mapped an envelope signer's did:key to
+        (``[[signers]]``), or None."""
         ...
 
-    def may_publish(self, caller: Caller, space: str) -> bool:
-        """May ``caller`` publish to ``space``: its claims and the space's rules."""
+    async def agents(
+        self, caller: Caller, *, capability: str | None, space: str | None, limit: int
+    ) -> tuple[list[AgentRecord], bool]:
+        """The agent directory as ``caller`` may see it (``agent.list``'s
+        discovery rule), and whether there are more. Raises
+        :class:`BackplaneUnavailable`, ``ValueError`` for a bad filter."""
         ...
 
     async def space_exists(self, space: str) -> bool:
@@ -198,10 +239,23 @@ class AdapterHost(Protocol):
         Raises :class:`BackplaneUnavailable`."""
         ...
 
-    async def publish_system(self, space: str, data: dict[str, Any]) -> None:
+    async def publish_system(
+        self, space: str, data: dict[str, Any], *, to: tuple[str, ...] | None = None
+    ) -> None:
         """Publish a hub-generated event into ``space``, a system space this
-        adapter provides (:attr:`Adapter.system_spaces`). Raises
-        :class:`BackplaneUnavailable`."""
+        adapter provides (:attr:`Adapter.system_spaces`), to all its members
+        or only to ``to``. Raises :class:`BackplaneUnavailable`."""
+        ...
+
+    def show_readers(
+        self, space: str, event: dict[str, Any], readers_of: str | None, *, relay: str
+    ) -> int:
+        """Hand ``event`` (a system event of ``space`` that reached the
+        adapter's member ``relay``) to this node's other members of ``space``
+        who may read ``readers_of`` (all of them when None); how many got it.
+        What a system space shows each observer, when that depends on the
+        observer (``mcp.calls``), is decided here on every node, where each
+        observer's credentials are."""
         ...
 
 

@@ -389,18 +389,26 @@ def receiver_cancelled(request_id: str | int | None, space: str, event_id: str) 
     )
 
 
-def receiver_gone_notice(space: str, event_id: str, receiver: str) -> bytes:
-    """Tells a hub-hosted stream publisher (a bridge) that ``receiver`` cancelled
-    its copy of the stream: ``from`` is the receiver."""
+def receivers_gone(
+    space: str, event_id: str, receiver: str, reason: str, request_id: str | int | None = None
+) -> bytes:
+    """Tells a stream's producer that nobody receives it any more (contract
+    §19): ``event_id`` is the producer's own id, ``from`` the receiver whose
+    cancel (``reason`` ``receiver_cancelled``) or departure (``receivers_left``)
+    ended the audience. With ``request_id``: the answer to a done or cancel of
+    that stream sent after it ended so."""
     return dumps(
-        {
-            "type": "space.event.cancel",
-            "space": space,
-            "event_id": event_id,
-            "from": receiver,
-            "timestamp": now_ms(),
-            "reason": "receiver_cancelled",
-        }
+        _with_id(
+            {
+                "type": "space.event.cancel",
+                "space": space,
+                "event_id": event_id,
+                "from": receiver,
+                "timestamp": now_ms(),
+                "reason": reason,
+            },
+            request_id,
+        )
     )
 
 

@@ -193,9 +193,25 @@ def redis_ha_factory() -> Iterator[Any]:
 _redis_tests: set[str] = set()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--packaging",
+        action="store_true",
+        help="also run the tests marked packaging (always run under CI=true)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # By its marker, not its keywords: a folder named like it would count too.
     _redis_tests.update(item.nodeid for item in items if item.get_closest_marker("redis"))
+    # The packaging checks build wheels and whole installs (a minute or more
+    # each): CI runs them, a developer's `make test` leaves them out unless asked.
+    if IN_CI or config.getoption("--packaging"):
+        return
+    slow = [item for item in items if item.get_closest_marker("packaging")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("packaging")]
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -4,7 +4,8 @@ A JSON-RPC error is answered HTTP 200 like the a2a-sdk server does; what is
 refused before a call can be made — no or a bad token (401), a forbidden
 space (403), an unknown agent (404), a caller naming the hub's own agent (409),
 a body too big (413), a busy node or an unreachable cluster (503,
-``Retry-After``), the gateway's own rate limit (429) — gets that HTTP status,
+``Retry-After``), the gateway's own rate limit or a caller holding its share
+of the node's tasks or streams (429, ``Retry-After``) — gets that HTTP status,
 with a JSON-RPC error body (id null when the request was not read).
 :class:`Refused` carries such an answer out of the code that decided it.
 :func:`stream` writes a ``SendStreamingMessage`` answer as it comes.
@@ -57,6 +58,11 @@ def unavailable(rpc_id: RequestId = None) -> web.Response:
 def rate_limited(rpc_id: RequestId) -> web.Response:
     error = RpcError(jsonrpc.INTERNAL_ERROR, "Rate limited: try again", rpc_id)
     return rpc_error(error, 429, retry=True)
+
+
+def over_share(rpc_id: RequestId, message: str) -> web.Response:
+    """The caller holds its share of one of the node's bounds: 429."""
+    return rpc_error(RpcError(jsonrpc.INTERNAL_ERROR, message, rpc_id), 429, retry=True)
 
 
 def not_found(message: str) -> web.Response:

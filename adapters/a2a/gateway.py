@@ -15,10 +15,19 @@ reach every node's copy; only the node holding the request relays them.
 Tasks live in the key-value store (:mod:`adapters.a2a.store`): ``GetTask``,
 ``CancelTask`` and a multi-turn task's next message work on any node.
 
+Who may do what is the hub's policy's to say, for the caller its bearer
+token names (contract §18): a space the caller may not read is answered
+exactly like one that is not an A2A agent (404, card and JSON-RPC alike —
+no existence oracle); sending needs publish there (403). With auth on,
+cards too want a token unless ``a2a_cards_public`` is set.
+
 Bounded (:class:`InboundOptions`): request bodies (413), parts per message,
 turns per task, tasks open on this node and SSE streams on this node (503
-with ``Retry-After``), the reply kept per task, and every wait
-(``bridge_timeout`` → ``TASK_STATE_FAILED`` "Timeout").
+with ``Retry-After``; a caller holding its ``caller_share`` of them: 429),
+the reply kept per task, and every wait (``bridge_timeout`` →
+``TASK_STATE_FAILED`` "Timeout"). A task is stored before its message is
+published: one the cluster's store cannot keep is refused (503, ``-32603``),
+never acknowledged and lost.
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +50,8 @@ from adapters.a2a.member import GatewayMember
 from adapters.a2a.runs import TaskRun
 from adapters.a2a.store import TaskStore
 from adapters.a2a.tasks import NodeTasks
-from adapters.replies import ReplyWaiters
+from adapters.replies import Asked, ReplyWaiters
+from adapters.shares import ShareExceeded, Shares
 from hub.adapter_host import (
     AdapterHost,
     AgentIdTaken,
@@ -49,6 +59,7 @@ from hub.adapter_host import (
     BackplaneUnavailable,
     BodyRefused,
     Caller,
+    SlotsFull,
     check_json,
     read_body,
 )
@@ -72,6 +83,10 @@ PUSH_METHODS = frozenset(
     }
 )
 UNSUPPORTED_METHODS = frozenset({"ListTasks", "SubscribeToTask", "GetExtendedAgentCard"})
+
+Method = Callable[
+    [web.Request, RpcRequest, str, "str | None", Caller], Awaitable[web.StreamResponse]
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,13 +128,24 @@ class A2aGateway:
         self.spaces = dict(spaces)
         self.options = options or InboundOptions()
         self.waiters = ReplyWaiters(self.options.max_reply_bytes)
-        #: SSE responses open on this node.
-        self.streams = 0
+        o = self.options
+        #: Tasks with a turn in progress here, and SSE responses open here
+        #: (made anew with the hub's ``caller_share`` at start).
+        self.task_slots = Shares(o.max_open_tasks, 1.0, "A2A tasks open")
+        self.stream_slots = Shares(o.max_streams, 1.0, "A2A streams open")
+        #: Every JSON-RPC method the gateway answers, and what answers it.
+        self.methods: dict[str, Method] = {
+            "SendMessage": self._send_message,
+            "SendStreamingMessage": self._send_message,
+            "GetTask": self._get_task,
+            "CancelTask": self._cancel_task,
+            **dict.fromkeys(PUSH_METHODS, self._push_config),
+            **dict.fromkeys(UNSUPPORTED_METHODS, self._unsupported),
+        }
         self.member = GatewayMember(self.spaces, member_scan_limit=self.options.member_scan_limit)
         self._tasks: NodeTasks | None = None
         self.timeout = 30.0
         self.max_body_bytes = self.options.max_body_bytes or 1024 * 1024
-        self._starting = 0
         self._host: AdapterHost | None = None
         self._background: list[asyncio.Task[None]] = []
 
@@ -130,6 +156,9 @@ class A2aGateway:
         self._host = host
         self.timeout = s.bridge_timeout
         self.max_body_bytes = self.options.max_body_bytes or s.max_frame_bytes
+        o = self.options
+        self.task_slots = Shares(o.max_open_tasks, s.caller_share, "A2A tasks open")
+        self.stream_slots = Shares(o.max_streams, s.caller_share, "A2A streams open")
         self._tasks = NodeTasks(TaskStore(host.kv, s.history_ttl))
         await self.member.start(host, self._on_message)
         watch = self._tasks.watch_cancels(self.options.cancel_poll)
@@ -144,6 +173,11 @@ class A2aGateway:
             ],
             on_shutdown=self._on_shutdown,
         )
+
+    @property
+    def streams(self) -> int:
+        """SSE responses open on this node."""
+        return self.stream_slots.taken
 
     @property
     def tasks(self) -> NodeTasks:
@@ -175,8 +209,12 @@ class A2aGateway:
     async def _card(self, request: web.Request) -> web.Response:
         assert self._host is not None
         space, agent = request.match_info["space"], request.match_info.get("agent_id")
+        try:
+            caller = await self._caller(request, public=self._host.settings.a2a_cards_public)
+        except Refused as refused:
+            return refused.response
         info = self.spaces.get(space)
-        if info is None:
+        if info is None or not self._host.policy.may_read(caller, space):
             return answers.not_found(f"No A2A agent at {request.path[:200]}")
         try:
             members = await self._host.member_records(space, self.options.member_scan_limit)
@@ -191,18 +229,22 @@ class A2aGateway:
         else:
             record = next((r for r in members if r.agent_id == agent and agent != VIA), None)
             if record is None:
-                return answers.not_found(f"No agent {agent[:128]!r} in the A2A space {space!r}")
+                return answers.not_found(f"No A2A agent at {request.path[:200]}")
             card = member_card(space, f"{url}/{agent}", record, bearer=bearer)
         return web.Response(body=orjson.dumps(card), content_type="application/json")
 
     async def _post(self, request: web.Request) -> web.StreamResponse:
         space, agent = request.match_info["space"], request.match_info.get("agent_id")
-        if space not in self.spaces or (
-            agent is not None and (agent == VIA or not is_valid_agent_id(agent))
-        ):
-            return answers.not_found(f"No A2A agent at {request.path[:200]}")
         try:
+            # Who first: whether a space is served is nobody's business before that.
             caller = await self._caller(request)
+            assert self._host is not None
+            if (
+                space not in self.spaces
+                or (agent is not None and (agent == VIA or not is_valid_agent_id(agent)))
+                or not self._host.policy.may_read(caller, space)
+            ):
+                return answers.not_found(f"No A2A agent at {request.path[:200]}")
             version = request.headers.get("A2A-Version", "1.0").strip()
             rpc = jsonrpc.parse_request(await self._read_json(request))
             if version.split(".", 1)[0] != "1":
@@ -230,38 +272,54 @@ class A2aGateway:
     async def _dispatch(
         self, request: web.Request, rpc: RpcRequest, space: str, agent: str | None, caller: Caller
     ) -> web.StreamResponse:
-        method = rpc.method
-        if method in ("SendMessage", "SendStreamingMessage"):
-            params = send_params(rpc.params, rpc.id, max_parts=self.options.max_parts)
-            return await self._send(request, rpc, params, space, agent, caller)
-        if method == "GetTask":
-            query = task_query(rpc.params, rpc.id)
-            record = await self.tasks.visible(query.id, space, self._owner(caller))
-            return answers.result(rpc.id, record.wire())
-        if method == "CancelTask":
-            record = await self._cancel(task_query(rpc.params, rpc.id).id, space, caller)
-            return answers.result(rpc.id, record.wire())
-        if method in PUSH_METHODS:
+        method = self.methods.get(rpc.method)
+        if method is None:
             raise RpcError(
-                jsonrpc.PUSH_NOTIFICATION_NOT_SUPPORTED,
-                "Push notifications are not supported by this agent",
-                rpc.id,
+                jsonrpc.METHOD_NOT_FOUND, f"Method not found: {rpc.method[:128]}", rpc.id
             )
-        if method in UNSUPPORTED_METHODS:
-            raise RpcError(
-                jsonrpc.UNSUPPORTED_OPERATION, f"{method} is not supported by this agent", rpc.id
-            )
-        raise RpcError(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method[:128]}", rpc.id)
+        return await method(request, rpc, space, agent, caller)
+
+    async def _send_message(
+        self, request: web.Request, rpc: RpcRequest, space: str, agent: str | None, caller: Caller
+    ) -> web.StreamResponse:
+        params = send_params(rpc.params, rpc.id, max_parts=self.options.max_parts)
+        return await self._send(request, rpc, params, space, agent, caller)
+
+    async def _get_task(
+        self, request: web.Request, rpc: RpcRequest, space: str, agent: str | None, caller: Caller
+    ) -> web.StreamResponse:
+        query = task_query(rpc.params, rpc.id)
+        record = await self.tasks.visible(query.id, space, self._owner(caller))
+        return answers.result(rpc.id, record.wire())
+
+    async def _cancel_task(
+        self, request: web.Request, rpc: RpcRequest, space: str, agent: str | None, caller: Caller
+    ) -> web.StreamResponse:
+        record = await self._cancel(task_query(rpc.params, rpc.id).id, space, caller)
+        return answers.result(rpc.id, record.wire())
+
+    async def _push_config(
+        self, request: web.Request, rpc: RpcRequest, space: str, agent: str | None, caller: Caller
+    ) -> web.StreamResponse:
+        raise RpcError(
+            jsonrpc.PUSH_NOTIFICATION_NOT_SUPPORTED,
+            "Push notifications are not supported by this agent",
+            rpc.id,
+        )
+
+    async def _unsupported(
+        self, request: web.Request, rpc: RpcRequest, space: str, agent: str | None, caller: Caller
+    ) -> web.StreamResponse:
+        raise RpcError(
+            jsonrpc.UNSUPPORTED_OPERATION, f"{rpc.method} is not supported by this agent", rpc.id
+        )
 
     # ── the request's envelope ───────────────────────────────────────────
 
-    async def _caller(self, request: web.Request) -> Caller:
+    async def _caller(self, request: web.Request, *, public: bool = False) -> Caller:
         assert self._host is not None
-        header = request.headers.get("Authorization", "")
-        scheme, _, token = header.partition(" ")
-        bearer = token.strip() if scheme.lower() == "bearer" and token.strip() else None
         try:
-            return await self._host.identify(bearer, prefix="a2a-caller")
+            return await self._host.caller(request, public=public, prefix="a2a-caller")
         except AuthError:
             raise Refused(answers.unauthorized()) from None
         except AgentIdTaken as exc:
@@ -300,74 +358,112 @@ class A2aGateway:
                 "Push notifications are not supported by this agent",
                 rpc.id,
             )
-        if not self._host.may_publish(caller, space):
+        if not self._host.policy.may_publish(caller, space):
             error = RpcError(
                 jsonrpc.INVALID_REQUEST, f"Not allowed to send to the space {space!r}", rpc.id
             )
             raise Refused(answers.rpc_error(error, 403))
         streaming = rpc.method == "SendStreamingMessage"
-        o = self.options
-        if len(self.tasks) + self._starting >= o.max_open_tasks:
-            raise Refused(answers.busy(rpc.id, "Too many open tasks on this node: try again"))
-        if streaming and self.streams >= o.max_streams:
-            raise Refused(answers.busy(rpc.id, "Too many streams open on this node: try again"))
-        self._starting += 1
+        key = caller.share_key
+        held = [self.task_slots, self.stream_slots] if streaming else [self.task_slots]
+        taken: list[Shares] = []
         try:
-            message = params.message
-            if message.taskId is not None:
-                record = await self.tasks.next_turn(
-                    message.taskId, message.contextId, space, self._owner(caller), o.max_turns
-                )
-            else:
-                record = TaskRecord(
-                    id=str(uuid.uuid4()),
-                    context_id=message.contextId or str(uuid.uuid4()),
-                    space=space, to=agent, caller=caller.agent_id,
-                    state=TaskState.SUBMITTED, updated_ms=codec.now_ms(),
-                )  # fmt: skip
-            data = request_data(record.id, record.context_id, message, caller.agent_id)
-            try:
-                run = await self._publish_turn(record, data, rpc)
-            except BaseException:
-                if message.taskId is not None:  # not continued after all: free the turn
-                    await self.tasks.release_turn(record)
-                raise
-        finally:
-            self._starting -= 1
-        listener = run.listen() if streaming else None
-        self.tasks.add(run)
-        run.start(self._run_done)
-        if listener is not None:
-            self.streams += 1
+            for slots in held:
+                slots.take(key)
+                taken.append(slots)
+            run = await self._start_turn(rpc, params, space, agent, caller, key)
+        except BaseException as exc:
+            for slots in taken:
+                slots.give_back(key)
+            if isinstance(exc, SlotsFull):
+                raise Refused(answers.busy(rpc.id, f"{exc}: try again")) from None
+            if isinstance(exc, ShareExceeded):
+                raise Refused(answers.over_share(rpc.id, str(exc))) from None
+            raise
+        # The run holds its task slot until it is done (_run_done), the
+        # stream its stream slot until the response ends.
+        if streaming:
+            listener = run.listen()
+            self.tasks.add(run)
+            run.start(self._run_done)
             try:
                 # A client that leaves mid-answer: the task goes on, stored for GetTask.
                 return await answers.stream(
-                    request, rpc.id, listener, keepalive=o.keepalive, gone=run.detach
+                    request, rpc.id, listener, keepalive=self.options.keepalive, gone=run.detach
                 )
             finally:
-                self.streams -= 1
+                self.stream_slots.give_back(key)
+        self.tasks.add(run)
+        run.start(self._run_done)
         if config is not None and config.returnImmediately:
-            return answers.result(rpc.id, {"task": record.wire()})
+            return answers.result(rpc.id, {"task": run.record.wire()})
         await run.wait_closed()
         return answers.result(rpc.id, {"task": run.record.wire()})
 
+    async def _start_turn(
+        self,
+        rpc: RpcRequest,
+        params: SendParams,
+        space: str,
+        agent: str | None,
+        caller: Caller,
+        key: str,
+    ) -> TaskRun:
+        record = await self._turn(rpc, params, space, agent, caller)
+        data = request_data(record.id, record.context_id, params.message, caller.agent_id)
+        try:
+            return await self._publish_turn(record, data, rpc, key)
+        except BaseException:
+            if params.message.taskId is not None:  # not continued after all: free the turn
+                await self.tasks.release_turn(record)
+            raise
+
+    async def _turn(
+        self, rpc: RpcRequest, params: SendParams, space: str, agent: str | None, caller: Caller
+    ) -> TaskRecord:
+        """The task this message starts or continues. A new task is stored
+        (``WORKING``) before anything is published: one the cluster cannot keep
+        is refused, never acknowledged. (A follow-up's task is stored already,
+        and its turn was claimed in the store.)"""
+        message = params.message
+        if message.taskId is not None:
+            return await self.tasks.next_turn(
+                message.taskId, message.contextId, space, self._owner(caller),
+                self.options.max_turns,
+            )  # fmt: skip
+        record = TaskRecord(
+            id=str(uuid.uuid4()),
+            context_id=message.contextId or str(uuid.uuid4()),
+            space=space, to=agent, caller=caller.agent_id,
+            state=TaskState.WORKING, updated_ms=codec.now_ms(),
+        )  # fmt: skip
+        try:
+            await self.tasks.store.save(record)
+        except BackplaneUnavailable as exc:
+            log.warning("a2a task refused: not stored", task_id=record.id, reason=str(exc))
+            busy = answers.busy(rpc.id, "The task cannot be stored now: try again")
+            raise Refused(busy) from None
+        return record
+
     async def _publish_turn(
-        self, record: TaskRecord, data: dict[str, Any], rpc: RpcRequest
+        self, record: TaskRecord, data: dict[str, Any], rpc: RpcRequest, key: str
     ) -> TaskRun:
         """Publish the turn's request event; the run that will follow its answer."""
         with self.waiters.publishing():
             event_id = await self.member.publish(record.space, data, record.to, rpc.id)
-            relay = self.waiters.relay(event_id)
+            relay = self.waiters.relay(Asked.of(record.space, event_id, record.to))
         record.event_id = event_id
         record.move(TaskState.WORKING, codec.now_ms())
         return TaskRun(
             record, relay, self.tasks.store,
             timeout=self.timeout, max_reply_bytes=self.options.max_reply_bytes,
             stop_stream=lambda stream_id: self.member.stop_stream(record.space, stream_id),
+            key=key, stored=record.turn == 1,
         )  # fmt: skip
 
     def _run_done(self, run: TaskRun) -> None:
         self.tasks.discard(run)
+        self.task_slots.give_back(run.key)
         if run.record.event_id is not None:
             self.waiters.forget(run.record.event_id)
 

@@ -17,8 +17,10 @@ it into task updates, contract §13:
   no longer relayed; :meth:`TaskRun.stop` (shutdown) → ``FAILED``.
 
 Updates go to the run's listener (the SSE response, :meth:`TaskRun.listen`)
-as A2A stream results; the record is stored at the start and at the end of
-the turn, so ``GetTask`` on any node sees the task's state.
+as A2A stream results. A new task was stored by the gateway before its turn
+was published (one the store cannot keep is refused there, never
+acknowledged); a follow-up turn is stored as it starts; every turn is stored
+at its end — so ``GetTask`` on any node sees the task's state.
 """
 
 from __future__ import annotations
@@ -56,10 +58,17 @@ class TaskRun:
         timeout: float,
         max_reply_bytes: int,
         stop_stream: Callable[[str], Awaitable[None]],
+        key: str = "",
+        stored: bool = False,
     ):
         """``stop_stream(stream_id)`` stops the delivery of a reply stream to
-        this node (a receiver cancel) once the run no longer wants it."""
+        this node (a receiver cancel) once the run no longer wants it.
+        ``key``: whose share of the node's open tasks the run counts against.
+        ``stored``: the record is in the store as it starts (a new task, stored
+        by the gateway before it was published)."""
         self.record = record
+        self.key = key
+        self._stored = stored
         self.relay = relay
         self.store = store
         self.timeout = timeout
@@ -121,7 +130,8 @@ class TaskRun:
 
     async def _run(self) -> None:
         try:
-            await self._save()
+            if not self._stored:
+                await self._save()
             state, message = await self._follow()
         except Exception:
             log.exception("a2a task run failed", task_id=self.task_id)

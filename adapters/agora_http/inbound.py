@@ -13,12 +13,19 @@ serve it); the first event in the space whose ``data.in_reply_to`` is that
 event's ``event_id`` is the answer, a streamed one assembled first. Replies
 reach every node's copy; only the node holding the HTTP request answers it.
 
+Who may call: with auth on, a caller with a bearer token (``Authorization:
+Bearer``, tokens file or JWT, 401 without) unless the operator sets
+``agora_http_public``; its claims and the space's rules (the hub's one
+policy) then decide — a space it may not read answers exactly as one that
+is not served (404), one it may read but not publish to answers 403. The
+request event carries ``caller`` (the token's agent id) when auth is on.
+
 Bounded: request bodies (413), their nesting (400, as deep as a frame may
 carry once published), requests waiting for an answer per node (503 with
-``Retry-After``; a request takes a waiting slot only once it has been read
-whole and found valid, so idle uploads hold none), the assembled answer, and
-the wait itself (``bridge_timeout`` → ``{"status": "failure", "error":
-"Timeout"}``).
+``Retry-After``; 429 for a caller holding its ``caller_share`` of them; a
+request takes a waiting slot only once it has been read whole and found
+valid, so idle uploads hold none), the assembled answer, and the wait itself
+(``bridge_timeout`` → ``{"status": "failure", "error": "Timeout"}``).
 """
 
 from __future__ import annotations
@@ -36,15 +43,18 @@ from aiohttp import web
 from adapters.agora_http.conversations import Conversation, InboundConversations
 from adapters.agora_http.protocols import SpaceProtocols
 from adapters.joined import JoiningMember, NodeNotReady
-from adapters.replies import Assembled, ReplyWaiters
+from adapters.replies import Asked, Assembled, ReplyWaiters
+from adapters.shares import ShareExceeded, Shares
 from hub.adapter_host import (
     AdapterHost,
+    AgentIdTaken,
+    AuthError,
     BackplaneUnavailable,
     BodyRefused,
+    Caller,
     RequestFailed,
     SlotsFull,
     VirtualMember,
-    WaitingSlots,
     parse_json,
     read_body,
 )
@@ -102,11 +112,15 @@ class AgoraHttpInbound:
         self.conversations: InboundConversations | None = None
         self.protocols: SpaceProtocols | None = None
         self.timeout = 30.0
-        self.slots = WaitingSlots(self.options.max_waiting)
+        self.slots = Shares(self.options.max_waiting, 1.0, "requests waiting")
+        self._host: AdapterHost | None = None
 
     # ── lifecycle ────────────────────────────────────────────────────────
 
     async def start(self, host: AdapterHost) -> None:
+        self._host = host
+        share = host.settings.caller_share
+        self.slots = Shares(self.options.max_waiting, share, "requests waiting")
         if not self.spaces:
             # No space is served, but /agora/* still answers as the spec does:
             # a JSON failure, not the HTTP server's plain-text 404.
@@ -155,16 +169,41 @@ class AgoraHttpInbound:
 
     # ── routes ───────────────────────────────────────────────────────────
 
+    async def _caller(self, request: web.Request, space: str) -> Caller | web.Response:
+        """Who calls, or the answer refusing it: 401 without a usable token, a
+        space it may not read answered as one not served (404)."""
+        assert self._host is not None
+        try:
+            caller = await self._host.caller(
+                request, public=self._host.settings.agora_http_public, prefix="agora-caller"
+            )
+        except AuthError:
+            response = _respond(401, failure("Unauthorized: a valid bearer token is required"))
+            response.headers["WWW-Authenticate"] = 'Bearer realm="agora-hub"'
+            return response
+        except AgentIdTaken as exc:
+            return _respond(409, failure(str(exc)))
+        if space not in self.spaces or not self._host.policy.may_read(caller, space):
+            return _unknown_space(space)
+        return caller
+
     async def _post(self, request: web.Request) -> web.Response:
         space = request.match_info["space"]
-        if space not in self.spaces:
-            return _unknown_space(space)
+        caller = await self._caller(request, space)
+        if isinstance(caller, web.Response):
+            return caller
+        assert self._host is not None
+        if not self._host.policy.may_publish(caller, space):
+            return _respond(403, failure(f"Not allowed to send to the space {space!r}"))
         try:
             agora = await self._read(request)
-            with self.slots.hold():
-                return _respond(*await self._exchange(agora, space, request.match_info.get("id")))
+            with self.slots.hold(caller.share_key):
+                answer = await self._exchange(agora, space, request.match_info.get("id"), caller)
+                return _respond(*answer)
         except SlotsFull:
             return _respond(503, failure("Too many requests waiting: try again"), retry=True)
+        except ShareExceeded as exc:
+            return _respond(429, failure(f"{exc}"), retry=True)
         except AgoraHttpError as exc:
             return _respond(*exc.response(), retry=exc.http_status in (429, 503))
         except BackplaneUnavailable:
@@ -172,9 +211,12 @@ class AgoraHttpInbound:
 
     async def _delete(self, request: web.Request) -> web.Response:
         space = request.match_info["space"]
-        if space not in self.spaces:
-            return _unknown_space(space)
-        assert self.conversations is not None
+        caller = await self._caller(request, space)
+        if isinstance(caller, web.Response):
+            return caller
+        assert self.conversations is not None and self._host is not None
+        if not self._host.policy.may_publish(caller, space):
+            return _respond(403, failure(f"Not allowed to send to the space {space!r}"))
         try:
             conversation_id = check_conversation_id(request.match_info["id"])
             await self.conversations.end(space, conversation_id)
@@ -187,8 +229,9 @@ class AgoraHttpInbound:
 
     async def _wellknown(self, request: web.Request) -> web.Response:
         space = request.match_info["space"]
-        if space not in self.spaces:
-            return _unknown_space(space)
+        caller = await self._caller(request, space)
+        if isinstance(caller, web.Response):
+            return caller
         assert self.protocols is not None
         try:
             documents = await self.protocols.documents(space)
@@ -204,8 +247,9 @@ class AgoraHttpInbound:
         space = parts[0]
         if not space:
             return _respond(404, failure("No such HTTP Agora route"))
-        if space not in self.spaces:
-            return _unknown_space(space)
+        caller = await self._caller(request, space)
+        if isinstance(caller, web.Response):
+            return caller
         allowed = _allowed_methods(parts)
         if allowed is None:
             return _respond(404, failure("No such HTTP Agora route"))
@@ -226,7 +270,7 @@ class AgoraHttpInbound:
         return parse_request(obj, limits)
 
     async def _exchange(
-        self, agora: AgoraRequest, space: str, conversation_id: str | None
+        self, agora: AgoraRequest, space: str, conversation_id: str | None, caller: Caller
     ) -> tuple[int, dict[str, Any]]:
         assert self.conversations is not None and self.protocols is not None
         opened = conversation = None
@@ -242,8 +286,11 @@ class AgoraHttpInbound:
             agora = dataclasses.replace(
                 agora, protocol_hash=conversation.protocol_hash, multiround=True
             )
+        data = agora.event_data(conversation and conversation.id)
+        if not caller.anonymous:
+            data["caller"] = caller.agent_id
         try:
-            answer = await self._ask(space, agora.event_data(conversation and conversation.id))
+            answer = await self._ask(space, data)
         except BaseException:
             if opened is not None:
                 await _quietly(self.conversations.discard(opened))
@@ -257,7 +304,7 @@ class AgoraHttpInbound:
         """Publish the request event and wait for its answer."""
         with self.waiters.publishing():
             event_id = await self._publish(space, data)
-            future = self.waiters.expect(event_id)
+            future = self.waiters.expect(Asked.of(space, event_id))
         try:
             async with asyncio.timeout(self.timeout):
                 whole: Assembled = await future

@@ -17,6 +17,18 @@ envelope in the space that answers it and returns it verbatim (200), or a
 hub-signed ERROR 408 when none comes in time; a HELLO is answered by the hub
 (WELCOME / ``hello``); anything else is answered 202 once delivered.
 Refusals are hub-signed error envelopes whose agora code is the HTTP status.
+
+Who may post (contract §18), with auth on: the request's bearer token names
+the caller (401 without one, unless ``envelope_http_public``), and the hub's
+one policy judges it — a space it may not read is answered exactly like one
+that does not exist (404), one it may not publish to is refused (401). The
+envelope's signer must be one the operator maps to an identity
+(``[[signers]] did, agent_id``) that may read the space (a HELLO) or publish
+there (anything else), unless the space is declared ``envelope_public``.
+(agora/1.0's codes double as HTTP statuses and have no 403: a caller or
+signer that is known but not allowed gets 401.) With auth off, anyone may
+post into any existing space. Waits are bounded per node and per caller
+(``caller_share``: 429 beyond).
 """
 
 from __future__ import annotations
@@ -36,12 +48,18 @@ from adapters.envelope.common import (
     too_large,
 )
 from adapters.envelope.waits import Waits
+from adapters.shares import ShareExceeded, Shares
 from hub.adapter_host import (
+    Act,
     AdapterHost,
+    AgentIdTaken,
+    AuthError,
     BackplaneUnavailable,
     BodyRefused,
+    Caller,
     HubSettings,
     RequestFailed,
+    SlotsFull,
     VirtualMember,
     check_json,
     client_gone,
@@ -97,6 +115,10 @@ class EnvelopeGateway:
             max_timeout=max(max_wait, settings.bridge_timeout),
             max_waits=settings.envelope_max_waits,
         )
+        #: Waits per caller (the table above bounds them all).
+        self.waiting = Shares(settings.envelope_max_waits, settings.caller_share, "waits")
+        #: Spaces taking envelopes from any valid signer.
+        self.public_spaces = frozenset(d.id for d in settings.spaces if d.envelope_public)
         self.host: AdapterHost | None = None
         self.member: VirtualMember | None = None
         self._joined: set[str] = set()
@@ -142,10 +164,11 @@ class EnvelopeGateway:
         try:
             if self._closed:
                 raise Refused(AgoraErrorCode.UNAVAILABLE, "the hub is shutting down")
+            caller = await self._caller(request)
             body = await _read(request, self.body_limit)
             data = parse_json(body, max_bytes=self.body_limit)
             _fits_in_an_event(body, data)
-            return await self._handle(fmt, space, data)
+            return await self._handle(fmt, space, data, caller)
         except Refused as refusal:
             envelope = signed_error(
                 self.host.identity.signing_key, fmt, refusal.error, refusal.message, about=data
@@ -166,7 +189,19 @@ class EnvelopeGateway:
             envelope = signed_error(self.host.identity.signing_key, fmt, code, about=data)
             return _json(int(code), envelope)
 
-    async def _handle(self, fmt: Format, space: str | None, data: dict[str, Any]) -> web.Response:
+    async def _caller(self, request: web.Request) -> Caller:
+        assert self.host is not None
+        public = self.settings.envelope_http_public
+        try:
+            return await self.host.caller(request, public=public, prefix="envelope-caller")
+        except AuthError:
+            raise Refused(AgoraErrorCode.UNAUTHORIZED, "a valid bearer token is required") from None
+        except AgentIdTaken as exc:
+            raise Refused(AgoraErrorCode.UNAUTHORIZED, str(exc)) from None
+
+    async def _handle(
+        self, fmt: Format, space: str | None, data: dict[str, Any], caller: Caller
+    ) -> web.Response:
         assert self.host is not None
         if data.get("protocol") != fmt.value:
             raise Refused(AgoraErrorCode.BAD_REQUEST, f"this route takes {fmt.value} envelopes")
@@ -174,24 +209,46 @@ class EnvelopeGateway:
         verified = verify(data, now=time.time(), max_age=check.max_age, max_skew=check.max_skew)
         if space is None:
             raise Refused(AgoraErrorCode.NOT_FOUND, "no space: agentprotocol_space is not set")
-        await self._existing(space)
-        if verified.type in _HELLOS:
+        await self._existing(space, caller)
+        hello = verified.type in _HELLOS
+        self._allowed(caller, verified, space, Act.READ if hello else Act.PUBLISH)
+        if hello:
             return await self._welcome(verified, space)
         if verified.type in _REQUESTS:
-            return await self._ask(verified, space, data)
+            return await self._ask(verified, space, data, caller)
         event = await self._publish(space, data)
         return _json(202, _accepted(verified, event))
 
+    def _allowed(self, caller: Caller, envelope: Verified, space: str, act: Act) -> None:
+        """The bearer caller and (auth on) the envelope's signer may ``act``."""
+        assert self.host is not None
+        policy = self.host.policy
+        if not policy.allows(caller, act, space):
+            raise Refused(AgoraErrorCode.UNAUTHORIZED, f"you may not {act} in this space")
+        if not self.host.auth_required or space in self.public_spaces:
+            return
+        signer = self.host.signer(envelope.did)
+        if signer is None or not policy.allows(signer, act, space):
+            raise Refused(
+                AgoraErrorCode.UNAUTHORIZED,
+                f"the signer {envelope.did[:80]} may not {act} in this space",
+            )
+
     # ── steps ───────────────────────────────────────────────────────────
 
-    async def _existing(self, space: str) -> None:
-        """Only user spaces that exist (declared, or with members) are served."""
+    async def _existing(self, space: str, caller: Caller) -> None:
+        """Only user spaces that exist (declared, or with members) are served,
+        and to a caller that may not read one, it does not exist."""
         assert self.host is not None
         try:
             kind = space_kind(space)
         except ProtocolError:
             kind = None
-        if kind is not SpaceKind.PUBLIC or not await self.host.space_exists(space):
+        if (
+            kind is not SpaceKind.PUBLIC
+            or not self.host.policy.may_read(caller, space)
+            or not await self.host.space_exists(space)
+        ):
             raise Refused(AgoraErrorCode.NOT_FOUND, f"space {space[:128]!r} does not exist")
 
     async def _publish(self, space: str, data: dict[str, Any]) -> dict[str, Any]:
@@ -230,8 +287,24 @@ class EnvelopeGateway:
         self._joining.pop(space, None)
         return member
 
-    async def _ask(self, request: Verified, space: str, data: dict[str, Any]) -> web.Response:
+    async def _ask(
+        self, request: Verified, space: str, data: dict[str, Any], caller: Caller
+    ) -> web.Response:
         """Publish a REQUEST and answer with the first envelope answering it."""
+        assert self.host is not None
+        key = caller.share_key
+        try:
+            self.waiting.take(key)
+        except ShareExceeded as exc:
+            raise Refused(AgoraErrorCode.TOO_MANY_REQUESTS, str(exc)) from None
+        except SlotsFull:  # every wait is taken: the task table says so, in the protocol's words
+            return await self._wait(request, space, data)
+        try:
+            return await self._wait(request, space, data)
+        finally:
+            self.waiting.give_back(key)
+
+    async def _wait(self, request: Verified, space: str, data: dict[str, Any]) -> web.Response:
         assert self.host is not None
         try:
             wait = self.waits.open(request, space, time.time())
@@ -248,7 +321,7 @@ class EnvelopeGateway:
                     request.format,
                     signing_key=self.host.identity.signing_key,
                     now=time.time(),
-                    request_id=wait.request_id,
+                    request_id=wait.asked.event_id,
                     to=request.signer if request.format is Format.AGENTPROTOCOL else None,
                 )
                 return _json(int(AgoraErrorCode.TIMEOUT), envelope)
@@ -284,11 +357,8 @@ class EnvelopeGateway:
     # ── events in the gateway's spaces ─────────────────────────────────
 
     async def _on_message(self, msg: dict[str, Any]) -> None:
-        if not len(self.waits) or msg.get("verified") is not True:
-            return
-        data, space = msg.get("data"), msg.get("space")
-        if isinstance(data, dict) and isinstance(space, str):
-            self.waits.offer(space, data, time.time())
+        if len(self.waits) and msg.get("verified") is True:
+            self.waits.offer(msg, time.time())
 
 
 async def _read(request: web.Request, limit: int) -> bytes:
@@ -331,4 +401,8 @@ def _accepted(envelope: Verified, event: dict[str, Any]) -> dict[str, Any]:
 
 
 def _json(status: int, body: Any) -> web.Response:
-    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
+    # Busy (503) or over the caller's share (429): say when to come back.
+    headers = {"Retry-After": "1"} if status in (429, 503) else None
+    return web.Response(
+        status=status, body=orjson.dumps(body), content_type="application/json", headers=headers
+    )

@@ -8,6 +8,8 @@ capped). Every verified envelope seen in a space is offered
 agora/1.0: an OFFER, RESULT or ERROR whose ``payload.request_id`` is the
 request's ``id``; agentprotocol/0.1: a ``response`` or ``error`` with the
 same ``correlationId`` — resolves the wait with the envelope as delivered.
+Only an envelope delivered in the request's own space counts (its
+:class:`~adapters.replies.Asked`, the same rule every gateway's answers obey).
 """
 
 from __future__ import annotations
@@ -17,13 +19,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from adapters.replies import Asked
 from protocol.envelope import EnvelopeError, Format, TaskTable, Verified, detect, parse
 
 
 @dataclass(slots=True)
 class Wait:
-    request_id: str
-    space: str
+    asked: Asked  # the space, and the request's own envelope id its answer names
     format: Format
     deadline: float | None
     answer: asyncio.Future[dict[str, Any]]
@@ -55,8 +57,7 @@ class Waits:
         request_id = request.task_id or request.id
         task = self.table.start(request_id, request.payload, now, envelope_type=request.type)
         wait = Wait(
-            request_id,
-            space,
+            Asked.of(space, request_id),
             request.format,
             task.deadline,
             asyncio.get_running_loop().create_future(),
@@ -66,9 +67,10 @@ class Waits:
 
     def close(self, wait: Wait) -> None:
         """Stop waiting (answered, timed out, or the caller went away)."""
-        if self._waits.get(wait.request_id) is wait:
-            del self._waits[wait.request_id]
-            self.table.forget(wait.request_id)
+        request_id = wait.asked.event_id
+        if self._waits.get(request_id) is wait:
+            del self._waits[request_id]
+            self.table.forget(request_id)
 
     def fail_all(self, error: Exception) -> None:
         """End every wait with ``error`` (the hub is shutting down)."""
@@ -77,13 +79,18 @@ class Waits:
                 wait.answer.set_exception(error)
             self.close(wait)
 
-    def offer(self, space: str, data: Mapping[str, Any], now: float) -> bool:
-        """A verified envelope delivered in ``space``: does it answer a wait?"""
-        fmt = detect(data)
+    def offer(self, msg: Mapping[str, Any], now: float) -> bool:
+        """A verified envelope as delivered (``msg``, its ``data`` the
+        envelope): does it answer a wait?"""
+        data = msg.get("data")
+        fmt = detect(data) if isinstance(data, Mapping) else None
         if fmt is None:
             return False
+        assert isinstance(data, Mapping)
         wait = self._waits.get(answered_request(fmt, data) or "")
-        if wait is None or wait.space != space or wait.format is not fmt or wait.answer.done():
+        if wait is None or not wait.asked.admits(msg) or wait.format is not fmt:
+            return False
+        if wait.answer.done():
             return False
         try:
             _, envelope, payload = parse(data)

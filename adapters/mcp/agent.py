@@ -10,8 +10,19 @@ shared agent is cluster-wide and outlives one node's copy: the space keeps
 ``mcp`` among its members). The joining is :mod:`adapters.joined`'s.
 
 Replies reach every node's copy; :class:`~adapters.replies.ReplyWaiters`
-resolves the one request this node is waiting for, a streamed reply
-assembled first (bounded by ``max_answer_bytes``).
+resolves the one request this node is waiting for — only with a reply from
+the space it asked in, by the agents it asked (contract §18) — a streamed
+reply assembled first (bounded by ``max_answer_bytes``).
+
+It is also a member of ``mcp.calls`` on every node: the call log's events
+are addressed to it, and it hands each to the observers of its node who may
+see it (:mod:`adapters.mcp.calllog`).
+
+Callers may have it publish into any user space their claims let them
+publish to, including one they made themselves: it joins that space (on
+this node, up to ``max_joined``). That gives nobody anything — an answer
+counts only from the space a request was published in and from its
+addressees — and it is documented (docs/mcp.md).
 """
 
 from __future__ import annotations
@@ -22,7 +33,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from adapters.joined import JoiningMember, JoinRefused, NodeNotReady
-from adapters.replies import Assembled, ReplyWaiters
+from adapters.mcp.calllog import CALLS_SPACE
+from adapters.replies import Asked, Assembled, ReplyWaiters
 from hub.adapter_host import AdapterHost, RequestFailed, VirtualMember
 
 #: The shared virtual agent MCP calls come from.
@@ -55,14 +67,16 @@ class McpAgent:
         max_answer_bytes: int,
         max_joined: int,
         on_members_changed: Callable[[str], None],
+        on_call_event: Callable[[dict[str, Any]], None],
     ):
         self.pinned = frozenset(pinned)
         self.max_joined = max_joined
         self.waiters = ReplyWaiters(max_answer_bytes)
         self._on_members_changed = on_members_changed
+        self._on_call_event = on_call_event
         self._asking: Counter[str] = Counter()
         self.joining = JoiningMember(
-            MCP_AGENT, sorted(self.pinned), capabilities=("mcp",), label="mcp",
+            MCP_AGENT, [*sorted(self.pinned), CALLS_SPACE], capabilities=("mcp",), label="mcp",
             max_joined=max_joined, busy=self._asking.__contains__,
         )  # fmt: skip
 
@@ -84,6 +98,9 @@ class McpAgent:
         self.waiters.fail_all(ToolFailure(reason))
 
     async def _on_message(self, msg: dict[str, Any]) -> None:
+        if msg.get("space") == CALLS_SPACE:
+            self._on_call_event(msg)
+            return
         if msg.get("type") == "space.members":
             space = str(msg.get("space"))
             if space in self.pinned:
@@ -119,7 +136,7 @@ class McpAgent:
             with self.waiters.publishing():
                 published = await self._publish(space, data, to)
                 event_id = str(published["event_id"])
-                future = self.waiters.expect(event_id)
+                future = self.waiters.expect(Asked.of(space, event_id, to))
             try:
                 async with asyncio.timeout(timeout):
                     whole = await future

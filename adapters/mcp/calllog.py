@@ -2,14 +2,26 @@
 
 Each ``tools/call`` becomes two hub-generated events there (``from: "@hub"``):
 
-    {"event": "call",   "call_id", "tool", "caller", "node", "arguments" | "arguments_bytes"}
-    {"event": "result", "call_id", "tool", "caller", "node", "is_error", "error"?, "duration_ms"}
+    {"event": "call",   "call_id", "tool", "caller", "node", "space",
+     "arguments" | "arguments_bytes"}
+    {"event": "result", "call_id", "tool", "caller", "node", "space",
+     "is_error", "error"?, "duration_ms"}
 
-Agents may join ``mcp.calls`` to observe (their join claims apply); nobody
-may publish there. The events are published by one background task, in
-order, so a call does not wait for its own record; when more than
-``max_pending`` are waiting (the backplane is slow or down) new ones are
-dropped and counted rather than held without bound.
+``space`` is the space the call targets (an agent tool: its owner's space;
+null for ``spaces_list`` and ``agents_list`` without one). Agents may join
+``mcp.calls`` to observe (their join claims apply); nobody may publish
+there. An observer gets a call's events only if it may read (join) the space
+the call targets (contract §18): the events are published addressed to the
+``mcp`` agent, and each node's copy shows them to that node's observers the
+hub's policy lets read that space (:meth:`~hub.adapter_host.AdapterHost.show_readers`)
+— the node where an observer is connected is the one that knows its
+credentials. (So ``mcp.calls`` keeps no history an observer can read back:
+its events are live.)
+
+The events are published by one background task, in order, so a call does
+not wait for its own record; when more than ``max_pending`` are waiting (the
+backplane is slow or down) new ones are dropped and counted rather than held
+without bound.
 """
 
 from __future__ import annotations
@@ -26,6 +38,8 @@ import structlog
 from hub.adapter_host import AdapterHost, BackplaneUnavailable
 
 CALLS_SPACE = "mcp.calls"
+#: ``from`` of the hub's own events.
+HUB_SENDER = "@hub"
 #: Arguments bigger than this (as JSON) are summarised by their size.
 MAX_ARGUMENT_BYTES = 4096
 
@@ -37,8 +51,11 @@ def new_call_id() -> str:
 
 
 class CallLog:
-    def __init__(self, node_id: str, max_pending: int):
+    def __init__(self, node_id: str, max_pending: int, relay: str):
+        """``relay``: the agent the events are addressed to, which shows them
+        on every node (:meth:`show`)."""
         self.node_id = node_id
+        self.relay = relay
         self.max_pending = max_pending
         self.dropped = 0
         self._pending: deque[dict[str, Any]] = deque()
@@ -56,8 +73,8 @@ class CallLog:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
-    def call(self, call_id: str, tool: str, caller: str, arguments: Any) -> None:
-        event: dict[str, Any] = {"event": "call", **self._head(call_id, tool, caller)}
+    def call(self, call_id: str, tool: str, caller: str, space: str | None, arguments: Any) -> None:
+        event: dict[str, Any] = {"event": "call", **self._head(call_id, tool, caller, space)}
         encoded = orjson.dumps(arguments)
         if len(encoded) <= MAX_ARGUMENT_BYTES:
             event["arguments"] = arguments
@@ -66,17 +83,39 @@ class CallLog:
         self._add(event)
 
     def result(
-        self, call_id: str, tool: str, caller: str, error: str | None, seconds: float
+        self,
+        call_id: str,
+        tool: str,
+        caller: str,
+        space: str | None,
+        error: str | None,
+        seconds: float,
     ) -> None:
-        event: dict[str, Any] = {"event": "result", **self._head(call_id, tool, caller)}
+        event: dict[str, Any] = {"event": "result", **self._head(call_id, tool, caller, space)}
         event["is_error"] = error is not None
         if error is not None:
             event["error"] = error[:512]
         event["duration_ms"] = round(seconds * 1000, 1)
         self._add(event)
 
-    def _head(self, call_id: str, tool: str, caller: str) -> dict[str, Any]:
-        return {"call_id": call_id, "tool": tool, "caller": caller, "node": self.node_id}
+    def _head(self, call_id: str, tool: str, caller: str, space: str | None) -> dict[str, Any]:
+        return {
+            "call_id": call_id, "tool": tool, "caller": caller, "node": self.node_id,
+            "space": space,
+        }  # fmt: skip
+
+    def show(self, msg: dict[str, Any]) -> None:
+        """An ``mcp.calls`` event that reached this node's relay: to the
+        observers here who may read the space it targets."""
+        if self._host is None or msg.get("type") != "space.event":
+            return
+        data = msg.get("data")
+        if msg.get("from") != HUB_SENDER or not isinstance(data, dict):
+            return
+        space = data.get("space")
+        self._host.show_readers(
+            CALLS_SPACE, msg, space if isinstance(space, str) else None, relay=self.relay
+        )
 
     def _add(self, event: dict[str, Any]) -> None:
         if self._task is None:
@@ -97,7 +136,7 @@ class CallLog:
             while self._pending:
                 event = self._pending.popleft()
                 try:
-                    await self._host.publish_system(CALLS_SPACE, event)
+                    await self._host.publish_system(CALLS_SPACE, event, to=(self.relay,))
                 except BackplaneUnavailable:
                     self.dropped += 1
                 except Exception:

@@ -1,9 +1,10 @@
 """Running a ``tools/call``: the hub's five tools and the tools agents offer.
 
-The caller is an agent (:class:`~hub.adapter_host.Caller`): its claims and
-the spaces' rules decide what it may read (``may_join``: ``spaces_list``
-shows only such spaces, ``space_history`` and ``agents_list {space}`` need
-it) and where it may write (``may_publish``: ``space_publish``,
+The caller is an agent (:class:`~hub.adapter_host.Caller`), judged by the
+hub's one policy (:attr:`~hub.adapter_host.AdapterHost.policy`): what it may
+read (``spaces_list`` shows only such spaces, ``space_history`` and
+``agents_list {space}`` need it, ``agents_list`` without one shows only the
+agents discovery lets it see) and where it may write (``space_publish``,
 ``space_ask`` and the agent tools of a space). Writes are published by the
 shared agent ``mcp`` with ``data.caller`` naming the caller — a caller
 cannot set it, nor ``data.from``.
@@ -11,7 +12,7 @@ cannot set it, nor ``data.from``.
 Whatever fails once the call is under way — a refusal, a failure reply, no
 reply within the wait — is a result with ``isError: true``; a tool the
 caller cannot see is a JSON-RPC ``-32602``. Each call and its outcome are
-told in ``mcp.calls``.
+told in ``mcp.calls``, to the observers who may read the space it targets.
 """
 
 from __future__ import annotations
@@ -94,14 +95,23 @@ class ToolRunner:
                 return error_result("The hub is unavailable: try again.")
             if agent_tool is None or not self._may_call(caller, agent_tool):
                 raise jsonrpc.invalid_params(request_id, f"Unknown tool: {name[:200]}")
+        call: HubCall | ToolArgumentError | None = None
+        if agent_tool is None:
+            try:
+                call = parse_arguments(name, arguments, max_wait=self.options.max_wait)
+            except ToolArgumentError as exc:
+                call = exc
+        space = agent_tool.space if agent_tool is not None else _target(call, arguments)
         call_id = new_call_id()
-        self.calls.call(call_id, name, caller.agent_id, arguments)
+        self.calls.call(call_id, name, caller.agent_id, space, arguments)
         started = time.monotonic()
         try:
             if agent_tool is not None:
                 result = await self._agent_tool(caller, agent_tool, arguments)
+            elif isinstance(call, ToolArgumentError):
+                raise call
             else:
-                call = parse_arguments(name, arguments, max_wait=self.options.max_wait)
+                assert call is not None
                 result = await self._hub_tool(caller, call)
         except (ToolFailure, ToolArgumentError) as exc:
             result = error_result(str(exc))
@@ -112,11 +122,12 @@ class ToolRunner:
             log.exception("MCP tool call failed", tool=name[:200])
             result = error_result("Internal error in the hub.")
         error = result["content"][0]["text"] if result.get("isError") else None
-        self.calls.result(call_id, name, caller.agent_id, error, time.monotonic() - started)
+        elapsed = time.monotonic() - started
+        self.calls.result(call_id, name, caller.agent_id, space, error, elapsed)
         return result
 
     def _may_call(self, caller: Caller, tool: AgentTool) -> bool:
-        return self.host.may_publish(caller, tool.space)
+        return self.host.policy.may_publish(caller, tool.space)
 
     # ── the hub's tools ──────────────────────────────────────────────────
 
@@ -127,27 +138,24 @@ class ToolRunner:
                 spaces = [s for s in reply.get("spaces", []) if self._may_read(caller, s["id"])]
                 return json_result({"spaces": spaces[: self.options.max_listed]})
             case AgentsList(capability=capability, space=space):
-                if space is not None and not self._may_read(caller, space):
-                    raise ToolFailure(f"You may not read space {space!r}.")
-                msg: dict[str, Any] = {"type": "agent.list", "limit": self.options.max_listed}
-                if capability is not None:
-                    msg["capability"] = capability
                 if space is not None:
-                    msg["space"] = space
-                reply = await self.agent.request(msg)
-                agents = reply.get("agents", [])
+                    await self._check_read(caller, space)
+                try:
+                    records, more = await self.host.agents(
+                        caller, capability=capability, space=space, limit=self.options.max_listed
+                    )
+                except ValueError as exc:
+                    raise ToolFailure(f"refused: {str(exc)[:200]}") from None
+                agents = [record.directory() for record in records]
                 kept = _within(agents, self.host.settings.max_frame_bytes)
-                more = reply.get("next_cursor") is not None or len(kept) < len(agents)
+                more = more or len(kept) < len(agents)
                 return json_result({"agents": kept, "more": more})
             case SpacePublish(space=space, data=data, to=to):
                 await self._check_write(caller, space)
                 published = await self.agent.publish(space, self._stamped(data, caller), to)
                 return json_result({"event_id": published["event_id"], "seq": published["seq"]})
             case SpaceHistory(space=space, limit=limit):
-                if not self._may_read(caller, space):
-                    raise ToolFailure(f"You may not read space {space!r}.")
-                if not await self.host.space_exists(space):
-                    raise ToolFailure(f"Space {space!r} does not exist.")
+                await self._check_read(caller, space)
                 events = await self.host.history(space, limit, caller.agent_id)
                 # The publisher's own request id is no reader's business.
                 events = [{k: v for k, v in e.items() if k != "request_id"} for e in events]
@@ -170,15 +178,19 @@ class ToolRunner:
         raise AssertionError(f"unhandled hub call {call!r}")
 
     def _may_read(self, caller: Caller, space: str) -> bool:
-        return self.host.may_join(caller, space)
+        return self.host.policy.may_read(caller, space)
+
+    async def _check_read(self, caller: Caller, space: str) -> None:
+        """A space the caller may not read answers as one that does not exist."""
+        if not self._may_read(caller, space) or not await self.host.space_exists(space):
+            raise ToolFailure(_absent(space))
 
     async def _check_write(self, caller: Caller, space: str) -> None:
         if not is_user_space(space):
             raise ToolFailure(f"{space!r} is a system space: nobody may publish there.")
-        if not self.host.may_publish(caller, space):
+        await self._check_read(caller, space)
+        if not self.host.policy.may_publish(caller, space):
             raise ToolFailure(f"You may not publish to space {space!r}.")
-        if not await self.host.space_exists(space):
-            raise ToolFailure(f"Space {space!r} does not exist.")
 
     def _stamped(self, data: dict[str, Any], caller: Caller) -> dict[str, Any]:
         stamped = {**data, "via": VIA, "caller": caller.agent_id}
@@ -198,6 +210,26 @@ class ToolRunner:
         if whole.failure is not None:
             raise ToolFailure(f"The reply was lost: {whole.failure}.")
         return reply_result(whole.data)
+
+
+def _absent(space: str) -> str:
+    """What a caller hears of a space it may not read, and of one that does not
+    exist: the same words (no existence oracle, contract §18)."""
+    return f"Space {space!r} does not exist, or you may not read it."
+
+
+def _target(call: HubCall | ToolArgumentError | None, arguments: dict[str, Any]) -> str | None:
+    """The space a hub tool call targets (what ``mcp.calls`` shows it by):
+    its ``space``, also when the arguments are otherwise wrong."""
+    match call:
+        case SpacesList():
+            return None
+        case AgentsList(space=space):
+            return space
+        case SpacePublish(space=space) | SpaceHistory(space=space) | SpaceAsk(space=space):
+            return space
+    named = arguments.get("space")
+    return named if isinstance(named, str) else None
 
 
 def _within(items: list[Any], budget: int) -> list[Any]:

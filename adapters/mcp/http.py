@@ -8,7 +8,9 @@ object too, so a client that reads every body gets a reason.
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 from aiohttp import web
@@ -82,11 +84,46 @@ def accepted() -> web.Response:
     return web.Response(status=202)
 
 
-def bearer_token(request: web.Request) -> str | None:
-    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def origin_allowed(origin: str, allowed: frozenset[str], own: str) -> bool:
+    """May a browser page from ``origin`` call ``/mcp``? Those in ``allowed``
+    when the operator lists them; otherwise only the hub's own origin
+    (``own``: ``scheme://host[:port]`` as the client reached the hub): the
+    same host and port, and a host that is an address (an IP, ``localhost``).
+
+    Why the second condition: in a DNS rebinding attack a page of another
+    site has its name rebound to the hub's address, so its requests say
+    ``Host: evil.example`` and ``Origin: http://evil.example`` — the same
+    origin, by name. Only a name can be rebound; an address cannot. A hub
+    reached under a domain name by browser clients lists their origins in
+    ``allowed_origins``."""
+    if allowed:
+        return origin in allowed
+    found = _host_port(origin)
+    return found is not None and found == _host_port(own) and _is_address(found[0])
+
+
+def _is_address(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
+def _host_port(url: str) -> tuple[str, int] | None:
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
         return None
-    return token.strip()
+    if parts.scheme not in _DEFAULT_PORTS or not parts.hostname:
+        return None
+    return parts.hostname.lower(), port if port is not None else _DEFAULT_PORTS[parts.scheme]
 
 
 def unauthorized() -> web.Response:
@@ -98,11 +135,13 @@ def unauthorized() -> web.Response:
     )
 
 
-def busy(what: str, request_id: Any = None) -> web.Response:
+def busy(what: str, request_id: Any = None, *, status: int = 503) -> web.Response:
+    """The node is busy (503), or the caller holds its share already (429)."""
     headers = {"Retry-After": "1"}
     return refused(
-        503, f"{what}: try again", code=jsonrpc.SERVER_BUSY, request_id=request_id, headers=headers
-    )
+        status, f"{what}: try again", code=jsonrpc.SERVER_BUSY, request_id=request_id,
+        headers=headers,
+    )  # fmt: skip
 
 
 def session_not_found(request_id: Any = None) -> web.Response:

@@ -14,9 +14,11 @@ without a session. The caller is an agent (``Authorization: Bearer`` with
 auth on; else the session's, ``?agent_id=`` or ``mcp-<random>``).
 
 Order of the checks, so that nothing costly is done for a request that is
-refused anyway: the Origin, the caller, the body (bounded), the JSON-RPC
+refused anyway: the Origin (a browser's must be the hub's own, or one of
+``allowed_origins``: 403), the caller, the body (bounded), the JSON-RPC
 message, the revision's envelope, the session — then, for ``tools/call``
-only, a call slot (``max_calls`` per node).
+only, a call slot (``max_calls`` per node, a caller at most its
+``caller_share`` of them: 429 beyond).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from adapters.mcp.catalog import ToolCatalog
 from adapters.mcp.options import McpOptions
 from adapters.mcp.sessions import McpSession, Sessions
 from adapters.mcp.streams import NotificationStreams
+from adapters.shares import ShareExceeded, Shares
 from hub.adapter_host import (
     AdapterHost,
     AgentIdTaken,
@@ -44,6 +47,7 @@ from hub.adapter_host import (
     BackplaneUnavailable,
     BodyRefused,
     Caller,
+    SlotsFull,
 )
 from protocol.mcp import jsonrpc, results, revisions
 from protocol.mcp.jsonrpc import ClientReply, JsonRpcError, Notification, Request
@@ -72,10 +76,11 @@ class McpServer:
         self.spaces = tuple(sorted(set(spaces)))
         self.allowed_origins = frozenset(allowed_origins)
         self.options = o = options or McpOptions()
-        self.calling = 0
+        #: Tool calls running on this node (``caller_share`` per caller, once started).
+        self.calls_running = Shares(o.max_calls, 1.0, "tool calls running")
         self.agent = McpAgent(
             self.spaces, max_answer_bytes=o.max_answer_bytes, max_joined=o.max_joined_spaces,
-            on_members_changed=self._members_changed,
+            on_members_changed=self._members_changed, on_call_event=self._show_call,
         )  # fmt: skip
         self.streams = NotificationStreams(o.max_streams, o.keepalive, self._tools_version)
         self.catalog: ToolCatalog | None = None
@@ -96,8 +101,11 @@ class McpServer:
             max_tools=o.max_agent_tools, max_bytes=o.max_agent_tools_bytes, exclude=(MCP_AGENT,),
             on_change=self.streams.changed,
         )  # fmt: skip
-        self.sessions = Sessions(host.kv, o.session_ttl, o.max_sessions)
-        self.calls = CallLog(host.settings.node_id, o.max_call_events)
+        self.sessions = Sessions(
+            host.kv, o.session_ttl, o.max_sessions, share=host.settings.caller_share
+        )
+        self.calls_running = Shares(o.max_calls, host.settings.caller_share, "tool calls running")
+        self.calls = CallLog(host.settings.node_id, o.max_call_events, MCP_AGENT)
         self.runner = ToolRunner(host, self.agent, self.catalog, self.calls, o)
         await self.agent.start(host)
         self.calls.start(host)
@@ -126,6 +134,10 @@ class McpServer:
     def _tools_version(self) -> int:
         return 0 if self.catalog is None else self.catalog.version
 
+    def _show_call(self, msg: dict[str, Any]) -> None:
+        if self.calls is not None:
+            self.calls.show(msg)
+
     def _members_changed(self, space: str) -> None:
         assert self.catalog is not None
         self.catalog.invalidate()
@@ -146,16 +158,20 @@ class McpServer:
 
     # ── routes ───────────────────────────────────────────────────────────
 
+    @property
+    def calling(self) -> int:
+        """Tool calls running on this node now."""
+        return self.calls_running.taken
+
     async def _caller(self, request: web.Request) -> Caller | web.Response:
         """Who calls, or the response refusing the request (Origin, auth)."""
-        origin = request.headers.get("Origin")
-        if origin is not None and self.allowed_origins and origin not in self.allowed_origins:
-            return http.refused(403, f"Origin {origin[:200]!r} is not allowed")
         assert self._host is not None
+        origin = request.headers.get("Origin")
+        own = self._host.public_url(request)
+        if origin is not None and not http.origin_allowed(origin, self.allowed_origins, own):
+            return http.refused(403, f"Origin {origin[:200]!r} is not allowed")
         try:
-            return await self._host.identify(
-                http.bearer_token(request), request.query.get("agent_id"), prefix="mcp"
-            )
+            return await self._host.caller(request, prefix="mcp")
         except AuthError:
             return http.unauthorized()
         except AgentIdTaken as exc:
@@ -176,7 +192,7 @@ class McpServer:
             return http.busy("The hub is unavailable")
         if session is None or (self._host.auth_required and session.caller != caller.agent_id):
             return http.session_not_found(request_id)
-        return session, Caller(session.caller, caller.grant)
+        return session, Caller(session.caller, caller.grant, caller.key, caller.anonymous)
 
     async def _post(self, request: web.Request) -> web.StreamResponse:
         caller = await self._caller(request)
@@ -245,9 +261,11 @@ class McpServer:
         assert self.sessions is not None
         revision = revisions.negotiate(message.params.get("protocolVersion"))
         try:
-            session = await self.sessions.open(caller.agent_id, revision)
+            session = await self.sessions.open(caller.agent_id, revision, key=caller.share_key)
         except BackplaneUnavailable:
             return http.busy("The hub is unavailable")
+        except ShareExceeded as exc:
+            return http.busy(str(exc), message.id, status=429)
         if session is None:
             opened = f"This hub node has {self.options.max_sessions} MCP sessions open"
             return http.busy(opened, message.id)
@@ -301,14 +319,14 @@ class McpServer:
             arguments = {}
         if not isinstance(arguments, dict):
             raise jsonrpc.invalid_params(message.id, "arguments must be an object")
-        if self.calling >= self.options.max_calls:
+        try:
+            with self.calls_running.hold(caller.share_key):
+                result = await self.runner.call(caller, message.id, name, arguments)
+        except SlotsFull:
             running = f"This hub node has {self.options.max_calls} tool calls running"
             return http.busy(running, message.id)
-        self.calling += 1
-        try:
-            result = await self.runner.call(caller, message.id, name, arguments)
-        finally:
-            self.calling -= 1
+        except ShareExceeded as exc:
+            return http.busy(str(exc), message.id, status=429)
         result = results.finish(result, modern=modern)
         return http.answer(request, jsonrpc.result_response(message.id, result), headers=headers)
 

@@ -8,18 +8,21 @@ session's time to live extends it. ``DELETE /mcp`` ends it everywhere.
 
 Bounded per node: a node counts the sessions it opened that have not expired
 or been ended through it (one ended through another node is counted until
-it would have expired) and refuses more than ``max_open``.
+it would have expired) and refuses more than ``max_open``, and more than
+``share`` of them to one caller (:class:`~adapters.shares.ShareExceeded`).
 """
 
 from __future__ import annotations
 
 import secrets
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import orjson
 
+from adapters.shares import ShareExceeded
 from adapters.stored import json_object
 from hub.adapter_host import KeyValueStore
 
@@ -41,6 +44,7 @@ class Sessions:
         ttl: float,
         max_open: int,
         *,
+        share: float = 1.0,
         clock: Callable[[], float] = time.time,
     ):
         if not ttl > 0:
@@ -48,24 +52,34 @@ class Sessions:
         self.store = store
         self.ttl = ttl
         self.max_open = max_open
+        self.per_caller = max(1, int(max_open * share))
         self._clock = clock
-        self._opened: dict[str, float] = {}  # id -> when it expires at the latest
+        self._opened: dict[str, tuple[float, str]] = {}  # id -> latest expiry, caller's key
+        self._per_key: Counter[str] = Counter()
 
     @property
     def open_here(self) -> int:
         return len(self._opened)
 
-    async def open(self, caller: str, revision: str) -> McpSession | None:
-        """A new session, or ``None`` when this node has ``max_open`` already."""
+    async def open(
+        self, caller: str, revision: str, *, key: str | None = None
+    ) -> McpSession | None:
+        """A new session, or ``None`` when this node has ``max_open`` already;
+        :class:`ShareExceeded` when the caller (``key``, else its id) holds
+        its share of them."""
         now = self._clock()
-        if len(self._opened) >= self.max_open:
+        key = key or caller
+        if len(self._opened) >= self.max_open or self._per_key[key] >= self.per_caller:
             self._prune(now)
             if len(self._opened) >= self.max_open:
                 return None
+            if self._per_key[key] >= self.per_caller:
+                raise ShareExceeded("MCP sessions", self.per_caller)
         while True:  # 192 random bits do not collide; never overwrite anyway
             session = McpSession(secrets.token_urlsafe(24), caller, revision, now + self.ttl)
             if await self._save(session, if_absent=True):
-                self._opened[session.id] = session.expires
+                self._opened[session.id] = (session.expires, key)
+                self._per_key[key] += 1
                 return session
 
     async def find(self, session_id: str) -> McpSession | None:
@@ -80,15 +94,16 @@ class Sessions:
         if session.expires - now < self.ttl / 2:
             extended = McpSession(session.id, session.caller, session.revision, now + self.ttl)
             if await self._save(extended, if_present=True):
-                if session.id in self._opened:
-                    self._opened[session.id] = extended.expires
+                opened = self._opened.get(session.id)
+                if opened is not None:
+                    self._opened[session.id] = (extended.expires, opened[1])
                 return extended
             return None  # ended meanwhile
         return session
 
     async def end(self, session_id: str) -> bool:
         """End the session; whether it was live."""
-        self._opened.pop(session_id, None)
+        self._forget(session_id)
         if not 0 < len(session_id) <= 64:
             return False
         return await self.store.delete(PREFIX + session_id)
@@ -101,8 +116,16 @@ class Sessions:
         return await self.store.set(PREFIX + session.id, value, keep, **condition)
 
     def _prune(self, now: float) -> None:
-        for session_id in [s for s, expires in self._opened.items() if expires <= now]:
-            del self._opened[session_id]
+        for session_id in [s for s, (expires, _) in self._opened.items() if expires <= now]:
+            self._forget(session_id)
+
+    def _forget(self, session_id: str) -> None:
+        opened = self._opened.pop(session_id, None)
+        if opened is not None:
+            key = opened[1]
+            self._per_key[key] -= 1
+            if self._per_key[key] <= 0:
+                del self._per_key[key]
 
 
 def _load(session_id: str, raw: bytes | None) -> McpSession | None:

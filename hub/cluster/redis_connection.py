@@ -30,18 +30,21 @@ not failures (the command did not run) and are followed.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextvars import ContextVar
 from typing import Any, Self
 
 from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
 from redis.cluster import PRIMARY
 from redis.crc import key_slot
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from hub.config.redis_url import Mode, RedisTarget, parse_redis_url
 
@@ -56,20 +59,71 @@ class _BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
     caller wait (up to the socket timeout) for a free one instead of failing."""
 
 
+#: Set while a task runs a command or pipeline of :class:`_Cluster` (holding a
+#: permit): what it runs inside takes none of its own.
+_HOLDING: ContextVar[bool] = ContextVar("agora_cluster_permit", default=False)
+
+
 class _Cluster(RedisCluster):
-    """``RedisCluster`` that reads the slot map before resolving a command.
+    """``RedisCluster`` that reads the slot map before resolving a command,
+    and makes a burst wait for free connections instead of failing.
 
     redis-py 8 resolves a command's routing policy (a server round trip)
     before its lazy first read of the slot map, which then replaces the
     connections those concurrent first commands are using: a burst of first
     commands fails with "connection lost". Reading the map first (the read is
     locked and done once) avoids it; so does every later re-read the client
-    decides on after a failure."""
+    decides on after a failure.
+
+    redis-py's cluster client fails a command (``MaxConnectionsError``) when
+    its node already has ``max_connections`` connections busy, where the
+    one-Redis pool makes it wait: a burst of a few hundred connects (claims,
+    joins) was refused UNAVAILABLE. Here at most ``max_connections`` commands
+    and pipelines run at once — each holds at most one connection per node —
+    and the others wait for a permit, up to the socket timeout."""
+
+    def __init__(self, *, max_connections: int, wait: float, **kwargs: Any):
+        super().__init__(max_connections=max_connections, **kwargs)
+        self._permits = asyncio.Semaphore(max_connections)
+        self._wait = wait
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        if self._initialize:
-            await self.initialize()
-        return await super().execute_command(*args, **kwargs)
+        async with self.permit():
+            if self._initialize:
+                await self.initialize()
+            return await super().execute_command(*args, **kwargs)
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
+        if shard_hint:
+            return super().pipeline(transaction, shard_hint)  # refused there
+        return _Pipeline(self, transaction)
+
+    @contextlib.asynccontextmanager
+    async def permit(self) -> AsyncIterator[None]:
+        if _HOLDING.get():
+            yield
+            return
+        try:
+            async with asyncio.timeout(self._wait):
+                await self._permits.acquire()
+        except TimeoutError:
+            raise RedisConnectionError("no free connection to the cluster in time") from None
+        token = _HOLDING.set(True)
+        try:
+            yield
+        finally:
+            _HOLDING.reset(token)
+            self._permits.release()
+
+
+class _Pipeline(ClusterPipeline):
+    """A cluster pipeline that runs holding one of its client's permits."""
+
+    async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> Any:
+        cluster = self.cluster_client
+        assert isinstance(cluster, _Cluster)
+        async with cluster.permit():
+            return await super().execute(raise_on_error, allow_redirections)
 
 
 class RedisConnection:
@@ -138,6 +192,7 @@ class RedisConnection:
                 username=target.username,
                 password=target.password,
                 max_connections=max_connections,
+                wait=socket_timeout,
                 **_tls(target),
                 **common,
             )

@@ -5,8 +5,8 @@ and sends its commands through that connection's client; it never closes it.
 Commands are never retried and every failure is reported as
 :class:`~hub.errors.BackplaneUnavailable` (:func:`unavailable`), so a caller
 knows that a command either ran once or failed visibly (:func:`as_unavailable`).
-:func:`run_scripts` runs many calls of one script pipelined, loading it again
-after ``NOSCRIPT`` (a script that did not run cannot run twice).
+:func:`run_calls` runs many commands and script calls pipelined, loading a
+script again after ``NOSCRIPT`` (a script that did not run cannot run twice).
 :class:`RedisStore` is the common base of the stores that are only clients
 (everything but the backplane, which also runs pub/sub connections).
 """
@@ -49,13 +49,17 @@ def tagged(prefix: str, clustered: bool) -> str:
     return f"{{{prefix}}}" if clustered else prefix
 
 
-async def run_scripts(
-    client: Any, script: Any, calls: Sequence[tuple[Sequence[Any], Sequence[Any]]]
-) -> list[Any]:
-    """EVALSHA ``script`` once per ``(keys, args)`` in one pipeline; each
-    result, or the exception of that call (a connection failure: every one).
+#: One call of :func:`run_calls`: ``(script, keys, args)`` for a registered
+#: script (EVALSHA), or ``(None, command, args)`` for a plain command.
+Call = tuple[Any, Any, Sequence[Any]]
 
-    A ``NOSCRIPT`` reply means that call did not run, so after loading the
+
+async def run_calls(client: Any, calls: Sequence[Call]) -> list[Any]:
+    """Send ``calls`` in one pipeline (on a cluster: one per master, in
+    parallel — so nothing is ordered across slots); each result, or the
+    exception of that call (a connection failure: every one).
+
+    A ``NOSCRIPT`` reply means that call did not run, so after loading its
     script it is sent again — the only case where anything is sent twice.
     """
     results: list[Any] = [None] * len(calls)
@@ -63,8 +67,11 @@ async def run_scripts(
     for attempt in range(2):
         pipe = client.pipeline(transaction=False)
         for i in todo:
-            keys, args = calls[i]
-            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            script, head, args = calls[i]
+            if script is None:
+                pipe.execute_command(head, *args)
+            else:
+                pipe.execute_command("EVALSHA", script.sha, len(head), *head, *args)
         try:
             replies = await pipe.execute(raise_on_error=False)
         except REDIS_ERRORS as exc:
@@ -80,13 +87,34 @@ async def run_scripts(
         if not missing:
             break
         try:
-            await client.script_load(script.script)
+            for script in {id(calls[i][0]): calls[i][0] for i in missing}.values():
+                await client.script_load(script.script)
         except REDIS_ERRORS as exc:
             for i in missing:
                 results[i] = exc
             break
         todo = missing
     return results
+
+
+async def run_all(client: Any, what: str, calls: Sequence[Call], batch: int = 500) -> list[Any]:
+    """:func:`run_calls`, ``batch`` calls per pipeline; the first failure is
+    raised as :func:`unavailable` (``what`` failed)."""
+    out: list[Any] = []
+    for i in range(0, len(calls), batch):
+        results = await run_calls(client, calls[i : i + batch])
+        for result in results:
+            if isinstance(result, BaseException):
+                raise unavailable(what, result)
+        out += results
+    return out
+
+
+async def run_scripts(
+    client: Any, script: Any, calls: Sequence[tuple[Sequence[Any], Sequence[Any]]]
+) -> list[Any]:
+    """:func:`run_calls` of one script: EVALSHA ``script`` once per ``(keys, args)``."""
+    return await run_calls(client, [(script, keys, args) for keys, args in calls])
 
 
 class RedisStore:

@@ -81,6 +81,9 @@ class DeclaredSpace(BaseModel):
     a2a_description: str | None = Field(default=None, max_length=1024)
     #: MCP: members' metadata.mcp_tools are offered as tools on /mcp.
     mcp: bool = False
+    #: Signed envelopes over HTTP: accepted from any valid signer, not only the
+    #: ``[[signers]]`` mapped to an identity that may publish here (auth on).
+    envelope_public: bool = False
 
     @field_validator("allow_join", "allow_publish")
     @classmethod
@@ -96,6 +99,39 @@ class DeclaredSpace(BaseModel):
         if kind is not SpaceKind.PUBLIC:
             raise ValueError(f"declared space {self.id!r} must be a user space, not a system one")
         return self
+
+
+class DeclaredSigner(BaseModel):
+    """An envelope signer the operator vouches for (``[[signers]]`` in the config
+    file): envelopes it signs reach the HTTP envelope routes as ``agent_id``,
+    with that identity's rights (``join`` / ``publish`` claims as a tokens-file
+    entry's, and the spaces' rules)."""
+
+    model_config = {"extra": "forbid"}
+
+    did: str
+    agent_id: str
+    join: list[str] | None = None
+    publish: list[str] | None = None
+
+    @field_validator("did")
+    @classmethod
+    def _did(cls, value: str) -> str:
+        if not value.startswith("did:key:z") or not 10 <= len(value) <= 128:
+            raise ValueError("a signer's did is its did:key (did:key:z…, as keygen prints it)")
+        return value
+
+    @field_validator("agent_id")
+    @classmethod
+    def _agent_id(cls, value: str) -> str:
+        if not is_valid_agent_id(value):
+            raise ValueError(f"agent_id {value[:128]!r} is not a valid agent id")
+        return value
+
+    @field_validator("join", "publish")
+    @classmethod
+    def _globs(cls, value: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        return None if value is None else list(parse_patterns(value, info.field_name))
 
 
 class Settings(BaseSettings):
@@ -237,7 +273,8 @@ class Settings(BaseSettings):
     )
     allowed_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="Browser origins allowed to connect (comma-separated); unset = any.",
+        description="Browser origins allowed (comma-separated); unset = any on /ws, "
+        "the hub's own origin only on /mcp.",
     )
     max_connections_per_ip: int = Field(
         0, ge=0, description="Open connections per client IP (0 = no limit); beyond: HTTP 429."
@@ -326,6 +363,30 @@ class Settings(BaseSettings):
     admin_token: SecretStr | None = Field(
         None, description="Token of the status page (/admin on the HTTP port); unset = off."
     )
+    # ── isolation between faces (docs/security.md): with auth on, every face
+    # wants a bearer token unless the operator opens it here.
+    agora_http_public: bool = Field(
+        False, description="With auth on: /agora/* takes callers without a token."
+    )
+    a2a_cards_public: bool = Field(
+        False, description="With auth on: A2A agent cards are served without a token."
+    )
+    envelope_http_public: bool = Field(
+        False,
+        description="With auth on: the envelope routes take posts without a bearer token "
+        "(the signer rules still apply).",
+    )
+    signers: list[DeclaredSigner] = Field(
+        default_factory=list,
+        description="Envelope signers mapped to agent ids (config file only).",
+    )
+    caller_share: float = Field(
+        0.25,
+        gt=0,
+        le=1,
+        description="Most of each shared per-node bound (MCP calls and sessions, A2A tasks, "
+        "bridge waits) one caller may hold; beyond it 429.",
+    )
 
     # Where these settings were read from, for SIGHUP (see reread_settings).
     _sources: tuple[dict[str, Any], Path | None] | None = PrivateAttr(default=None)
@@ -403,6 +464,9 @@ class Settings(BaseSettings):
         ids = [s.id for s in self.spaces]
         if len(ids) != len(set(ids)):
             raise ValueError("a space is declared twice")
+        dids = [signer.did for signer in self.signers]
+        if len(dids) != len(set(dids)):
+            raise ValueError("a signer's did is declared twice")
         return self
 
     @classmethod
@@ -439,7 +503,7 @@ class Settings(BaseSettings):
 
 
 # Settings that only make sense in the config file, not as flags.
-FILE_ONLY = {"spaces", "bridges"}
+FILE_ONLY = {"spaces", "bridges", "signers"}
 #: What SIGHUP re-reads from the config file; every other change needs a restart.
 RELOADABLE = {"log_level"}
 

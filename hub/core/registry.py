@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Generic, Protocol, TypeVar
 
 from hub.core.frames import OutFrame
-from hub.core.stream_audiences import RelayedStream, StreamAudiences, StreamOp
+from hub.core.stream_audiences import OnStop, RelayedStream, StreamAudiences, StreamOp
 
 
 class Member(Protocol):
@@ -40,7 +40,7 @@ Push = Callable[[OutFrame], bool]
 class Registry(Generic[M]):
     """Local members by connection id and agent id, and local space membership."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_stream_stop: OnStop | None = None) -> None:
         #: Every local member by connection id, registered before its agent
         #: id is claimed so a concurrent duplicate can probe it.
         self.connections: dict[str, M] = {}
@@ -55,7 +55,9 @@ class Registry(Generic[M]):
         # rather than at every space of the node (a storm of departures was
         # O(members × spaces)). A tuple: most members are in one or a few.
         self._joined: dict[M, tuple[str, ...]] = {}
-        self.streams: StreamAudiences[M] = StreamAudiences()
+        #: Relayed streams' audiences; ``on_stream_stop`` hears of receivers
+        #: that stop (:mod:`hub.core.stream_audiences`).
+        self.streams: StreamAudiences[M] = StreamAudiences(on_stream_stop)
 
     # ── members ─────────────────────────────────────────────────────────
 
@@ -163,7 +165,7 @@ class Registry(Generic[M]):
         if stream is not None:
             if op is StreamOp.OPEN:
                 audience = {m: None for m in self._narrow(members, to) if m.agent_id != exclude}
-                self.streams.open(stream, space, audience, now)
+                self.streams.open(stream, space, audience, now, to is not None)
                 exclude = None
             else:
                 found = self.streams.audience(stream, op, now)
@@ -199,8 +201,8 @@ class Registry(Generic[M]):
                 found.append(member)
         return found
 
-    def stop_receiving(self, member: M, stream_id: str, space: str) -> bool:
-        return self.streams.stop_receiving(member, stream_id, space)
+    def stop_receiving(self, member: M, stream_id: str, space: str, *, report: bool = True) -> bool:
+        return self.streams.stop_receiving(member, stream_id, space, report=report)
 
     def idle_streams(self, now: float, idle: float) -> list[RelayedStream[M]]:
         """Relayed streams with no frame for ``idle`` seconds; the node ends each

@@ -11,8 +11,8 @@ What the session decides on its own: decoding and validation, rate limiting
 budget of their own, see :mod:`hub.core.publisher_streams`),
 liveness, heartbeat replies, identity checks (``agent.register`` id,
 ``data.from``), membership and read-only rules for publishing, authorization
-(the connection's :class:`~hub.core.authz.Grant` and the declared spaces' rules:
-see :mod:`hub.core.authz`), the expiry of the connection's token, and the
+(the connection's :class:`~hub.core.authz.Grant`, asked of the hub's one
+:class:`~hub.core.authz.SpacePolicy`), the expiry of the connection's token, and the
 publisher's side of client streams (open/done/cancel bookkeeping, the per-agent
 stream limit). Everything that needs cluster state (space existence,
 capacity, member lists, sequencing) is an action for the node.
@@ -20,7 +20,6 @@ capacity, member lists, sequencing) is an action for the node.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -44,8 +43,8 @@ from hub.core.actions import (
     Send,
     StreamCancel,
 )
-from hub.core.authz import Grant, SpaceRules, may_join, may_publish
-from hub.core.publisher_streams import PublisherStreams, StreamBudget
+from hub.core.authz import Act, Grant, Refusal, SpacePolicy
+from hub.core.publisher_streams import Heard, PublisherStreams, StreamBudget, Unheard
 from hub.core.ratelimit import TokenBucket, Verdict
 from protocol import codec
 from protocol.envelope import is_envelope
@@ -88,8 +87,8 @@ class SessionLimits:
     #: Spaces declared ``require_signed``: no client streams there (a stream
     #: cannot be verified as a whole before it is relayed).
     signed_spaces: frozenset[str] = frozenset()
-    #: Declared spaces' ``allow_join`` / ``allow_publish`` (:func:`hub.core.authz.space_rules`).
-    space_rules: Mapping[str, SpaceRules] = field(default_factory=dict)
+    #: Who may read or publish where: the hub's one policy (:mod:`hub.core.authz`).
+    policy: SpacePolicy = field(default_factory=SpacePolicy)
     #: A grant with ``expires_at`` expires this many seconds after it (``jwt_leeway``).
     token_leeway: float = 0.0
     #: After the "token expired" notice: seconds left to ``agent.refresh``.
@@ -242,9 +241,7 @@ class Session:
     def _set_grant(self, grant: Grant) -> None:
         self.grant = grant
         # Unrestricted (no claims, no declared rules): the checks cost one test.
-        self._restricted = (
-            grant.join is not None or grant.publish is not None or bool(self._limits.space_rules)
-        )
+        self._restricted = self._limits.policy.restricts(grant)
 
     def refreshed(self, grant: Grant) -> None:
         """``agent.refresh`` succeeded: ``grant`` applies from now on and the
@@ -281,9 +278,7 @@ class Session:
         """Reading ``space`` (its members, its history) needs the right to join it.
 
         Raises ``UNAUTHORIZED`` when the grant or the space's rules refuse."""
-        if self._restricted and not may_join(
-            self.grant, space, self.agent_id, self._limits.space_rules
-        ):
+        if self._restricted and not self._limits.policy.may_read(self, space):
             raise ProtocolError(ErrorCode.UNAUTHORIZED, f"not allowed to read space {space!r}", rid)
 
     # ── notifications from the node ─────────────────────────────────────
@@ -299,6 +294,22 @@ class Session:
         if self._streams is not None:
             self._streams.refused(stream_id)
 
+    def receiver_stopped(self, stream_id: str, receiver: str, left: bool) -> Heard:
+        """A receiver of ``stream_id`` cancelled it or ``left`` (contract §19)."""
+        if self._streams is None:
+            return Heard.NOT_OPEN
+        return self._streams.receiver_stopped(stream_id, receiver, left)
+
+    def receivers_gone(self, stream_id: str) -> Unheard | None:
+        """Nobody receives ``stream_id`` any more: it ends (None: not open)."""
+        if self._streams is None:
+            return None
+        return self._streams.receivers_gone(stream_id)
+
+    def streams_in(self, space: str) -> list[str]:
+        """Hub-side ids of this publisher's open streams in ``space``."""
+        return self._streams.open_in(space) if self._streams else []
+
     @property
     def open_streams(self) -> int:
         return len(self._streams) if self._streams else 0
@@ -313,16 +324,15 @@ class Session:
             case SpacePublish():
                 return [self._publish(msg)]
             case ClientDelta():
-                return [self._delta(msg, now)]
+                action = self._delta(msg, now)
+                return [] if action is None else [action]
             case ClientDone():
                 return [self._done(msg)]
             case ClientCancel():
                 return [self._cancel(msg)]
             case SpaceJoin():
                 space = self._checked_space(msg.space, rid)
-                if self._restricted and not may_join(
-                    self.grant, space, self.agent_id, self._limits.space_rules
-                ):
+                if self._restricted and not self._limits.policy.may_read(self, space):
                     raise ProtocolError(
                         ErrorCode.UNAUTHORIZED, f"not allowed to join space {space!r}", rid
                     )
@@ -389,14 +399,16 @@ class Session:
             )
         if space not in self.spaces:
             return Denied(space, rid)
-        if kind is SpaceKind.SYSTEM:
-            raise ProtocolError(ErrorCode.UNAUTHORIZED, f"system space {space!r} is read-only", rid)
-        if self._restricted and not may_publish(
-            self.grant, space, self.agent_id, self._limits.space_rules
-        ):
-            raise ProtocolError(
-                ErrorCode.UNAUTHORIZED, f"not allowed to publish to space {space!r}", rid
-            )
+        if kind is SpaceKind.SYSTEM or self._restricted:
+            refusal = self._limits.policy.refusal(self, Act.PUBLISH, space)
+            if refusal is Refusal.SYSTEM_SPACE:
+                raise ProtocolError(
+                    ErrorCode.UNAUTHORIZED, f"system space {space!r} is read-only", rid
+                )
+            if refusal is not None:
+                raise ProtocolError(
+                    ErrorCode.UNAUTHORIZED, f"not allowed to publish to space {space!r}", rid
+                )
         return None
 
     @staticmethod
@@ -418,7 +430,7 @@ class Session:
 
     # ── publisher side of client streams (hub/core/publisher_streams.py) ───────────
 
-    def _delta(self, msg: ClientDelta, now: float) -> Action:
+    def _delta(self, msg: ClientDelta, now: float) -> Action | None:
         if self._streams is None:
             limits = self._limits
             budget = StreamBudget(

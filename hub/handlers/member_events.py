@@ -1,4 +1,5 @@
-"""Coalesced ``space.members`` announcements: a leading-edge throttle per space.
+"""Coalesced ``space.members`` announcements: a leading-edge throttle per space
+that coalesces changes and never drops one (contract §21).
 
 Why: every join and leave of a space used to be its own ``space.members``
 event to every other member, each with a presence read and (in a small space)
@@ -8,26 +9,42 @@ closed 4008 as a slow consumer — for traffic it never asked for.
 
 How: the first change of a space with no open window is announced at once,
 exactly as before, and opens a window of ``interval`` seconds. Changes during
-the window are held, netted per agent (joined then left, or left then joined,
-is no change). When the window ends, whatever is held goes out as ONE
-announcement (one presence read, one encoded frame) and the window opens
-again; when nothing is held it closes. A space therefore costs at most one
-announcement per interval however many agents come and go, and a lone join
-still looks like the seed's event. ``interval`` 0 announces every change at
-once (no windows).
+the window are held; when it ends, what is held goes out as ONE announcement
+(one presence read, one encoded frame) and the window opens again; when
+nothing is held it closes. ``interval`` 0 announces every change at once.
 
-Timers: one task per open window (not per member), all cancelled by
-:meth:`MemberEvents.aclose`, which sends what they hold once. A held batch
-the cluster could not take (:class:`~hub.errors.BackplaneUnavailable`) is kept
-and retried at the window's next end, backing off: nothing is lost.
+Never dropped: a batch names every change it holds. An agent that joined and
+left within one window is in both ``joined`` and ``left`` (and one that left
+and came back too): its membership is then what it was before the window,
+and the recipients heard of both changes. A batch holds at most one join and
+one leave per agent; an agent's third change in one window (joined, left,
+joined) seals the batch and starts the next, so no batch ever hides an
+order. The same change twice in a row (a rejoin on another node) counts once.
+
+Joins before their agent's events: an agent's event must not reach a member
+before the announcement of its join. :meth:`MemberEvents.announce_held` sends
+what a space's window holds at once when it holds a change of the agent about
+to publish (hub/node/node.py runs it before every publishing action). The
+announcement is carried by the backplane before the event is queued on it, so
+every node delivers it first: windows are per node, and an agent's events
+go through the node that holds its changes.
+
+One at a time: a space's announcements from this node go out in order — the
+window's lock covers the leading announcement, each window's end and each
+early send. Timers: one task per open window (not per member), all cancelled
+by :meth:`MemberEvents.aclose`, which sends what they hold once. A batch the
+cluster could not take (:class:`~hub.errors.BackplaneUnavailable`) is kept,
+ahead of what arrived since, and retried at the window's next end, backing
+off: nothing is lost.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from hub.errors import BackplaneUnavailable
 
@@ -41,9 +58,9 @@ Listing = tuple[list[str], int]
 @dataclass(frozen=True, slots=True)
 class Batch:
     """Changes of one space to announce together, in order of arrival: each
-    an agent id and whether it joined (``True``) or left. ``listing`` is the
-    space's members when the caller has just read them (a join), else
-    ``None``: the announcer reads them."""
+    an agent id and whether it joined (``True``) or left; an agent at most
+    once each way. ``listing`` is the space's members when the caller has
+    just read them (a join), else ``None``: the announcer reads them."""
 
     changes: tuple[tuple[str, bool], ...]
     listing: Listing | None = None
@@ -63,35 +80,68 @@ class Announce(Protocol):
     def __call__(self, space: str, batch: Batch) -> Awaitable[None]: ...
 
 
-class _Window:
-    """A space's open window: the changes held for its end, and its timer."""
+class _Gathering:
+    """The batch a window is filling: changes in arrival order and, per
+    agent, its changes so far (one, or a join and a leave)."""
 
-    __slots__ = ("held", "task")
+    __slots__ = ("changes", "of")
 
     def __init__(self) -> None:
-        #: agent id → joined; insertion order is arrival order.
-        self.held: dict[str, bool] = {}
+        self.changes: list[tuple[str, bool]] = []
+        self.of: dict[str, list[bool]] = {}
+
+    def add(self, agent_id: str, joined: bool) -> bool:
+        """Hold the change; False when it would be the agent's third (the
+        batch must be sealed first)."""
+        seen = self.of.get(agent_id)
+        if seen is None:
+            self.of[agent_id] = [joined]
+        elif seen[-1] is joined:
+            return True  # the same change again counts once
+        elif len(seen) == 2:
+            return False
+        else:
+            seen.append(joined)
+        self.changes.append((agent_id, joined))
+        return True
+
+
+class _Window:
+    """A space's open window: the sealed batches and the one being gathered,
+    the lock its announcements take, and its timer."""
+
+    __slots__ = ("gathering", "sealed", "sending", "task")
+
+    def __init__(self) -> None:
+        self.sealed: deque[Batch] = deque()
+        self.gathering = _Gathering()
+        self.sending = asyncio.Lock()
         self.task: asyncio.Task[None] | None = None
 
     def hold(self, agent_id: str, joined: bool) -> None:
-        previous = self.held.get(agent_id)
-        if previous is None:
-            self.held[agent_id] = joined
-        elif previous is not joined:
-            del self.held[agent_id]  # joined and left (or back) within one batch
-        # the same change twice (a rejoin elsewhere) counts once, where it came first
+        if not self.gathering.add(agent_id, joined):
+            self.sealed.append(Batch(tuple(self.gathering.changes)))
+            self.gathering = _Gathering()
+            self.gathering.add(agent_id, joined)
 
-    def take(self) -> Batch | None:
-        if not self.held:
-            return None
-        held, self.held = self.held, {}
-        return Batch(tuple(held.items()))
+    def holds(self, agent_id: str) -> bool:
+        """Is a change of ``agent_id`` waiting here?"""
+        if agent_id in self.gathering.of:
+            return True
+        return any(agent_id == a for batch in self.sealed for a, _ in batch.changes)
 
-    def restore(self, batch: Batch) -> None:
-        """Put a batch that was not sent back before what arrived since."""
-        newer, self.held = self.held, dict(batch.changes)
-        for agent_id, joined in newer.items():
-            self.hold(agent_id, joined)
+    def take(self) -> list[Batch]:
+        """Everything held, oldest batch first; the window is empty after."""
+        batches = list(self.sealed)
+        if self.gathering.changes:
+            batches.append(Batch(tuple(self.gathering.changes)))
+        self.sealed.clear()
+        self.gathering = _Gathering()
+        return batches
+
+    def restore(self, batches: list[Batch]) -> None:
+        """Put batches that were not sent back, ahead of what arrived since."""
+        self.sealed.extendleft(reversed(batches))
 
 
 class MemberEvents:
@@ -124,30 +174,54 @@ class MemberEvents:
         if window is not None:
             window.hold(agent_id, joined)
             return
-        if self.interval > 0 and not self._closed:
-            # Opened before the announcement is awaited: changes arriving
-            # meanwhile are held, not announced one by one.
-            window = self._windows[space] = _Window()
+        batch = Batch(((agent_id, joined),), listing)
+        if self.interval <= 0 or self._closed:
+            await self._announce(space, batch)
+            return
+        # Opened before the announcement is awaited: changes arriving
+        # meanwhile are held, and go out after it (the lock).
+        window = self._windows[space] = _Window()
+        async with window.sending:
             window.task = asyncio.get_running_loop().create_task(self._run(space, window))
-        await self._announce(space, Batch(((agent_id, joined),), listing))
+            await self._announce(space, batch)
+
+    async def announce_held(self, space: str, agent_id: str) -> None:
+        """Before an event of ``agent_id`` in ``space`` goes out: if a change
+        of that agent is held, send what the space's window holds now.
+        Raises BackplaneUnavailable when the cluster refused it (kept for the
+        window's end): the event must not overtake it."""
+        window = self._windows.get(space)
+        if window is None or not window.holds(agent_id):
+            return
+        async with window.sending:
+            await self._send(space, window)
+
+    async def _send(self, space: str, window: _Window) -> bool:
+        """Announce what ``window`` holds, in order (its lock held). False when
+        it held nothing; what the cluster refuses is put back and raised."""
+        batches = window.take()
+        if not batches:
+            return False
+        for i, batch in enumerate(batches):
+            try:
+                await self._announce(space, batch)
+            except BaseException:
+                window.restore(batches[i:])  # cancelled by aclose: it sends them
+                raise
+        return True
 
     async def _run(self, space: str, window: _Window) -> None:
         delay = self.interval
         try:
             while True:
                 await self._sleep(delay)
-                batch = window.take()
-                if batch is None:
-                    return
-                try:
-                    await self._announce(space, batch)
-                except BackplaneUnavailable:
-                    window.restore(batch)
-                    delay = min(delay * 2, max(self.interval, RETRY_MAX_DELAY))
-                    continue
-                except BaseException:
-                    window.restore(batch)  # cancelled by aclose: it sends them
-                    raise
+                async with window.sending:
+                    try:
+                        if not await self._send(space, window):
+                            return
+                    except BackplaneUnavailable:
+                        delay = min(delay * 2, max(self.interval, RETRY_MAX_DELAY))
+                        continue
                 delay = self.interval
         finally:
             if self._windows.get(space) is window:
@@ -163,8 +237,35 @@ class MemberEvents:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        batches = [(space, w.take()) for space, w in windows.items()]
         await asyncio.gather(
-            *(self._announce(space, batch) for space, batch in batches if batch is not None),
-            return_exceptions=True,
+            *(self._send_all(space, w) for space, w in windows.items()), return_exceptions=True
         )
+
+    async def _send_all(self, space: str, window: _Window) -> None:
+        async with window.sending:
+            for batch in window.take():
+                await self._announce(space, batch)
+
+
+class HeldChangesFirst:
+    """A publishing handler that first sends the held membership changes of
+    the publishing agent in the action's space (:meth:`MemberEvents.announce_held`).
+
+    ``events`` is read at each call: the handler serves whatever throttle
+    the membership handler has."""
+
+    __slots__ = ("_events", "_handler")
+
+    def __init__(
+        self,
+        events: Callable[[], MemberEvents],
+        handler: Callable[[Any, Any], Awaitable[None]],
+    ):
+        self._events = events
+        self._handler = handler
+
+    async def __call__(self, peer: Any, action: Any) -> None:
+        events = self._events()
+        if events.open_windows:  # none open anywhere: nothing can be held
+            await events.announce_held(action.space, peer.agent_id)
+        await self._handler(peer, action)

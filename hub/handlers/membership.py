@@ -11,28 +11,35 @@ Membership at scale: a join or leave is told to the other members as
 ``member_events_limit`` — so forming a space of N costs O(N × min(N,
 member_events_limit)) small frames, not O(N³) member ids. Each join reads at
 most ``members_list_limit`` ids from presence, whatever the space's size.
-And changes arriving together (a storm, a mass departure) are coalesced: a
-space announces at most one ``space.members`` per ``member_events_interval``
-(hub/handlers/member_events.py), a lone change still in the seed's shape.
+And changes arriving together (a storm, a mass departure) are coalesced, never
+dropped: a space announces about one ``space.members`` per
+``member_events_interval`` (hub/handlers/member_events.py), a lone change
+still in the seed's shape, and a held join goes out before its agent's events.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 from typing import Any
 
 from hub.cluster.backplane import Backplane, Delivery, Draft
-from hub.cluster.presence import AgentRecord, CapabilityFilter, InvalidQuery, Presence
+from hub.cluster.presence import (
+    AgentRecord,
+    AgentsPage,
+    CapabilityFilter,
+    InvalidQuery,
+    Presence,
+)
 from hub.cluster.subscriptions import Subscriptions
 from hub.config.settings import Settings
 from hub.core.actions import Denied, Join, Leave, ListAgents, ListMembers, ListSpaces, Register
+from hub.core.authz import Principal, SpacePolicy
 from hub.core.ids import Ids
 from hub.core.peer import Peer, PeerKind
 from hub.core.registry import Registry
 from hub.core.spaces import SpaceDirectory
 from hub.errors import BackplaneUnavailable
-from hub.handlers.member_events import Batch, MemberEvents
+from hub.handlers.member_events import Batch, HeldChangesFirst, MemberEvents
 from hub.handlers.publishing import Publishing
 from hub.handlers.recovery import Recovery
 from protocol import codec
@@ -42,6 +49,9 @@ from protocol.names import AGENT_STATUS_SPACE, SpaceKind, space_kind
 
 # ``from`` of events the hub itself generates; not a valid agent id.
 HUB_SENDER = "@hub"
+#: Spaces looked through, per page of ``agent.list``, for the agents a caller
+#: whose join claims limit it shares a space with (the first, by name).
+MAX_DISCOVERY_SPACES = 100
 
 
 class Membership:
@@ -57,6 +67,7 @@ class Membership:
         ids: Ids,
         publishing: Publishing,
         recovery: Recovery,
+        policy: SpacePolicy | None = None,
     ):
         self.settings = settings
         self.node_id = node_id
@@ -68,6 +79,7 @@ class Membership:
         self.ids = ids
         self.publishing = publishing
         self.recovery = recovery
+        self.policy = policy or SpacePolicy()
         # Departures the cluster has not heard of yet (backplane was down).
         self.pending_departures: list[tuple[AgentRecord, list[str]]] = []
         self._declared = settings.declared
@@ -76,6 +88,12 @@ class Membership:
     async def aclose(self) -> None:
         """Send the membership changes still held and stop their timers."""
         await self.member_events.aclose()
+
+    def held_changes_first(self, handler: Any) -> HeldChangesFirst:
+        """A publishing action's ``handler``, run after this node sent the
+        held membership changes of the publisher (contract §21: nobody gets
+        an agent's event before its join)."""
+        return HeldChangesFirst(lambda: self.member_events, handler)
 
     def limits(self, space: str) -> tuple[int, int]:
         """``members_list_limit`` and ``member_events_limit`` of ``space``."""
@@ -135,7 +153,6 @@ class Membership:
         await self.presence.join_space(space, conn.agent_id, self.spaces.capacity(space))
         try:
             await self.subscriptions.ensure(space)
-            members, count = await self.presence.space_members(space, limit)
         except BaseException:
             await self._undo_join(conn, space)
             raise
@@ -146,12 +163,22 @@ class Membership:
         # From here the joiner receives the space's messages; the reply goes
         # out first so nothing of the space overtakes space.joined, and a
         # resume (since) replays what was missed first (hub/handlers/recovery.py).
-        reply = functools.partial(codec.joined, rid, space, members, count)
+        # The members are read once the joiner is in the fan-out: another's
+        # join is in the list, or its announcement reaches the joiner after
+        # the reply — never neither (contract §21).
+        listing: tuple[list[str], int] = ([], 0)
+
+        async def reply(**position: Any) -> bytes:
+            nonlocal listing
+            listing = await self.presence.space_members(space, limit)
+            return codec.joined(rid, space, *listing, **position)
+
         try:
             await self.recovery.join(conn, space, a.since, reply)
         except BaseException:
             await self._undo_join(conn, space)
             raise
+        members, count = listing
         if count <= events_limit:
             with contextlib.suppress(BackplaneUnavailable):
                 await self.member_events.changed(space, conn.agent_id, True, (members, count))
@@ -239,12 +266,18 @@ class Membership:
             await self.backplane.send(Delivery(space, frame))
 
     async def list_spaces(self, conn: Peer, a: ListSpaces) -> None:
+        """The spaces cluster-wide, as the caller may see them: only those it
+        may join (contract §18: discovery shows what the caller may join)."""
         sizes = await self.presence.space_sizes()
         for space in (*self.spaces.declared, *self.spaces.system):
             sizes.setdefault(space, 0)
+        names = sorted(sizes)
+        who = conn.session
+        if who is not None and self.policy.restricts(who.grant):
+            names = self.policy.readable(who, names)
         spaces = [
-            {"id": space, "type": str(space_kind(space)), "member_count": n}
-            for space, n in sorted(sizes.items())
+            {"id": space, "type": str(space_kind(space)), "member_count": sizes[space]}
+            for space in names
         ]
         conn.send_frame(codec.space_list(a.request_id, spaces))
 
@@ -263,16 +296,59 @@ class Membership:
         )
 
     async def list_agents(self, conn: Peer, a: ListAgents) -> None:
-        """A page of the agent directory, cluster-wide."""
-        capability = None if a.capability is None else CapabilityFilter.parse(a.capability)
+        """A page of the agent directory, cluster-wide, as the caller may see it."""
         try:
-            page = await self.presence.list_agents(
-                capability=capability, space=a.space, cursor=a.cursor, limit=a.limit
-            )
+            page = await self.agents_page(conn.session, a.capability, a.space, a.cursor, a.limit)
         except InvalidQuery as exc:
             raise ProtocolError(ErrorCode.INVALID_REQUEST, str(exc), a.request_id) from None
         agents = [record.directory() for record in page.agents]
         conn.send_frame(codec.agent_list(a.request_id, agents, page.next_cursor))
+
+    async def agents_page(
+        self,
+        who: Principal | None,
+        capability: str | None,
+        space: str | None,
+        cursor: str | None,
+        limit: int,
+    ) -> AgentsPage:
+        """A page of the directory as ``who`` may see it (None: the operator).
+
+        Discovery shows only what the caller may join (contract §18): with
+        ``space`` (a space it may read, checked by its face) every member of
+        it; without, an agent is left out when it is in a space whose rules
+        keep ``who`` out, and — when ``who``'s join claims limit it — unless
+        it is in a space ``who`` may read (one of the first
+        :data:`MAX_DISCOVERY_SPACES` with members, by name). A page may so
+        hold fewer than ``limit``; only ``next_cursor`` None ends the listing.
+        Raises :class:`InvalidQuery`."""
+        found = None if capability is None else CapabilityFilter.parse(capability)
+        page = await self.presence.list_agents(
+            capability=found, space=space, cursor=cursor, limit=limit
+        )
+        if who is None or space is not None or not self.policy.restricts(who.grant):
+            return page
+        hidden = await self._hidden(who, [record.agent_id for record in page.agents])
+        shown = [record for record in page.agents if record.agent_id not in hidden]
+        return AgentsPage(shown, page.next_cursor)
+
+    async def _hidden(self, who: Principal, ids: list[str]) -> set[str]:
+        hidden: set[str] = set()
+        for space in self.policy.ruled_out(who):
+            if ids:
+                missing = set(await self.presence.missing_members(space, tuple(ids)))
+                hidden.update(i for i in ids if i not in missing)
+        if who.grant.join is None:
+            return hidden
+        sizes = await self.presence.space_sizes()
+        readable = self.policy.readable(who, sorted(sizes))[:MAX_DISCOVERY_SPACES]
+        rest = tuple(i for i in ids if i not in hidden)
+        for space in readable:
+            if not rest:
+                break
+            rest = tuple(await self.presence.missing_members(space, rest))
+        hidden.update(rest)
+        return hidden
 
     async def denied(self, conn: Peer, a: Denied) -> None:
         """Publish/stream to a space the agent is not in: which refusal?"""
@@ -296,18 +372,23 @@ class Membership:
         """Publish an ``agent.status`` event (online, offline, updated)."""
         await self.system_event(AGENT_STATUS_SPACE, {"event": event, "agent": record.public()})
 
-    async def system_event(self, space: str, data: dict[str, Any]) -> None:
-        """Publish a hub-generated event (``from`` the hub) into a system space."""
-        await self.backplane.publish(space, self._system_draft(space, data))
+    async def system_event(
+        self, space: str, data: dict[str, Any], *, to: tuple[str, ...] | None = None
+    ) -> None:
+        """Publish a hub-generated event (``from`` the hub) into a system space,
+        to every member or only to those in ``to``."""
+        await self.backplane.publish(space, self._system_draft(space, data, to))
 
-    def _system_draft(self, space: str, data: dict[str, Any]) -> Draft:
+    def _system_draft(
+        self, space: str, data: dict[str, Any], to: tuple[str, ...] | None = None
+    ) -> Draft:
         head, tail = codec.sequenced(
             "space.event",
             space,
             self.ids.event_id(),
             {"from": HUB_SENDER, "timestamp": codec.now_ms(), "data": {**data, "from": HUB_SENDER}},
         )
-        return Draft(head, tail)
+        return Draft(head, tail, to=to)
 
     async def depart(self, record: AgentRecord, spaces: list[str], retry: bool = False) -> None:
         """Tell the cluster an agent's connection is gone. Safe to retry."""

@@ -284,6 +284,16 @@ class Publishing:
         if not conn.closing:
             conn.send_frame(codec.complete(head, seq, tail))
 
+    async def end_unheard(self, conn: Peer, a: StreamCancel) -> None:
+        """End a stream nobody receives any more (hub/handlers/stream_stops.py):
+        its cancel goes to whoever still holds a copy — the publisher's own
+        echo — and into history, like a hub cancel. The publisher itself was
+        told with its own id."""
+        rest = {"from": conn.agent_id, "timestamp": codec.now_ms(), "reason": a.reason}
+        head, tail = codec.sequenced("space.event.cancel", a.space, a.stream_id, rest)
+        draft = Draft(head, tail, stream=a.stream_id, op=StreamOp.END, to=a.to)
+        await self.backplane.publish(a.space, draft)
+
     def receiver_cancel(self, conn: Peer, a: ReceiverCancel) -> None:
         if not self.registry.stop_receiving(conn, a.stream_id, a.space):
             raise ProtocolError(

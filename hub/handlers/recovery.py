@@ -33,7 +33,7 @@ bounded in count (``limit`` ≤ 100) and bytes.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -55,7 +55,10 @@ PAGE = 100
 # Bytes a replay lets pile up for one connection before waiting for it to drain.
 PACE_BYTES = 256 * 1024
 
-Reply = Callable[..., bytes]
+#: Builds ``space.joined`` from the position (``epoch``, ``seq``, ``recovered``);
+#: awaited once the joiner is in the fan-out, so what it reads (the members)
+#: is no older than anything the joiner receives after it.
+Reply = Callable[..., Awaitable[bytes]]
 
 
 class ReplayFailed(Exception):
@@ -158,8 +161,8 @@ class Recovery:
         return {"epoch": pos.epoch, "seq": pos.seq}
 
     async def join(self, conn: Peer, space: str, since: Since | None, reply: Reply) -> None:
-        """Make ``conn`` a local member of ``space``: send ``reply(**position)``
-        (``space.joined``), replay after ``since``, go live.
+        """Make ``conn`` a local member of ``space``: send ``await
+        reply(**position)`` (``space.joined``), replay after ``since``, go live.
 
         The member receives exactly the events after the ``seq`` in its
         ``space.joined``: the position is read after it joined the fan-out,
@@ -189,11 +192,14 @@ class Recovery:
         try:
             if since is None:
                 position = await self.backplane.position(space)
+                joined = await reply(epoch=position.epoch, seq=position.seq)
             else:
                 first = await self.backplane.history(
                     space, after=since.seq, limit=PAGE, streams=True
                 )
                 position = first.position
+                recovered = _recoverable(first, since)
+                joined = await reply(epoch=first.epoch, seq=first.seq, recovered=recovered)
         except BaseException:
             hold.release()
             session.on_left(space)
@@ -207,12 +213,10 @@ class Recovery:
             seq = position.seq
             return self.backplane.delivered(space) >= seq and not self.filling(space)
 
+        _send(hold, joined)
         if since is None:
-            _send(hold, reply(epoch=position.epoch, seq=position.seq))
             hold.release(boundary.keep, settled)
             return
-        recovered = _recoverable(first, since)
-        _send(hold, reply(epoch=first.epoch, seq=first.seq, recovered=recovered))
         if not recovered or since.seq == first.seq:
             # Not recoverable, or nothing missed: there is nothing to replay.
             hold.release(boundary.keep, settled)
@@ -436,4 +440,5 @@ class Boundary:
 
     def _skip(self, stream: str) -> None:
         self.skipped.add(stream)
-        self.registry.stop_receiving(self.conn, stream, self.space)
+        # Not a receiver cancel: the member joined past the stream's start.
+        self.registry.stop_receiving(self.conn, stream, self.space, report=False)

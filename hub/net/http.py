@@ -83,6 +83,21 @@ def request_metrics(stats: HttpStats) -> Callable[[web.Request, Handler], Awaita
     return middleware
 
 
+def websocket_elsewhere(ws_port: int, *, tls: bool = False) -> Handler:
+    """``/ws`` on the HTTP port: a WebSocket client pointed at this port (an
+    easy slip: the two ports differ by one) hears where WebSockets are served,
+    as the WebSocket port's own 404 lists its paths."""
+    body = (
+        f"not found: this is the hub's HTTP port; WebSocket connections go to "
+        f"port {ws_port}, path /ws ({'wss' if tls else 'ws'}://HOST:{ws_port}/ws)\n"
+    )
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(status=404, text=body)
+
+    return handler
+
+
 def client_gone(request: web.Request) -> bool:
     """Has the client of ``request`` closed its connection? (Reading the body
     of such a request raises ``ConnectionResetError``: not a hub error.)"""

@@ -22,6 +22,9 @@
   channel any more (a killed process loses its Redis connections at once).
 - **Operator disconnects**: the server API or the status page on any node
   closes an agent's connection through its node (``disconnect`` node message).
+- **Streams' receivers**: the answers to a census of a stream's receivers
+  (``census_result`` node messages) go to :class:`StreamStops`, and so do the
+  reaped agents of a dead node: producers count them as gone.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import math
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 import structlog
@@ -45,13 +48,20 @@ from hub.core.registry import Registry
 from hub.errors import BackplaneUnavailable
 from hub.handlers.agent_ids import EVICT_CLEANUP
 from hub.handlers.membership import Membership
-from protocol import codec
 from protocol.errors import CloseCode, ErrorCode
 
 #: While waiting for a probe's answer, how often to check the node still listens.
 NODE_CHECK_INTERVAL = 0.5
 #: A node message that does nothing: sent only to count who listens.
 NODE_PING = b'{"op":"ping"}'
+
+
+class StreamReceivers(Protocol):
+    """What the link tells :class:`~hub.handlers.stream_stops.StreamStops`."""
+
+    def census_result(self, msg: dict[str, Any]) -> None: ...
+
+    async def departed(self, space: str, agents: list[str]) -> None: ...
 
 
 class ClusterLink:
@@ -63,6 +73,7 @@ class ClusterLink:
         presence: Presence,
         backplane: Backplane,
         membership: Membership,
+        stream_stops: StreamReceivers,
         *,
         probe_local: Callable[[str], Awaitable[bool]],
         evict_local: Callable[[str], None],
@@ -75,6 +86,7 @@ class ClusterLink:
         self.presence = presence
         self.backplane = backplane
         self.membership = membership
+        self.stream_stops = stream_stops
         self._probe_local = probe_local
         self._evict_local = evict_local
         self._disconnect_local = disconnect_local
@@ -101,6 +113,7 @@ class ClusterLink:
         self._touched = now
         if now - self._steady_since < dead_after:
             return
+        departed: dict[str, list[str]] = {}
         for reaped in await presence.reap_dead_nodes(dead_after):
             self.log.info(
                 "reaped agent of dead node",
@@ -109,10 +122,15 @@ class ClusterLink:
             )
             for space in reaped.spaces:
                 await self.membership.announce_departure(space, reaped.record.agent_id)
+                departed.setdefault(space, []).append(reaped.record.agent_id)
             holder = await presence.get_agent(reaped.record.agent_id)
             if holder is None or holder.connection_id == reaped.record.connection_id:
                 # (An agent that already reconnected elsewhere is not offline.)
                 await self.membership.agent_status("offline", reaped.record)
+        for space, agents in departed.items():
+            # Best effort: a producer not told still ends its stream itself.
+            with contextlib.suppress(BackplaneUnavailable):
+                await self.stream_stops.departed(space, agents)
 
     async def _restore(self, *, announce: bool) -> None:
         """Put this node's agents and memberships back in presence. With
@@ -235,35 +253,9 @@ class ClusterLink:
             self._evict_local(str(msg.get("connection_id", "")))
         elif op == "disconnect" and self._disconnect_local is not None:
             self._disconnect_local(str(msg.get("connection_id", "")), str(msg.get("reason", "")))
-        elif op == "receiver_cancel":
-            self._tell_local(
-                str(msg.get("space", "")), str(msg.get("stream", "")), str(msg.get("receiver", ""))
-            )
+        elif op == "census_result":
+            self.stream_stops.census_result(msg)
         # "ping" (NODE_PING) needs no answer: its sender only counts listeners.
-
-    async def tell_publisher(self, space: str, stream_id: str, receiver: str) -> None:
-        """``receiver`` cancelled its copy of a relayed stream: the stream's
-        publisher hears of it, on whichever node it is, when it is one of the
-        hub's own members (a bridge may then stop the call that feeds the
-        stream). An agent's socket is not told: receiver cancels stay the
-        receiver's own (contract §5). BackplaneUnavailable propagates."""
-        publisher = stream_id.partition("/")[0]
-        if self._tell_local(space, stream_id, receiver):
-            return
-        holder = await self.presence.get_agent(publisher)
-        if holder is None or holder.node_id == self.node_id:
-            return
-        msg = {"op": "receiver_cancel", "space": space, "stream": stream_id, "receiver": receiver}
-        await self.backplane.send_to_node(holder.node_id, orjson.dumps(msg))
-
-    def _tell_local(self, space: str, stream_id: str, receiver: str) -> bool:
-        """True when the publisher is on this node (told if it is a virtual member)."""
-        peer = self.registry.agents.get(stream_id.partition("/")[0])
-        if peer is None:
-            return False
-        if peer.kind in (PeerKind.VIRTUAL, PeerKind.SHARED) and not peer.closing:
-            peer.send_frame(codec.receiver_gone_notice(space, stream_id, receiver))
-        return True
 
     async def _answer_probe(self, msg: dict[str, Any]) -> None:
         alive = await self._probe_local(str(msg.get("connection_id", "")))

@@ -12,6 +12,9 @@ publish-to-delivery latency measured — two clock reads, nothing per delivery.
 While the status page is on, :class:`CountingDelivery` also counts events
 per space (the page shows event rates); a node whose page is off does not
 pay for that.
+
+A stream *signal* (:attr:`StreamOp.SIGNAL`: who still receives a stream,
+hub/handlers/stream_stops.py) is handed to its handler instead.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from hub.cluster.backplane import Delivery
+from hub.cluster.backplane import Delivery, StreamOp
 from hub.core.counters import Counters
 from hub.core.frames import OutFrame
 from hub.core.registry import Registry
@@ -30,6 +33,8 @@ from hub.handlers.gaps import GapFiller
 #: Sequenced messages whose seq is a multiple of this have their
 #: publish-to-delivery latency measured.
 DELIVERY_SAMPLE = 16
+
+_SIGNAL = StreamOp.SIGNAL
 
 
 class FanOut:
@@ -82,14 +87,21 @@ class NodeDelivery:
         *,
         on_ready: Callable[[bool], None],
         on_node_message: Callable[[bytes], None],
+        on_signal: Callable[[Delivery], None],
     ):
         self._registry = registry
         self._fan_out = fan_out
         self._gaps = gaps
         self._on_ready = on_ready
         self._on_node_message = on_node_message
+        self._on_signal = on_signal
 
     def deliver(self, message: Delivery) -> None:
+        if message.op is _SIGNAL:
+            # A note between nodes about a stream's receivers, never a frame
+            # for members; answered even while the node is leaving the space.
+            self._on_signal(message)
+            return
         if not self._registry.has_space(message.space):
             return
         gaps = self._gaps

@@ -6,7 +6,9 @@ session, an agent id (claimed cluster-wide, or *shared*: one per node under a
 reserved id), an ``online`` status — whose requests go through the node's
 dispatcher. :meth:`~hub.node.virtual.VirtualMember.aclose` detaches it again.
 The rest of the host is reads and small services the node already has:
-the HTTP routes, the key-value store, presence, the authenticator.
+the HTTP routes, the key-value store, presence, the authenticator and the
+hub's one authorization policy (callers are judged by it, never by an
+adapter's own reading of their claims).
 """
 
 from __future__ import annotations
@@ -14,21 +16,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 from aiohttp import web
 
-from hub.adapter_host import Caller
+from hub.adapter_host import ANONYMOUS, Caller
 from hub.auth import Authenticator
 from hub.cluster.backplane import Delivery
 from hub.cluster.kvstore import KeyValueStore
 from hub.cluster.presence import AgentRecord, Presence
 from hub.config.hub_identity import HubIdentity
 from hub.config.settings import Settings
-from hub.core.authz import SpaceRules, may_join, may_publish
+from hub.core.authz import Grant, SpacePolicy
+from hub.core.frames import OutFrame
 from hub.core.ids import Ids
 from hub.core.registry import Registry
 from hub.core.session import Session, SessionLimits
@@ -64,7 +67,7 @@ class NodeHost:
         kv: KeyValueStore,
         envelopes: EnvelopeCheck,
         auth: Authenticator,
-        space_rules: Mapping[str, SpaceRules],
+        policy: SpacePolicy,
         http_app: web.Application,
         ready: Callable[[], bool],
     ):
@@ -82,10 +85,22 @@ class NodeHost:
         self._limits = limits
         self._reserved_ids = reserved_ids
         self._auth = auth
-        self._rules = space_rules
+        self.policy = policy
         self._http_app = http_app
         self._proxies = TrustedProxies(settings.trusted_proxies)
         self._ready = ready
+        self._preframe = settings.compression == "none"
+        self._signers = {
+            s.did: Caller(
+                s.agent_id,
+                Grant(
+                    join=None if s.join is None else tuple(s.join),
+                    publish=None if s.publish is None else tuple(s.publish),
+                ),
+                key=s.agent_id,
+            )
+            for s in settings.signers
+        }
         #: Virtual members attached now: in the registry, but not connections.
         self.attached = 0
 
@@ -110,7 +125,10 @@ class NodeHost:
             agent_id, self.settings.node_id, conn_id, type, tuple(capabilities), metadata or {},
             codec.now_ms(),
         )  # fmt: skip
-        session = Session(agent_id, conn_id, self._limits, asyncio.get_running_loop().time())
+        # The hub's own agent: what it does for a caller, the policy decided
+        # for that caller first.
+        now = asyncio.get_running_loop().time()
+        session = Session(agent_id, conn_id, self._limits, now, grant=Grant.hub)
         member = VirtualMember(
             agent_id, conn_id, self._dispatcher.receive, handler,
             session=session, record=record, detach=self._detach, shared=shared,
@@ -168,17 +186,31 @@ class NodeHost:
 
     # ── callers and permissions ─────────────────────────────────────────
 
-    async def identify(
-        self, token: str | None, agent_id: str | None = None, *, prefix: str = "caller"
+    async def caller(
+        self, request: web.Request, *, public: bool = False, prefix: str = "caller"
     ) -> Caller:
+        token = bearer_token(request.headers.get("Authorization"))
         if self.auth_required:
+            if token is None and public:
+                return Caller(ANONYMOUS, key=self._address_key(request), anonymous=True)
             found, grant = await self._auth.identify(token)
             self._not_reserved(found)
-            return Caller(found, grant)
+            return Caller(found, grant, key=found)
+        key = self._address_key(request)
+        agent_id = request.query.get("agent_id")
         if agent_id is not None and is_valid_agent_id(agent_id):
             self._not_reserved(agent_id)
-            return Caller(agent_id)
-        return Caller(f"{prefix}-{secrets.token_hex(8)}")
+            return Caller(agent_id, key=key, anonymous=True)
+        return Caller(f"{prefix}-{secrets.token_hex(8)}", key=key, anonymous=True)
+
+    def _address_key(self, request: web.Request) -> str:
+        """What a caller without credentials is counted as: its address."""
+        return f"ip:{self.client_address(request)}"
+
+    def client_address(self, request: web.Request) -> str:
+        """The client's IP (behind ``trusted_proxies``: the one they name)."""
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        return self._proxies.client_address(peer, request.headers).ip
 
     def _not_reserved(self, agent_id: str) -> None:
         """A caller may not act as one of the hub's own agents (``mcp``, a
@@ -186,11 +218,14 @@ class NodeHost:
         if agent_id in self._reserved_ids:
             raise AgentIdTaken(agent_id, f"agent id {agent_id!r} is the hub's own")
 
-    def may_join(self, caller: Caller, space: str) -> bool:
-        return may_join(caller.grant, space, caller.agent_id, self._rules)
+    def signer(self, did: str) -> Caller | None:
+        return self._signers.get(did)
 
-    def may_publish(self, caller: Caller, space: str) -> bool:
-        return may_publish(caller.grant, space, caller.agent_id, self._rules)
+    async def agents(
+        self, caller: Caller, *, capability: str | None, space: str | None, limit: int
+    ) -> tuple[list[AgentRecord], bool]:
+        page = await self._membership.agents_page(caller, capability, space, None, limit)
+        return page.agents, page.next_cursor is not None
 
     # ── reads ───────────────────────────────────────────────────────────
 
@@ -236,8 +271,26 @@ class NodeHost:
             before = page.events[0].seq
         return events[::-1]
 
-    async def publish_system(self, space: str, data: dict[str, Any]) -> None:
-        await self._membership.system_event(space, data)
+    async def publish_system(
+        self, space: str, data: dict[str, Any], *, to: tuple[str, ...] | None = None
+    ) -> None:
+        await self._membership.system_event(space, data, to=to)
+
+    def show_readers(
+        self, space: str, event: dict[str, Any], readers_of: str | None, *, relay: str
+    ) -> int:
+        audience = tuple(
+            member.agent_id
+            for member in self._registry.members(space)
+            if member.agent_id != relay
+            and member.session is not None
+            and (readers_of is None or self.policy.may_read(member.session, readers_of))
+        )
+        if not audience:
+            return 0
+        shown = {key: value for key, value in event.items() if key != "to"}
+        frame = OutFrame(orjson.dumps(shown), self._preframe)
+        return self._registry.deliver(space, frame, to=audience)
 
 
 #: The most recorded frames one ``history`` read looks at.
@@ -250,6 +303,15 @@ class _Ended:
 
     frames: list[bytes] = field(default_factory=list)
     size: int = 0
+
+
+def bearer_token(header: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer TOKEN`` header, or None."""
+    if header is None:
+        return None
+    scheme, _, token = header.strip().partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
 
 
 def _whole_event(

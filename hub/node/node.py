@@ -53,13 +53,14 @@ from hub.core.actions import (
     StreamDelta,
     StreamDone,
 )
-from hub.core.authz import space_rules
+from hub.core.authz import SpacePolicy
 from hub.core.counters import Counters
 from hub.core.ids import Ids
 from hub.core.peer import Peer, PeerKind
 from hub.core.registry import Registry
 from hub.core.session import SessionLimits
 from hub.core.spaces import SpaceDirectory
+from hub.core.stream_audiences import ReceiverStop
 from hub.errors import BackplaneUnavailable
 from hub.handlers.agent_ids import AgentIds, LocalHolders
 from hub.handlers.dispatch import Dispatcher, ErrorSender, Handler
@@ -69,6 +70,7 @@ from hub.handlers.membership import Membership
 from hub.handlers.publishing import Publishing
 from hub.handlers.recovery import Recovery
 from hub.handlers.seen_ids import SeenIds
+from hub.handlers.stream_stops import StreamStops
 from hub.handlers.token_expiry import TokenExpiry
 from hub.net.http import request_metrics
 from hub.node.cluster_link import ClusterLink
@@ -123,15 +125,17 @@ class Node:
         )
 
         # ── this node's members and the rules of their sessions
-        self.registry: Registry[Peer] = Registry()
+        self.registry: Registry[Peer] = Registry(on_stream_stop=self._stream_stopped)
         self.spaces = SpaceDirectory(
             s.declared, s.space_capacity, s.auto_create_spaces,
             system=[space for adapter in self.adapters for space in adapter.system_spaces],
         )  # fmt: skip
         grace = 0.0 if not s.redis_url else min(5.0, s.heartbeat_interval)
         self.subscriptions = Subscriptions(self.backplane, grace, self.registry.has_space)
-        self.limits = _session_limits(s, signed_spaces)
-        self.virtual_limits = _virtual_limits(s, signed_spaces)
+        #: Who may read or publish where, for every face (hub/core/authz.py).
+        self.policy = SpacePolicy.of(s.spaces)
+        self.limits = _session_limits(s, signed_spaces, self.policy)
+        self.virtual_limits = _virtual_limits(s, signed_spaces, self.policy)
         #: Agent ids of shared virtual members (one per node) and of the server
         #: API's senders: never a connection's.
         self.reserved_ids: set[str] = set()
@@ -153,12 +157,17 @@ class Node:
         )  # fmt: skip
         self.membership = Membership(
             s, self.node_id, self.registry, self.spaces, self.presence, self.backplane,
-            self.subscriptions, self.ids, self.publishing, recovery,
+            self.subscriptions, self.ids, self.publishing, recovery, self.policy,
+        )  # fmt: skip
+        #: Producers hear when nobody receives their stream any more.
+        self.stream_stops = StreamStops(
+            self.node_id, self.registry, self.backplane, self.publishing,
+            filling=self.gaps.holding.__contains__,
         )  # fmt: skip
         holders = LocalHolders(s, self.registry)
         self.cluster = ClusterLink(
             s, self.node_id, self.registry, self.presence, self.backplane, self.membership,
-            probe_local=holders.probe_local, evict_local=holders.evict_local,
+            self.stream_stops, probe_local=holders.probe_local, evict_local=holders.evict_local,
             disconnect_local=self._disconnect_local,
         )  # fmt: skip
         self.agent_ids = AgentIds(
@@ -173,6 +182,7 @@ class Node:
         self.delivery = delivery(
             self.registry, fan_out, self.gaps,
             on_ready=self._backplane_ready, on_node_message=self.cluster.on_message,
+            on_signal=self.stream_stops.on_signal,
         )  # fmt: skip
 
         # ── the faces: WebSocket connections, the HTTP port, adapters
@@ -217,7 +227,7 @@ class Node:
             ),
             disconnect_local=self._disconnect_local,
             disconnect_remote=self.cluster.disconnect_remote,
-            node_stats=create_node_stats(self.redis, prefix=s.redis_prefix),
+            node_stats=create_node_stats(self.redis, prefix=s.redis_prefix), policy=self.policy,
         )  # fmt: skip
         self.operator.mount(self.http_app)
         #: What the hosted adapters get (:class:`~hub.adapter_host.AdapterHost`).
@@ -226,7 +236,7 @@ class Node:
             membership=self.membership, presence=self.presence, dispatcher=self.dispatcher,
             limits=self.virtual_limits, reserved_ids=self.reserved_ids, identity=self.identity,
             kv=self.kv, envelopes=self.envelopes, auth=self.auth,
-            space_rules=self.limits.space_rules, http_app=self.http_app, ready=lambda: self.ready,
+            policy=self.policy, http_app=self.http_app, ready=lambda: self.ready,
         )  # fmt: skip
         self.sweeper = Sweeper(
             s, self.registry, self.dispatcher, preframe=preframe, log=self.log,
@@ -242,12 +252,13 @@ class Node:
     def _handlers(self, expiry: TokenExpiry, recovery: Recovery) -> dict[type, Handler]:
         """Which handler carries out each action a session returns."""
         publishing, membership = self.publishing, self.membership
+        first = membership.held_changes_first  # a publisher's held join goes out first
         return {
-            Publish: publishing.publish,
-            StreamDelta: publishing.stream_delta,
-            StreamDone: publishing.stream_done,
-            StreamCancel: publishing.stream_cancel,
-            ReceiverCancel: self._receiver_cancel,
+            Publish: first(publishing.publish),
+            StreamDelta: first(publishing.stream_delta),
+            StreamDone: first(publishing.stream_done),
+            StreamCancel: first(publishing.stream_cancel),
+            ReceiverCancel: publishing.receiver_cancel,
             Send: _send,
             Reject: self._reject,
             Close: _close,
@@ -262,11 +273,9 @@ class Node:
             Refresh: expiry.refresh,
         }
 
-    async def _receiver_cancel(self, peer: Peer, a: ReceiverCancel) -> None:
-        """A receiver stops its copy of a stream; a bridge publishing it hears of it."""
-        self.publishing.receiver_cancel(peer, a)
-        with contextlib.suppress(BackplaneUnavailable):
-            await self.cluster.tell_publisher(a.space, a.stream_id, peer.agent_id)
+    def _stream_stopped(self, stop: ReceiverStop) -> None:
+        """A receiver of a relayed stream stopped (the registry's report)."""
+        self.stream_stops.stopped(stop)
 
     def _reject(self, peer: Peer, a: Reject) -> None:
         self.send_error(peer, a.error.code, a.error.message, a.error.request_id)
@@ -319,6 +328,7 @@ class Node:
         await self.membership.aclose()
         await self.subscriptions.aclose()
         await self.cluster.aclose()
+        await self.stream_stops.aclose()
         with contextlib.suppress(Exception):
             await self.presence.leave_cluster()
         with contextlib.suppress(Exception):
@@ -395,7 +405,9 @@ class Node:
         task.add_done_callback(self._background.discard)
 
 
-def _session_limits(s: Settings, signed_spaces: frozenset[str]) -> SessionLimits:
+def _session_limits(
+    s: Settings, signed_spaces: frozenset[str], policy: SpacePolicy | None = None
+) -> SessionLimits:
     return SessionLimits(
         heartbeat_timeout=s.heartbeat_timeout,
         rate_limit=s.rate_limit,
@@ -405,18 +417,22 @@ def _session_limits(s: Settings, signed_spaces: frozenset[str]) -> SessionLimits
         stream_rate_burst=s.stream_rate_burst,
         max_streams=s.max_streams_per_agent,
         signed_spaces=signed_spaces,
-        space_rules=space_rules(s.spaces),
+        policy=policy or SpacePolicy.of(s.spaces),
         token_leeway=s.jwt_leeway if s.auth_mode == "jwt" else 0.0,
         token_refresh_grace=s.token_refresh_grace,
     )
 
 
-def _virtual_limits(s: Settings, signed_spaces: frozenset[str]) -> SessionLimits:
+def _virtual_limits(
+    s: Settings, signed_spaces: frozenset[str], policy: SpacePolicy | None = None
+) -> SessionLimits:
     """Virtual members send no heartbeats and are never closed for abuse; a
     rate limit and the stream limit hold for them as for anyone — their own
     (``bridge_rate_limit``), since one gateway member publishes for all the
-    HTTP callers a node serves. Declared spaces' allow_join/allow_publish are
-    for agents: the operator's own bridges are not restricted by them."""
+    HTTP callers a node serves. Their sessions hold the trusted grant
+    (``Grant.hub``): declared spaces' allow_join/allow_publish are for agents,
+    the operator's own bridges are not restricted by them — what a gateway
+    does for a caller, the policy decides for that caller first."""
     return SessionLimits(
         heartbeat_timeout=math.inf,
         rate_limit=s.bridge_rate_limit,
@@ -426,6 +442,7 @@ def _virtual_limits(s: Settings, signed_spaces: frozenset[str]) -> SessionLimits
         rate_abuse_seconds=math.inf,
         max_streams=s.max_streams_per_agent,
         signed_spaces=signed_spaces,
+        policy=policy or SpacePolicy.of(s.spaces),
     )
 
 

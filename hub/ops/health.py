@@ -39,6 +39,7 @@ def health_routes(
 
     @routes.get("/metrics")
     async def get_metrics(request: web.Request) -> web.Response:
+        await metrics_registry.refresh()
         body = render(metrics_registry)
         headers = {"Content-Type": CONTENT_TYPE_LATEST, **metrics_registry.headers()}
         return web.Response(body=body, headers=headers)

@@ -158,6 +158,7 @@ class MetricsRegistry(CollectorRegistry):
         #: The worker answering scrapes, in ``--workers`` mode.
         self.worker: int | None = None
         self._served: Any = collector
+        self._view: Any = None
         self.register(collector)  # type: ignore[arg-type]
 
     def per_worker(self, view: Any, worker: int) -> None:
@@ -165,7 +166,19 @@ class MetricsRegistry(CollectorRegistry):
         self.unregister(self._served)
         self.register(view)
         self._served = view
+        self._view = view
         self.worker = worker
+
+    @property
+    def asks_workers(self) -> bool:
+        """A scrape first asks the other workers (:meth:`refresh`)."""
+        return self._view is not None
+
+    async def refresh(self) -> None:
+        """Before a scrape in ``--workers`` mode: fetch the other workers'
+        current figures (hub/process/worker_metrics.py)."""
+        if self._view is not None:
+            await self._view.refresh()
 
     def headers(self) -> dict[str, str]:
         """Response headers of a scrape: the answering worker, in ``--workers`` mode."""

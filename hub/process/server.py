@@ -39,14 +39,14 @@ from hub.net.handshake import (
     OriginPolicy,
     credentials,
 )
-from hub.net.http import HttpDeadlines, HttpServer
+from hub.net.http import HttpDeadlines, HttpServer, websocket_elsewhere
 from hub.net.listener import listen
 from hub.net.outbox import Flusher
 from hub.net.proxies import ClientAddress, TrustedProxies
 from hub.net.tls import ServerTls
 from hub.net.ws_internals import handler_tasks
 from hub.node.node import Node
-from hub.ops.metrics import CONTENT_TYPE_LATEST, render
+from hub.ops.metrics import CONTENT_TYPE_LATEST, MetricsRegistry, render
 from protocol import codec
 from protocol.errors import CloseCode, ErrorCode, ProtocolError
 from protocol.names import is_valid_agent_id
@@ -134,6 +134,10 @@ class HubServer:
             ssl_handshake_timeout=s.handshake_timeout,
             reuse_port=self._reuse_port,
         )
+        # Before the HTTP port freezes its application, as adapters mount theirs.
+        self.node.http_app.router.add_get(
+            "/ws", websocket_elsewhere(self.port, tls=ctx is not None)
+        )
         self._http = HttpServer(
             self.node.http_app,
             s.host,
@@ -211,11 +215,16 @@ class HubServer:
             return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, "not ready\n")
         if path == "/metrics":
             registry = self.node.metrics_registry
-            body = render(registry)
-            return _response(http.HTTPStatus.OK, body, CONTENT_TYPE_LATEST, registry.headers())
+            if registry.asks_workers:  # websockets awaits what it is handed
+                return self._metrics_of_every_worker(registry)  # type: ignore[return-value]
+            return _metrics(registry)
         return _text(
             http.HTTPStatus.NOT_FOUND, "not found: use /ws, /healthz, /readyz or /metrics\n"
         )
+
+    async def _metrics_of_every_worker(self, registry: MetricsRegistry) -> Response:
+        await registry.refresh()
+        return _metrics(registry)
 
     def _upgrade(self, connection: Any, request: Request, query: str) -> Response | None:
         headers = request.headers
@@ -277,6 +286,11 @@ def _subprotocols(headers: Headers) -> list[str]:
         for p in value.split(",")
         if p.strip()
     ]
+
+
+def _metrics(registry: MetricsRegistry) -> Response:
+    body = render(registry)
+    return _response(http.HTTPStatus.OK, body, CONTENT_TYPE_LATEST, registry.headers())
 
 
 def _text(status: http.HTTPStatus, body: str) -> Response:

@@ -1,21 +1,31 @@
-"""``--workers N``: every scrape shows every worker's metrics, labelled ``worker``.
+"""``--workers N``: every scrape shows every worker's current metrics, labelled ``worker``.
 
 The workers share their ports, so a scrape reaches whichever worker the kernel
-picks. To make any scrape complete, the parent creates a private directory
-(``mkdtemp``, removed when it exits) and each worker writes a snapshot of its
-own metrics there every :data:`SNAPSHOT_INTERVAL` seconds — one small JSON
-file per worker, replaced atomically (written aside, then renamed). The worker
-that answers a scrape renders its own metrics live and its siblings' from
-their latest snapshots, every series with a ``worker="<index>"`` label, so a
-scraper can tell them apart or aggregate (``sum without (worker) (…)``).
+picks. The parent creates a private directory (``mkdtemp``, removed when it
+exits) where each worker listens on a Unix socket (``worker-<i>.sock``) that
+answers its current metrics as one small JSON document. The worker that
+answers a scrape asks its siblings first (concurrently, waiting at most
+:data:`ASK_TIMEOUT`), then renders its own metrics live and theirs from their
+answers, every series with a ``worker="<index>"`` label, so a scraper can tell
+them apart or aggregate (``sum without (worker) (…)``).
+
+Why asked at scrape time: a sibling's figures used to come only from a
+snapshot it wrote every :data:`SNAPSHOT_INTERVAL` — so for up to that long
+after agents connected, a scrape answered by another worker showed the old
+count (0) as if current, while the age gauge said "less than a second". The
+snapshot files were never torn (written aside, then renamed); they were
+simply old. Each worker still writes that snapshot every interval: it is
+what a scrape shows of a sibling that does not answer in time (its loop
+stalled), with ``agora_hub_worker_snapshot_age_seconds`` saying how old it is.
+A sibling's figures are thus current (age about 0), or exactly as old as the
+gauge says — never older figures presented as current.
 
 Nothing is shared while serving: no locks, no shared memory, nothing on the
-hot path (the counters stay plain integers read at snapshot time); a scrape
-reads N-1 small files. A sibling's figures are at most one interval old
-(``agora_hub_worker_snapshot_age_seconds`` says how old); a worker that died
-stops appearing once the parent has removed its file, and its replacement
-starts counting from zero (a counter reset, which ``rate()`` handles). The
-answering worker is named by the ``agora_hub_metrics_worker`` gauge and the
+hot path (the counters stay plain integers read when asked); a scrape costs
+each sibling one render of its own metrics. A worker that died stops
+appearing once the parent has removed its file, and its replacement starts
+counting from zero (a counter reset, which ``rate()`` handles). The answering
+worker is named by the ``agora_hub_metrics_worker`` gauge and the
 ``Agora-Hub-Worker`` response header.
 """
 
@@ -34,6 +44,9 @@ import orjson
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 SNAPSHOT_INTERVAL = 1.0
+#: How long a scrape waits for a sibling's current figures; a sibling that
+#: answers later is shown from its last snapshot (and its age).
+ASK_TIMEOUT = SNAPSHOT_INTERVAL
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +60,10 @@ class WorkerSlot:
     def snapshot_path(self, index: int) -> Path | None:
         return None if self.directory is None else self.directory / f"worker-{index}.json"
 
+    def socket_path(self, index: int) -> Path | None:
+        """Where worker ``index`` answers with its current metrics."""
+        return None if self.directory is None else self.directory / f"worker-{index}.sock"
+
 
 class WorkerMetrics:
     """A collector: this worker's metrics live, its siblings' from their snapshots."""
@@ -55,6 +72,8 @@ class WorkerMetrics:
         self.slot = slot
         self._own = own
         self._node_id = node_id
+        #: The siblings' answers to the latest scrape's question, by index.
+        self._answers: dict[int, dict[str, Any]] = {}
 
     # ── this worker's side ──────────────────────────────────────────────
 
@@ -81,7 +100,9 @@ class WorkerMetrics:
                 path.unlink()
 
     async def run(self, log: Any) -> None:
-        """Write a snapshot every interval until cancelled; the file goes with the task."""
+        """Answer the siblings' questions and write a snapshot every interval
+        until cancelled; the socket and the file go with the task."""
+        server = await self._listen(log)
         failed = False
         try:
             while True:
@@ -94,19 +115,72 @@ class WorkerMetrics:
                     failed = True
                 await asyncio.sleep(SNAPSHOT_INTERVAL)
         finally:
+            if server is not None:
+                server.close()
+                with contextlib.suppress(OSError):
+                    self.slot.socket_path(self.slot.index).unlink()  # type: ignore[union-attr]
             self.remove_snapshot()
 
+    async def _listen(self, log: Any) -> asyncio.AbstractServer | None:
+        path = self.slot.socket_path(self.slot.index)
+        if path is None:
+            return None
+        try:
+            # A socket left by this index's previous process is replaced.
+            return await asyncio.start_unix_server(self._answer, path)
+        except OSError as exc:  # e.g. a path longer than a Unix socket's
+            log.warning(
+                "cannot answer the other workers: they show this one's snapshots",
+                error=str(exc),
+            )
+            return None
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            writer.write(self.snapshot())
+            await writer.drain()
+        except OSError:
+            pass  # the asking worker gave up
+        finally:
+            writer.close()
+
     # ── the scrape ───────────────────────────────────────────────────────
+
+    async def refresh(self) -> None:
+        """Before a scrape: ask every sibling for its current metrics."""
+        siblings = [i for i in range(self.slot.count) if i != self.slot.index]
+        answers = await asyncio.gather(*(self._ask(i) for i in siblings))
+        self._answers = {i: doc for i, doc in zip(siblings, answers, strict=True) if doc}
+
+    async def _ask(self, index: int) -> dict[str, Any] | None:
+        path = self.slot.socket_path(index)
+        if path is None:
+            return None
+        try:
+            async with asyncio.timeout(ASK_TIMEOUT):
+                reader, writer = await asyncio.open_unix_connection(path)
+                try:
+                    data = await reader.read()
+                finally:
+                    writer.close()
+        except (OSError, TimeoutError):
+            return None  # not listening (starting, replaced) or not answering in time
+        return _document(data)
 
     def _read(self, index: int) -> dict[str, Any] | None:
         path = self.slot.snapshot_path(index)
         if path is None:
             return None
         try:
-            doc = orjson.loads(path.read_bytes())
-        except (OSError, orjson.JSONDecodeError):
+            data = path.read_bytes()
+        except OSError:
             return None  # not written yet, or the worker is being replaced
-        return doc if isinstance(doc, dict) else None
+        return _document(data)
+
+    def _latest(self, index: int) -> dict[str, Any] | None:
+        """A sibling's newest figures: its answer to this scrape, or its snapshot."""
+        found = [d for d in (self._answers.get(index), self._read(index)) if d is not None]
+        return max(found, key=_written, default=None)
 
     def collect(self) -> Iterator[Metric]:
         families: dict[str, Metric] = {}
@@ -127,10 +201,10 @@ class WorkerMetrics:
                 own = [[m.name, m.type, m.documentation, m.samples] for m in self._own()]
                 node, pid, written, found = self._node_id, os.getpid(), now, own
             else:
-                doc = self._read(index)
+                doc = self._latest(index)
                 if doc is None:
                     continue
-                node, pid, written = doc.get("node"), doc.get("pid"), doc.get("written", now)
+                node, pid, written = doc.get("node"), doc.get("pid"), _written(doc)
                 found = doc.get("families", [])
             for name, typ, documentation, samples in found:
                 family = families.get(name)
@@ -149,3 +223,16 @@ class WorkerMetrics:
             "Index of the worker that answered this scrape.",
             value=self.slot.index,
         )
+
+
+def _document(data: bytes) -> dict[str, Any] | None:
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _written(doc: dict[str, Any]) -> float:
+    written = doc.get("written")
+    return float(written) if isinstance(written, int | float) else 0.0

@@ -10,10 +10,11 @@ and exits when all workers have stopped. A worker that cannot start because
 of its configuration (exit status 2: a port taken, an unusable file) is not
 restarted — the parent stops the others and exits 2.
 
-The parent also creates the private directory where the workers leave their
-metrics snapshots, so that any worker answering a scrape shows all of them
-(:mod:`hub.process.worker_metrics`); it removes a dead worker's snapshot and, on exit,
-the directory.
+The parent also creates the private directory where each worker answers
+for its metrics (a Unix socket) and leaves a snapshot of them, so that any
+worker answering a scrape shows all of them, current
+(:mod:`hub.process.worker_metrics`); it removes a dead worker's files and, on
+exit, the directory.
 """
 
 from __future__ import annotations
@@ -127,10 +128,11 @@ def run_workers(settings: Settings) -> int:
                 proc.join(timeout=0.2)
                 if proc.is_alive() or stopping:
                     continue
-                snapshot = WorkerSlot(index, settings.workers, directory).snapshot_path(index)
-                if snapshot is not None:
-                    with contextlib.suppress(OSError):
-                        snapshot.unlink()
+                gone = WorkerSlot(index, settings.workers, directory)
+                for path in (gone.snapshot_path(index), gone.socket_path(index)):
+                    if path is not None:
+                        with contextlib.suppress(OSError):
+                            path.unlink()
                 if proc.exitcode == CONFIG_EXIT:
                     log.error("worker cannot start; stopping", worker=index)
                     failed = True

@@ -4,8 +4,8 @@
         [--compression both|none|deflate] [--json PATH] [--profile]
 
 Scenarios: fanout, latency, idle, stream, signed, cluster, workers, massjoin,
-a2a, mcp, tokenstream, redis, capacity, storm, scalejoin (cluster, workers,
-redis and the two-node half of massjoin need a redis-server and the hub's
+a2a, mcp, tokenstream, redis, presence, capacity, storm, scalejoin (cluster,
+workers, redis, presence and the two-node half of massjoin need a redis-server and the hub's
 Redis backplane; they are skipped, with the reason, when a Redis-mode hub does
 not come up). capacity, storm and scalejoin are the connections-at-scale runs
 of tests/benchmarks/scale.py (docs/performance.md, "Connections at scale").
@@ -32,7 +32,7 @@ from tests.benchmarks.suite import QUIET_PCT, Bench, log, raise_fd_limit
 
 ALL = (
     "fanout", "latency", "idle", "stream", "signed", "cluster", "workers", "massjoin", "a2a",
-    "mcp", "tokenstream", "redis", "capacity", "storm", "scalejoin",
+    "mcp", "tokenstream", "redis", "presence", "capacity", "storm", "scalejoin",
 )  # fmt: skip
 
 

@@ -52,6 +52,9 @@ class Sizes:
     storm_space: int = 100
     storm_concurrency: int = 1000
     scalejoin_agents: tuple[int, ...] = (2000, 10_000)
+    # Contract §21: where membership lands on a 3-master Redis Cluster.
+    presence_agents: int = 10_000
+    presence_spaces: int = 100
     # The 2,000 join's figure: the median of this many alternating runs per server.
     join_runs: int = 7
 
@@ -73,6 +76,8 @@ QUICK = Sizes(
     storm_space=50,
     scalejoin_agents=(500, 2000),
     join_runs=1,
+    presence_agents=1000,
+    presence_spaces=20,
 )
 
 
@@ -489,6 +494,10 @@ class Bench:
     async def redis(self, comp: str) -> None:
         """A 3-master Redis Cluster beside one Redis; failover to ready."""
         await redis_modes.run(self, comp)
+
+    async def presence(self, comp: str) -> None:
+        """Write commands per master of a Redis Cluster while agents join and leave."""
+        await redis_modes.run_presence(self, comp)
 
     async def massjoin(self, comp: str) -> None:
         """N agents form one space on default settings: one node, then two."""

@@ -211,6 +211,21 @@ async def test_send_is_unsequenced_and_keeps_its_fields(cluster: BackplaneCluste
     assert unsequenced == [members]
 
 
+async def test_send_says_how_many_nodes_it_reached(cluster: BackplaneCluster) -> None:
+    """A stream census counts its answers against it (hub/handlers/stream_stops.py):
+    one per node subscribed to the space, however many spaces each has."""
+    a, b = await cluster.node("a"), await cluster.node("b")
+    signal = Delivery("s", b'{"op":"census"}', op=StreamOp.SIGNAL)
+    assert await a.backplane.send(Delivery("nobody-here", b"{}", op=StreamOp.SIGNAL)) == 0
+    for node in (a, b):
+        await node.backplane.subscribe("other")
+        await node.backplane.subscribe("s")
+    nodes = len({id(a.backplane), id(b.backplane)})  # (in memory: one node)
+    assert await a.backplane.send(signal) == nodes
+    await b.handler.wait_until(lambda: signal in b.handler.of("s"))
+    assert [e.op for e in b.handler.of("s")] == [StreamOp.SIGNAL]
+
+
 async def test_subscribe_then_publish_never_loses(cluster: BackplaneCluster) -> None:
     a, b = await cluster.node("a"), await cluster.node("b")
     spaces = [f"fresh-{i}" for i in range(20)]

@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from redis.crc import key_slot
 
 from hub.cluster.backplane.redis import RedisBackplane
 from hub.cluster.kvstore.redis import RedisKeyValueStore
@@ -107,8 +108,9 @@ async def test_one_pool_serves_every_store(redis_server: Any, connect: Any) -> N
 @pytest.mark.redis
 @pytest.mark.parametrize("mode", ["redis_server", "redis_sentinel", "redis_cluster"])
 async def test_space_keys_of_each_mode(mode: str, request: Any, connect: Any) -> None:
-    """One Redis and Sentinel: the keys as ever; a cluster: the space as a hash tag,
-    presence under the prefix's tag."""
+    """One Redis and Sentinel: the keys as ever. A cluster: the space's name is
+    the hash tag of its keys — its members with its seq, history and epoch,
+    in one slot (contract §16) — and an agent's id the tag of its record."""
     setup = request.getfixturevalue(mode)
     redis = connect(setup.url)
     prefix = f"k{mode[6:9]}"
@@ -122,11 +124,22 @@ async def test_space_keys_of_each_mode(mode: str, request: Any, connect: Any) ->
         assert await backplane.publish("room", draft("x")) == 1
         await handler.wait_until(lambda: handler.seqs("room") == [1])
         await presence.touch_node()
+        assert await presence.claim_agent(AgentRecord("alice", "n", "c")) is None
+        assert await presence.join_space("room", "alice", 10) == 1
         clustered = mode == "redis_cluster"
         space = "{room}" if clustered else "room"
+        agent = "{alice}" if clustered else "alice"
         seq_key = f"{prefix}:seq:{space}"
-        nodes_key = f"{{{prefix}}}:nodes" if clustered else f"{prefix}:nodes"
-        for key in (seq_key, f"{prefix}:history:{space}", f"{prefix}:epoch:{space}", nodes_key):
+        nodes_key = f"{prefix}:nodes:{{{prefix}}}" if clustered else f"{prefix}:nodes"
+        space_keys = [
+            seq_key,
+            f"{prefix}:history:{space}",
+            f"{prefix}:epoch:{space}",
+            f"{prefix}:members:{space}",
+            f"{prefix}:member-conns:{space}",
+        ]
+        agent_keys = [f"{prefix}:agent:{agent}", f"{prefix}:member-of:{agent}"]
+        for key in (*space_keys, *agent_keys, nodes_key):
             client = await direct_client(setup.url, key)
             try:
                 assert await client.exists(key) == 1, key
@@ -136,6 +149,9 @@ async def test_space_keys_of_each_mode(mode: str, request: Any, connect: Any) ->
                     assert (await client.get(key)).decode().endswith(info["master_replid"][:12])
             finally:
                 await client.aclose()
+        if clustered:
+            assert {key_slot(k.encode()) for k in space_keys} == {key_slot(b"room")}
+            assert {key_slot(k.encode()) for k in agent_keys} == {key_slot(b"alice")}
     finally:
         await backplane.aclose()
         await presence.aclose()
@@ -233,3 +249,20 @@ async def test_a_reconnect_resubscribes_many_spaces(mode: str, request: Any, con
         await handler.wait_until(lambda: all(handler.seqs(s) == [1] for s in spaces))
     finally:
         await backplane.aclose()
+
+
+@pytest.mark.redis
+async def test_a_burst_beyond_the_cluster_connections_waits_for_them(
+    redis_cluster: Any, connect: Any
+) -> None:
+    """redis-py's cluster client refuses a command when its node's connections
+    are all busy (``MaxConnectionsError``); the hub's waits, as its one-Redis
+    pool does: a connect storm's claims are not refused UNAVAILABLE."""
+    redis = connect(redis_cluster.url, max_connections=4)
+    presence = RedisPresence(redis, node_id="n", prefix="burst")
+    records = [AgentRecord(f"a{i}", "n", f"c{i}") for i in range(200)]
+    results = await asyncio.gather(*(presence.claim_agent(r) for r in records))
+    assert results == [None] * 200
+    # Pipelines too (a members page is one, in the space's slot).
+    pages = await asyncio.gather(*(presence.space_members(f"s{i}", 10) for i in range(100)))
+    assert pages == [([], 0)] * 100

@@ -358,7 +358,9 @@ async def test_bearer_tokens_name_the_caller_and_its_claims_apply(hub, clients, 
     server = await hub(adapters=[gateway()], auth_mode="tokens", auth_tokens_file=str(tokens))
     helper = await Answerer.start(lambda s, a: clients(s, a, token="h-token"), server)
     base = f"{server.http_url}/a2a/{SPACE}"
-    _, card = await get_card(f"{base}/.well-known/agent-card.json")
+    status, _ = await get_card(f"{base}/.well-known/agent-card.json")
+    assert status == 401  # cards too want a token (a2a_cards_public is off)
+    _, card = await get_card(f"{base}/.well-known/agent-card.json", Authorization="Bearer a-token")
     assert "bearer" in card["securitySchemes"]
     body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
             "params": {"message": a2a.message("data")}}  # fmt: skip

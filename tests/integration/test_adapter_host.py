@@ -43,12 +43,11 @@ class ShoutAdapter:
     async def _shout(self, request: web.Request) -> web.Response:
         assert self.host is not None and self.member is not None
         space = request.match_info["space"]
-        bearer = request.headers.get("Authorization", "").removeprefix("Bearer ")
         try:
-            caller = await self.host.identify(bearer or None, request.query.get("agent_id"))
+            caller = await self.host.caller(request)
         except AuthError:
             return web.json_response({"error": "unauthorized"}, status=401)
-        if not self.host.may_publish(caller, space):
+        if not self.host.policy.may_publish(caller, space):
             return web.json_response({"error": "forbidden"}, status=403)
         await self.member.join(space)
         text = (await request.json())["text"]
@@ -126,10 +125,41 @@ async def test_the_public_url_believes_only_trusted_proxies(hub, headers, expect
     assert body["url"] == untrusted.http_url
 
 
+class _Request:
+    """What ``AdapterHost.caller`` reads of a request."""
+
+    def __init__(self, headers: dict[str, str] | None = None, **query: str):
+        self.headers = headers or {}
+        self.query = query
+        self.transport = None
+
+
 async def test_generated_callers_when_auth_is_off(hub):
     server = await hub(adapters=[adapter := ShoutAdapter()])
-    assert adapter.host is not None
-    assert await adapter.host.identify(None, "bob") == Caller("bob")
-    made = await adapter.host.identify(None, "not an id!", prefix="mcp")
+    host = adapter.host
+    assert host is not None
+    # Shares count a caller without credentials by its address, not a name it gives.
+    bob = await host.caller(_Request(agent_id="bob"))  # type: ignore[arg-type]
+    assert bob == Caller("bob", key="ip:unknown", anonymous=True)
+    made = await host.caller(_Request(agent_id="not an id!"), prefix="mcp")  # type: ignore[arg-type]
     assert made.agent_id.startswith("mcp-") and len(made.agent_id) == 20
     assert server.node.host.auth_required is False
+
+
+async def test_a_public_face_takes_anonymous_callers_but_never_a_bad_token(hub, tmp_path):
+    tokens = tmp_path / "tokens.json"
+    tokens.write_bytes(orjson.dumps({"alice": "a-token"}))
+    server = await hub(adapters=[adapter := ShoutAdapter()], auth_mode="tokens",
+                       auth_tokens_file=str(tokens))  # fmt: skip
+    host = adapter.host
+    assert host is not None
+    anonymous = await host.caller(_Request(), public=True)  # type: ignore[arg-type]
+    assert (anonymous.agent_id, anonymous.anonymous) == ("anonymous", True)
+    for request in (_Request(), _Request({"Authorization": "Bearer wrong"})):
+        with pytest.raises(AuthError):
+            await host.caller(request)  # type: ignore[arg-type]
+    with pytest.raises(AuthError):  # a token that proves nothing is refused, public or not
+        await host.caller(_Request({"Authorization": "Bearer wrong"}), public=True)  # type: ignore[arg-type]
+    alice = await host.caller(_Request({"Authorization": "Bearer a-token"}))  # type: ignore[arg-type]
+    assert alice == Caller("alice", key="alice")
+    assert server.node.host.auth_required is True

@@ -273,23 +273,3 @@ async def test_a_receivers_cancel_reaches_a_bridge_on_another_node(hub, redis_se
     one = await hub(**settings)
     two = await hub(**settings)
     await _receiver_cancel_reaches_the_bridge(one, two)
-
-
-async def test_an_agents_socket_is_not_told_of_receiver_cancels(hub):
-    """Contract §5: a receiver's cancel is the receiver's own; a WebSocket
-    publisher hears nothing of it."""
-    server = await hub()
-    alice = await WsClient.connect(server.url, "alice")
-    bob = await WsClient.connect(server.url, "bob")
-    await alice.join(SPACE)
-    await bob.join(SPACE)
-    await alice.send(
-        {"type": "space.event.delta", "space": SPACE, "event_id": "s1", "data": {"text": "a"}}
-    )
-    first = await bob.wait_for("space.event.delta")
-    await bob.request({"type": "space.event.cancel", "space": SPACE, "event_id": first["event_id"]})
-    marker = await alice.request({"type": "space.publish", "space": SPACE, "data": {"n": 1}})
-    assert marker["type"] == "space.event"
-    assert not [m for m in alice.backlog if m.get("type") == "space.event.cancel"]
-    await alice.close()
-    await bob.close()

@@ -352,7 +352,8 @@ async def test_no_answer_is_a_timeout_and_opens_no_conversation(weather, respond
 
 
 async def test_waiting_requests_are_bounded(weather, responders):
-    server = await weather(InboundOptions(max_waiting=2), bridge_timeout=60)
+    # One client takes every slot: no per-caller share here (test_authz_isolation's).
+    server = await weather(InboundOptions(max_waiting=2), bridge_timeout=60, caller_share=1)
     late = await responders(server, answer=lambda d: None)  # answers by hand below
     waiting = [
         asyncio.create_task(call("POST", agora(server), {"body": f"w{n}"})) for n in range(2)

@@ -70,7 +70,7 @@ async def test_tables_on_a_terminal_json_lines_otherwise(hub_process, clients):
         "a-rather-long-space-name": "2",
         "agent.status": "0",
         "lobby": "1",
-        "mcp.calls": "0",  # MCP is on by default
+        "mcp.calls": "1",  # MCP is on by default: its agent relays mcp.calls
     }
     # Aligned: every row's columns start where the header's do; numbers to the right.
     assert all(r.index(r.split()[1]) == header.index("TYPE") for r in rows)

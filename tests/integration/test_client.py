@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -206,7 +207,7 @@ async def test_events_filter_by_space_and_report_member_changes(hub, clients):
     change = await with_members.get(TIMEOUT)
     assert isinstance(change, MembersChanged)
     assert change.joined == "bob" and change.member_count == 2
-    assert a.members("x") == ["alice", "bob"]
+    assert a.known_members("x") == ["alice", "bob"]
 
     await b.publish("x", "in x")
     await a.publish("y", "in y")
@@ -264,7 +265,8 @@ async def test_register_is_seen_on_agent_status(hub, clients):
     }
 
 
-async def test_reconnects_after_the_hub_restarts_and_rejoins(hub, clients):
+async def test_reconnects_after_the_hub_restarts_and_rejoins(hub, clients, caplog):
+    caplog.set_level(logging.WARNING, logger="agora_client")
     first = await hub()
     port = first.port
     a = await clients(first, "alice", reconnect=True, backoff=Backoff(initial=0.05, maximum=0.5))
@@ -288,6 +290,9 @@ async def test_reconnects_after_the_hub_restarts_and_rejoins(hub, clients):
     assert a.reconnects == 1
     assert a.joined_spaces == {"general", "other"}
     assert (await a.publish("general", "still here")).sender == "alice"
+    # One line says why and what happens, without the hub's advice repeated.
+    lost = [r.getMessage() for r in caplog.records if "reconnecting" in r.getMessage()]
+    assert lost == ["UNAVAILABLE: hub shutting down (close code 1001); reconnecting"], lost
 
 
 async def test_without_reconnect_a_lost_connection_ends_iterators(hub, clients):

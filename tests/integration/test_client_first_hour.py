@@ -8,7 +8,9 @@ import asyncio
 import sys
 from pathlib import Path
 
-from agora_client import AssembledEvent, Backoff, Resumed
+import pytest
+
+from agora_client import AssembledEvent, Backoff, Client, ConnectionFailed, Resumed
 from tests.integration.test_cli_tools import cli, finish, json_lines
 from tests.support import certs
 from tests.support.servers import ROOT
@@ -104,6 +106,19 @@ async def test_the_wrong_scheme_says_which_to_try(hub, tmp_path: Path):
     as_plain = tls.url.replace("wss://", "ws://")
     status, _, err = await cli("spaces", "--url", as_plain)
     assert status == 1 and f"try {tls.url}" in err and "Traceback" not in err, err
+
+
+async def test_the_http_port_says_where_websockets_are_served(hub):
+    """A client pointed at ``http_port`` (8766, one off the WebSocket port) is told
+    the port and path to use, not a bare ``HTTP 404: Not Found``."""
+    server = await hub()
+    wrong = f"ws://127.0.0.1:{server.http_port}"  # no path: the client asks for /ws
+    with pytest.raises(ConnectionFailed) as failed:
+        await Client(wrong, "lost-agent").connect()
+    assert failed.value.status == 404
+    assert f"port {server.port}, path /ws" in str(failed.value), failed.value
+    status, _, err = await cli("spaces", "--url", wrong)
+    assert status == 1 and f"port {server.port}" in err and "Traceback" not in err, err
 
 
 async def test_agent_status_is_not_replayed_after_a_reconnect(hub, clients, proxy):

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
+import pytest
 
 from tests.support.servers import ROOT
 
@@ -75,6 +76,7 @@ def run(venv: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.packaging
 async def test_the_client_installs_alone_and_talks_to_a_hub(tmp_path, hub):
     source = tmp_path / "python"
     shutil.copytree(
@@ -110,3 +112,38 @@ async def test_the_client_installs_alone_and_talks_to_a_hub(tmp_path, hub):
         assert proc.returncode == 0, err.decode()
         published = orjson.loads(out)
         assert published["space"] == "general" and published["seq"] >= 1
+
+
+@contextlib.contextmanager
+def current_pip_venv() -> Iterator[Path]:
+    """A venv with the newest pip, as ``make run`` makes one (kept between runs)."""
+    tag = f"py{sys.version_info[0]}{sys.version_info[1]}"
+    venv = Path(tempfile.gettempdir()) / f"agora-hub-pip-{tag}"
+    with open(f"{venv}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (venv / ".pip-upgraded").exists():
+            shutil.rmtree(venv, ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+            python = str(venv / "bin" / "python")
+            upgraded = run(venv, python, "-m", "pip", "install", "-q", "--upgrade", "pip", cwd=venv)
+            assert upgraded.returncode == 0, upgraded.stdout + upgraded.stderr
+            (venv / ".pip-upgraded").touch()
+        yield venv
+
+
+@pytest.mark.packaging
+def test_building_either_package_prints_no_warning_of_ours(tmp_path):
+    """What ``make run`` shows a newcomer first is pip building the two
+    pyproject files: neither may make setuptools warn (a ``project.license``
+    table did, 30 lines per package). ``make run`` upgrades pip first, and only
+    a recent pip shows what the build backend warns, so this does too."""
+    with current_pip_venv() as venv:
+        pip = (str(venv / "bin" / "python"), "-m", "pip")
+        for source in (CLIENT, ROOT):
+            built = run(
+                venv,
+                *(*pip, "install", "--dry-run", "--no-deps", "--quiet", str(source)),
+                cwd=tmp_path,
+            )
+            assert built.returncode == 0, built.stdout + built.stderr
+            assert "BuildBackendWarning" not in built.stderr, built.stderr

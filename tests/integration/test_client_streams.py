@@ -250,3 +250,37 @@ def test_assembler_bookkeeping():
     cancelled = asm.feed(_chunk("cancel", "alice/5", reason="idle_timeout"))
     assert cancelled is not None and cancelled.status == "cancelled"
     assert cancelled.reason == "idle_timeout"
+
+
+async def test_the_producer_hears_that_its_only_receiver_cancelled(hub, clients):
+    """Contract §19: bob, the one addressed receiver, cancels; alice's stream turns
+    ``cancelled`` with ``receiver_cancelled``, ``on_cancel`` is called at once (before
+    any further send), and the next send raises StreamCancelled."""
+    server = await hub()
+    a, b = await members_of(server, clients, "s", "alice", "bob")
+    frames = b.stream_events("s")
+    told: asyncio.Queue[str] = asyncio.Queue()
+    s = a.stream("s", to="bob", echo=False, on_cancel=told.put_nowait)
+    await s.send("first ")
+    first = await frames.get(TIMEOUT)
+    await b.cancel_stream("s", first.event_id)
+    assert await asyncio.wait_for(told.get(), TIMEOUT) == "receiver_cancelled"
+    assert s.cancelled and s.reason == "receiver_cancelled"
+    with pytest.raises(StreamCancelled) as stopped:
+        await s.send("second")
+    assert stopped.value.reason == "receiver_cancelled"
+    with pytest.raises(StreamCancelled):  # cancelled by others: close() says so too
+        await s.close()
+
+
+async def test_the_producer_hears_that_its_receivers_left(hub, clients):
+    server = await hub()
+    a, b, c = await members_of(server, clients, "s", "alice", "bob", "carol")
+    told: asyncio.Queue[str] = asyncio.Queue()
+    s = a.stream("s", to=["bob", "carol"], on_cancel=told.put_nowait)
+    await s.send("for two")
+    await b.leave("s")
+    await c.close()
+    assert await asyncio.wait_for(told.get(), TIMEOUT) == "receivers_left"
+    with pytest.raises(StreamCancelled):
+        await s.close()

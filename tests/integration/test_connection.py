@@ -134,7 +134,7 @@ async def test_http_endpoints(hub):
     text = body.decode()
     for line in (
         "agora_hub_connections 1.0",
-        "agora_hub_spaces 1.0",
+        "agora_hub_spaces 2.0",  # general, and mcp.calls (the mcp agent relays it)
         "agora_hub_deliveries_total 1.0",
         "agora_hub_backplane_ready 1.0",
     ):

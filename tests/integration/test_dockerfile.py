@@ -194,6 +194,7 @@ def base_env(bin_dir: Path, home: Path) -> dict[str, str]:
     return {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8"}
 
 
+@pytest.mark.packaging
 def test_dockerfile_steps_build_an_image_that_serves(tmp_path):
     stages = parse_dockerfile(DOCKERFILE.read_text())
     build, final = stages[0], stages[-1]
@@ -254,6 +255,7 @@ def test_dockerfile_steps_build_an_image_that_serves(tmp_path):
 
 
 @pytest.mark.timeout(360)  # a venv and two pip installs: minutes on a busy machine
+@pytest.mark.packaging
 def test_systemd_install_script_stages_a_working_install(tmp_path):
     """install.sh with DESTDIR: venv, config and unit in place, and the staged hub serves."""
     build = parse_dockerfile(DOCKERFILE.read_text())[0]

@@ -324,7 +324,8 @@ async def test_unknown_or_unusable_spaces_are_404(hub, space):
 
 
 async def test_waits_are_bounded(hub):
-    server = await hub(envelope_max_waits=2, bridge_timeout=5)
+    # One client takes every slot: no per-caller share here (test_authz_isolation's).
+    server = await hub(envelope_max_waits=2, bridge_timeout=5, caller_share=1)
     worker = await Worker.start(server)  # never answers
     url = f"{server.http_url}/envelope/{SPACE}"
     first = [asyncio.create_task(post(url, agora_request(ALICE, timeout=3000))) for _ in range(2)]

@@ -70,6 +70,7 @@ async def test_api_nodes_counts_a_new_connection_at_once(hub):
     _, body, _ = await http(server, "GET", "/api/nodes", headers=headers)
     (node,) = body["nodes"]
     assert node["id"] == server.node.node_id
-    assert node["connections"] == 1 and node["spaces"] == 1 and node["backplane_ready"] is True
+    # general, and mcp.calls (MCP is on by default: its agent relays mcp.calls)
+    assert node["connections"] == 1 and node["spaces"] == 2 and node["backplane_ready"] is True
     assert "deliveries_per_s" in node and "space_rates" not in node
     await alice.close()

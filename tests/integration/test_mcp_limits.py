@@ -24,9 +24,12 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
 
 
 async def bounded(hub: Any, spaces: tuple[str, ...] = (), **options: Any) -> tuple[Any, McpServer]:
+    """A hub whose MCP server has ``options``; its one test client may take
+    every slot of a bound (``caller_share = 1``: the shares are
+    test_authz_isolation's)."""
     adapter = McpServer(spaces, options=McpOptions(**options))
     declared = [{"id": s, "mcp": True} for s in spaces]
-    server = await hub(adapters=[adapter], spaces=declared, stream_threshold=1024)
+    server = await hub(adapters=[adapter], spaces=declared, stream_threshold=1024, caller_share=1)
     return server, adapter
 
 
@@ -296,10 +299,10 @@ async def test_the_mcp_agent_stays_in_at_most_max_joined_spaces(hub, http):
     for space in ("s1", "s2", "s3"):
         assert not (await mcp.call("space_publish", {"space": space, "text": "x"}))["isError"]
     assert adapter.agent.member is not None
-    # "tools" (mcp = true) stays; of the others only the most recently used does.
-    assert set(adapter.agent.member.session.spaces) == {"tools", "s3"}
+    # "tools" (mcp = true) and mcp.calls stay; of the others the two most recently used.
+    assert set(adapter.agent.member.session.spaces) == {"tools", "mcp.calls", "s2", "s3"}
     assert not (await mcp.call("space_publish", {"space": "s1", "text": "again"}))["isError"]
-    assert set(adapter.agent.member.session.spaces) == {"tools", "s1"}
+    assert set(adapter.agent.member.session.spaces) == {"tools", "mcp.calls", "s3", "s1"}
     for member in members:
         await member.close()
 

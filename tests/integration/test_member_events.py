@@ -5,7 +5,10 @@ the others in a few ``space.members`` events, not one per agent."""
 from __future__ import annotations
 
 import asyncio
+import secrets
 from typing import Any
+
+import pytest
 
 from tests.support.servers import HubProcess
 from tests.support.wsclient import WsClient
@@ -80,4 +83,55 @@ async def test_the_sdk_lists_every_agent_of_an_event(hub, clients) -> None:
                 assert item.joined == (item.joined_ids[0] if len(item.joined_ids) == 1 else None)
                 joined += item.joined_ids
     assert sorted(joined) == ["o0", "o1", "o2"]
-    assert a.members("room") == ["a", "o0", "o1", "o2"], "the list of the last event"
+    assert a.known_members("room") == ["a", "o0", "o1", "o2"], "the list of the last event"
+
+
+# ── coalesced, never dropped (contract §21) ─────────────────────────────────
+# A long window (2 s) so that the changes below fall in one on a busy machine.
+WINDOW = {"member_events_interval": 2.0}
+
+
+async def test_a_join_and_leave_within_a_window_are_both_told(hub) -> None:
+    """The issue's repro: alice joins; bob joins within her join's window and
+    leaves again. Alice is told both (the old coalescing told her nothing)."""
+    server = await hub(**WINDOW)
+    alice = await WsClient.connect(server.url, "alice")
+    bob = await WsClient.connect(server.url, "bob")
+    await alice.join("room")
+    await bob.join("room")
+    left = await bob.request({"type": "space.leave", "space": "room"})
+    assert left["type"] == "space.left"
+    event = await alice.wait_for("space.members", space="room", timeout=TIMEOUT)
+    assert (ids_of(event["joined"]), ids_of(event["left"])) == (["bob"], ["bob"])
+    assert event["member_count"] == 1 and event["members"] == ["alice"]
+
+
+async def read_until_event_from(client: WsClient, sender: str) -> list[dict[str, Any]]:
+    """Frames up to and including the first ``space.event`` from ``sender``."""
+    frames: list[dict[str, Any]] = []
+    async with asyncio.timeout(TIMEOUT):
+        while not frames or frames[-1].get("from") != sender:
+            frames.append(await client.recv(TIMEOUT))
+    return frames
+
+
+@pytest.mark.redis
+async def test_a_held_join_reaches_other_nodes_before_the_joiners_event(hub, redis_server) -> None:
+    """Bob's join is held by his node's window (carol's join opened it); bob
+    publishes at once: alice, on the other node, is told of his join first."""
+    prefix = f"t{secrets.token_hex(3)}"
+    n0, n1 = [
+        await hub(redis_url=redis_server.url, redis_prefix=prefix, node_id=f"{prefix}-{i}",
+                  **WINDOW)
+        for i in range(2)
+    ]  # fmt: skip
+    alice = await WsClient.connect(n0.url, "alice")
+    await alice.join("room")
+    carol = await WsClient.connect(n1.url, "carol")
+    bob = await WsClient.connect(n1.url, "bob")
+    await carol.join("room")  # at once, and it opens n1's window for the room
+    await bob.join("room")  # held in that window
+    await bob.send({"type": "space.publish", "space": "room", "data": {"text": "hi"}})
+    frames = await read_until_event_from(alice, "bob")
+    told = [f for f in frames if f["type"] == "space.members"]
+    assert "bob" in [a for f in told for a in ids_of(f["joined"])], frames

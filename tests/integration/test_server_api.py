@@ -321,7 +321,8 @@ async def test_nodes_report_their_figures(hub):
     from hub import __version__
 
     assert node["id"] == server.node.node_id and node["version"] == __version__
-    assert node["spaces"] == 1 and node["backplane_ready"] is True
+    # alice's space and mcp.calls (MCP is on by default: its agent relays it)
+    assert node["spaces"] == 2 and node["backplane_ready"] is True
     for field in ("deliveries_per_s", "messages_in_per_s", "backplane_lag"):
         assert isinstance(node[field], int | float) and node[field] >= 0
     assert "space_rates" not in node

@@ -42,7 +42,8 @@ async def test_space_list_is_cluster_view_and_spaces_vanish(hub):
     assert listing["spaces"] == [
         {"id": "agent.status", "type": "system", "member_count": 0},
         {"id": "general", "type": "public", "member_count": 1},
-        {"id": "mcp.calls", "type": "system", "member_count": 0},  # MCP is on by default
+        # MCP is on by default; its agent relays mcp.calls to the observers who may see each call
+        {"id": "mcp.calls", "type": "system", "member_count": 1},
         {"id": "task.build-1", "type": "public", "member_count": 1},
     ]
     await a.request({"type": "space.leave", "space": "task.build-1"})

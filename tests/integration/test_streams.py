@@ -328,6 +328,6 @@ async def test_ten_thousand_streams_leave_nothing_behind(hub):
     assert all(s.open_streams == 0 for s in sessions)
     from hub.core.publisher_streams import FINISHED_STREAMS_REMEMBERED
 
-    assert all(
-        len(s._streams.finished) <= FINISHED_STREAMS_REMEMBERED for s in sessions if s._streams
-    )
+    # What a publisher remembers of its ended streams is bounded (it ended n of them).
+    remembered = [len(s._streams._finished) for s in sessions if s._streams is not None]
+    assert remembered and max(remembered) == min(n, FINISHED_STREAMS_REMEMBERED)

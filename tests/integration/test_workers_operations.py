@@ -13,6 +13,7 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from hub.process.worker_metrics import SNAPSHOT_INTERVAL
 from tests.support.wsclient import WsClient
 
 pytestmark = pytest.mark.redis
@@ -84,6 +85,43 @@ async def test_every_scrape_shows_every_worker(redis_server, hub_process):
         assert ages[worker] == 0 and set(ages) == {"0", "1"}
     assert answered == {"0", "1"}, "twenty scrapes should reach both workers"
     for a in agents:
+        await a.close()
+
+
+async def test_fifty_scrapes_in_a_row_count_every_connection_at_once(redis_server, hub_process):
+    """No settling: right after the agents connect (and after some leave),
+    every scrape — whichever worker answers — counts them all, each worker's
+    figures current (the answering worker asks the other for them)."""
+    proc = hub_process(redis_url=redis_server.url, **WORKERS)
+    await started(proc)
+    agents = [await WsClient.connect(proc.url, f"s-{i}", heartbeat=True) for i in range(6)]
+    tags = {c.registered["agent"]["connection_id"].split("-")[1] for c in agents}
+    assert len(tags) == 2, "the kernel spreads connections over both workers"
+
+    async def fifty(expected: int) -> set[str]:
+        answered = set()
+        for i in range(50):
+            worker, samples = await asyncio.to_thread(scrape, proc.http if i % 2 else proc.http_url)
+            answered.add(worker)
+            connections = per_worker(samples, "agora_hub_connections")
+            assert set(connections) == {"0", "1"}, (i, samples)
+            assert sum(connections.values()) == expected, (i, worker, connections)
+            ages = per_worker(samples, "agora_hub_worker_snapshot_age_seconds")
+            assert max(ages.values()) < SNAPSHOT_INTERVAL, (i, worker, ages)
+        return answered
+
+    answered = await fifty(6)
+    for a in agents[:3]:
+        await a.close()
+    # A closed connection leaves its worker's count once its handler has ended
+    # (the client may hear the close first): wait until one scrape says so.
+    deadline = time.monotonic() + 20
+    while sum(per_worker((await asyncio.to_thread(scrape, proc.http))[1],
+                         "agora_hub_connections").values()) != 3:  # fmt: skip
+        assert time.monotonic() < deadline, "the closes were never counted"
+    answered |= await fifty(3)
+    assert answered == {"0", "1"}, "a hundred scrapes should reach both workers"
+    for a in agents[3:]:
         await a.close()
 
 

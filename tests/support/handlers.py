@@ -45,13 +45,14 @@ from hub.core.actions import (
     StreamDelta,
     StreamDone,
 )
-from hub.core.authz import Grant, space_rules
+from hub.core.authz import Grant, SpacePolicy
 from hub.core.counters import Counters
 from hub.core.ids import Ids
 from hub.core.peer import PeerKind
 from hub.core.registry import Registry
 from hub.core.session import Session, SessionLimits
 from hub.core.spaces import SpaceDirectory
+from hub.core.stream_audiences import ReceiverStop
 from hub.errors import BackplaneUnavailable
 from hub.handlers.dispatch import Dispatcher, ErrorSender, Handler
 from hub.handlers.envelope_check import EnvelopeCheck
@@ -60,6 +61,7 @@ from hub.handlers.membership import Membership
 from hub.handlers.publishing import Publishing
 from hub.handlers.recovery import Recovery
 from hub.handlers.seen_ids import SeenIds
+from hub.handlers.stream_stops import StreamStops
 from hub.handlers.token_expiry import TokenExpiry
 from hub.node.delivery import FanOut, NodeDelivery
 from tests.support.peers import FakePeer
@@ -120,9 +122,9 @@ class FlakyBackplane(MemoryBackplane):
         await self.switches.enter("publish")
         return await super().publish(space, draft)
 
-    async def send(self, message: Delivery) -> None:
+    async def send(self, message: Delivery) -> int:
         await self.switches.enter("send")
-        await super().send(message)
+        return await super().send(message)
 
     async def subscribe(self, space: str) -> None:
         await self.switches.enter("subscribe")
@@ -158,7 +160,11 @@ class FlakyPresence(MemoryPresence):
 
     async def space_members(self, space: str, limit: int) -> tuple[list[str], int]:
         await self.switches.enter("space_members")
-        return await super().space_members(space, limit)
+        listing = await super().space_members(space, limit)
+        # Read, but not answered yet: as a Redis reply that other traffic
+        # (another socket's) overtakes on its way to the node.
+        await self.switches.enter("space_members:answered")
+        return listing
 
     async def update_agent(self, record: AgentRecord) -> None:
         await self.switches.enter("update_agent")
@@ -180,7 +186,7 @@ def session_limits(s: Settings) -> SessionLimits:
         rate_abuse_seconds=s.rate_abuse_seconds,
         max_streams=s.max_streams_per_agent,
         signed_spaces=frozenset(d.id for d in s.spaces if d.require_signed),
-        space_rules=space_rules(s.spaces),
+        policy=SpacePolicy.of(s.spaces),
         token_leeway=s.jwt_leeway if s.auth_mode == "jwt" else 0.0,
         token_refresh_grace=s.token_refresh_grace,
     )
@@ -202,7 +208,7 @@ class HandlerRig:
         self.backplane = FlakyBackplane(history_size=s.history_size, history_ttl=s.history_ttl)
         self.presence = FlakyPresence()
         self.kv = MemoryKeyValueStore(max_entries=s.kv_max_entries)
-        self.registry: Registry[FakePeer] = Registry()
+        self.registry: Registry[FakePeer] = Registry(on_stream_stop=self._stream_stopped)
         self.ids = Ids()
         self.counters = Counters()
         self.send_error = ErrorSender(self.counters)
@@ -243,6 +249,14 @@ class HandlerRig:
             self.ids,
             self.publishing,
             self.recovery,
+            SpacePolicy.of(s.spaces),
+        )
+        self.stream_stops = StreamStops(
+            self.node_id,
+            self.registry,
+            self.backplane,
+            self.publishing,
+            filling=self.gaps.holding.__contains__,
         )
         self.token_expiry = TokenExpiry(auth) if auth is not None else None
         self.dispatcher = Dispatcher(self.counters, self.send_error, self.handlers())
@@ -252,16 +266,21 @@ class HandlerRig:
             self.gaps,
             on_ready=lambda ready: None,
             on_node_message=lambda payload: None,
+            on_signal=self.stream_stops.on_signal,
         )
+
+    def _stream_stopped(self, stop: ReceiverStop) -> None:
+        self.stream_stops.stopped(stop)
 
     def handlers(self) -> dict[type, Handler]:
         """The node's table (hub/node/node.py ``Node._handlers``)."""
         p, m = self.publishing, self.membership
+        first = m.held_changes_first
         table: dict[type, Handler] = {
-            Publish: p.publish,
-            StreamDelta: p.stream_delta,
-            StreamDone: p.stream_done,
-            StreamCancel: p.stream_cancel,
+            Publish: first(p.publish),
+            StreamDelta: first(p.stream_delta),
+            StreamDone: first(p.stream_done),
+            StreamCancel: first(p.stream_cancel),
             ReceiverCancel: p.receiver_cancel,
             Send: _send,
             Reject: self._reject,
@@ -289,6 +308,7 @@ class HandlerRig:
         return self
 
     async def aclose(self) -> None:
+        await self.stream_stops.aclose()
         await self.subscriptions.aclose()
         for task in list(self._tasks):
             task.cancel()

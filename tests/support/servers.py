@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -25,8 +26,40 @@ from hub.process.server import HubServer
 ROOT = Path(__file__).resolve().parents[2]
 
 
+# Ports handed out by this process: never twice.
+_handed_out: set[int] = set()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A port nothing listens on, for a server the test starts a moment later.
+
+    Chosen below the kernel's ephemeral range: a port from the ephemeral
+    range (``bind(0)``) may be taken as the source port of any outgoing
+    connection between this call and the server's ``bind`` — with hundreds
+    of clients connecting in a test run, that happens.
+    """
+    low, _ = _ephemeral_range()
+    first = 10000 if low > 11000 else 1024
+    for _ in range(1000):
+        port = random.randrange(first, low)
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    with socket.socket() as s:  # no luck below the range: the kernel's choice
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 

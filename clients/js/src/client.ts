@@ -43,6 +43,7 @@ import {
 import { asData, type PublishOptions, type ReplyOptions, type RequestOptions } from "./options.js";
 import { joinMessage } from "./positions.js";
 import { everyPage, type ReplyWaiter } from "./requests.js";
+import { Answerer, type RequestHandler, type ServeOptions } from "./serving.js";
 import { ClientSession } from "./session.js";
 import { OutgoingStream, type StreamOptions } from "./streams.js";
 
@@ -199,6 +200,26 @@ export class HubClient extends ClientSession {
     await this.connection.request({ type: "space.event.cancel", space, event_id: eventId });
   }
 
+  /**
+   * Answer every request in `space` with `handler`, until the client closes.
+   *
+   * `space` is joined first when it is not yet. A request is an event of the space
+   * that is not a reply and not this agent's own (a streamed one comes whole); with
+   * `addressedOnly`, only those addressed to this agent. `handler(event, signal)`
+   * returns (or resolves with) the reply: a string or an object (one reply,
+   * addressed to the asker), `null`/`undefined` (no reply), or an iterator of
+   * strings — an `async function*` — streamed as it is produced. A throw becomes a
+   * failure reply `{ status: "failure", error }`. `signal` aborts when the asker
+   * stops waiting (it left, it cancelled the request or the streamed reply): pass it
+   * on to the work. At most `concurrency` (16) requests are handled at once. A reply
+   * that cannot be delivered (the asker left …) is logged, never thrown. Resolves
+   * when the client closes; rejects with its error when the connection is lost for
+   * good. See serving.ts.
+   */
+  serve(space: string, handler: RequestHandler, options: ServeOptions = {}): Promise<void> {
+    return new Answerer(this, space, handler, options, this.queueSize, this.log).run();
+  }
+
   // ── streams ────────────────────────────────────────────────────────────
 
   /** A stream to publish to `space`: `write()` … `end()`, or `pipe(tokens)`. */
@@ -207,9 +228,9 @@ export class HubClient extends ClientSession {
     return new OutgoingStream(this.streamOwner, space, eventId, options, this.streams.newPrefix());
   }
 
-  /** A stream that answers `event`: its first delta carries `in_reply_to`, and
-   * `to` as `reply()` sets it — though this hub version relays client streams to
-   * every member of the space (it routes only publishes by `to`). */
+  /** A stream that answers `event`: its first delta carries `in_reply_to`, and it
+   * is addressed as `reply()` addresses (`to`: the event's sender by default), so
+   * the hub routes every frame of it to the asker (and your echo) only. */
   replyStream(event: Event, options: StreamOptions = {}): OutgoingStream {
     return this.stream(event.space, {
       ...options,

@@ -34,7 +34,7 @@ import type { Frame, Registration } from "./models.js";
 import { OutboundBuffer } from "./outbound.js";
 import { PendingRequests } from "./requests.js";
 import { Backoff, isRetryable, isTerminal } from "./reconnect.js";
-import { hubUrl, withQuery, type SocketClosed, type SocketFactory, type TokenPlacement } from "./socket.js";
+import { checkToken, hubUrl, withQuery, type SocketClosed, type SocketFactory, type TokenPlacement } from "./socket.js";
 
 export type ConnectionState = "idle" | "connecting" | "open" | "reconnecting" | "closed";
 
@@ -272,7 +272,7 @@ export class Connection implements LinkOwner {
     const settings = this.settings;
     if (settings.tokenProvider !== null) {
       try {
-        this.token = await settings.tokenProvider();
+        this.token = checkToken(await settings.tokenProvider());
       } catch (error) {
         throw new ConnectionFailed(`token provider failed: ${describe(error)}`);
       }
@@ -336,7 +336,8 @@ export class Connection implements LinkOwner {
     this.session.connectionLost(error);
     if (this.closing || this.restoring) return; // close() or the opener takes it from here
     if (this.settings.backoff !== null && !isTerminal(error)) {
-      this.log.warn(`${error.message}; reconnecting`);
+      // The hub's own advice ("hub shutting down; reconnect") is what happens next.
+      this.log.warn(`${error.message.replace(/; reconnect$/, "")}; reconnecting`);
       this.setState("reconnecting", error);
       void this.reconnect(this.settings.backoff, error);
       return;

@@ -60,3 +60,4 @@ export type {
 } from "./socket.js";
 export { COALESCE_MS, MAX_DELTA_CHARS, OutgoingStream, type StreamOptions, type StreamState } from "./streams.js";
 export { Subscription } from "./subscriptions.js";
+export type { RequestHandler, ServeOptions } from "./serving.js";

@@ -15,7 +15,7 @@
  * A reconnect never reuses a link: the connection opens a new one.
  */
 
-import { ConnectionFailed, HubClientError, HubRejected, rejected } from "./errors.js";
+import { AgentExists, ConnectionFailed, HubClientError, HubRejected, rejected } from "./errors.js";
 import { describe, type Logger } from "./logging.js";
 import { isObject, parseRegistration, type Frame, type Registration } from "./models.js";
 import type { HubSocket, SocketClosed, SocketFactory, SocketHandlers, SocketRequest } from "./socket.js";
@@ -174,7 +174,7 @@ export class Link implements SocketHandlers {
   private first(frame: Frame): void {
     if (frame.type === "error") {
       // The hub refused the agent; it closes the connection itself.
-      this.fail(rejected(frame));
+      this.fail(refusal(frame, new URL(this.url).searchParams.get("agent_id")));
       return;
     }
     const registration = frame.type === "agent.registered" ? parseRegistration(frame) : null;
@@ -201,6 +201,17 @@ export class Link implements SocketHandlers {
     this.socket?.abort();
     opening.reject(error);
   }
+}
+
+/** The hub's refusal of the agent, saying what to change when the id is taken. */
+function refusal(frame: Frame, agentId: string | null): HubRejected {
+  const error = rejected(frame);
+  if (!(error instanceof AgentExists)) return error;
+  return new AgentExists(
+    `${error.message}: the agent id ${JSON.stringify(agentId)} is taken on this hub; ` +
+      "connect with another agentId, or stop the client that holds it",
+    { code: error.code },
+  );
 }
 
 function hostOf(url: string): string {

@@ -9,13 +9,19 @@
  * ```
  */
 
-import WebSocket, { type ClientOptions as WsOptions } from "ws";
+import WebSocket, { type ClientOptions as WsClientOptions } from "ws";
 
 import { HubClient } from "./client.js";
 import type { ClientOptions } from "./options.js";
 import { meaningfulCloseCode, bearerSubprotocol, withQuery, type SocketFactory } from "./socket.js";
 
 export * from "./exports.js";
+export { EXIT_HUB_ERROR, EXIT_INTERRUPTED, run, type RunOptions } from "./run.js";
+
+/** Options for the `ws` package's WebSocket — its `ClientOptions`: TLS (`ca`, `cert`,
+ * `key`, `rejectUnauthorized`), `agent`, `family` … Typed loosely here so that the
+ * declarations a TypeScript app compiles against need no `@types/ws`. */
+export type WsOptions = { [option: string]: unknown; headers?: Record<string, string> };
 
 export interface NodeClientOptions extends ClientOptions {
   /** Extra headers for the upgrade request. */
@@ -53,8 +59,8 @@ export function nodeSockets(headers: Record<string, string>, wsOptions: WsOption
       maxPayload: request.maxSize,
       handshakeTimeout: request.openTimeout,
       ...wsOptions,
-      headers: { ...(wsOptions.headers as Record<string, string> | undefined), ...allHeaders },
-    });
+      headers: { ...wsOptions.headers, ...allHeaders },
+    } as WsClientOptions);
     let reported = false;
     let failure: string | undefined;
     const report = (info: Parameters<typeof handlers.close>[0]): void => {

@@ -45,6 +45,8 @@ export interface ClientOptions {
   onStateChange?: (state: ConnectionState, error: HubClientError | null) => void;
   /** Where warnings go (default `console.warn`; null: nowhere). */
   logger?: Partial<Logger> | null;
+  /** Close the client when this signal aborts — `run()`'s on Ctrl-C, say. */
+  signal?: AbortSignal;
 }
 
 export interface EventsOptions {

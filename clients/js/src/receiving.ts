@@ -80,6 +80,13 @@ export class Inbox {
         this.context.log.warn(`ignoring a malformed ${String(type)}`);
         return;
       }
+      if (chunk.kind === "cancel" && !chunk.eventId.includes("/")) {
+        // The hub telling this producer that every receiver of its stream stopped
+        // (contract §19): named by the id this client gave it, where every relayed
+        // frame has "<publisher>/<id>".
+        this.context.streams.cancelled(`${agentId}/${chunk.eventId}`, chunk.reason ?? "cancelled");
+        return;
+      }
       if (chunk.seq !== null) this.spaces.seen(chunk.space, chunk.seq);
       if (chunk.from === agentId) {
         requests.answer(chunk.requestId, f);

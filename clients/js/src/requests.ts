@@ -31,9 +31,14 @@ function deferred<T>(): [Promise<T>, Deferred<T>] {
   return [promise, handlers];
 }
 
+/** How many requests given up on (timed out) are remembered, so that the hub's late
+ * answer to one is known for what it is. */
+const ABANDONED_KEPT = 1024;
+
 /** The requests sent on the connection and not answered yet, by id. */
 export class PendingRequests {
   private readonly waiting = new Map<string, Deferred<Frame>>();
+  private readonly abandoned = new Set<string>();
   private counter = 0;
 
   /** A fresh request id and the promise its answer will resolve. */
@@ -47,7 +52,9 @@ export class PendingRequests {
 
   /** The request is over (answered, failed or timed out). */
   forget(rid: string): void {
-    this.waiting.delete(rid);
+    if (!this.waiting.delete(rid)) return;
+    this.abandoned.add(rid); // not answered: an answer may still come
+    if (this.abandoned.size > ABANDONED_KEPT) this.abandoned.delete(this.abandoned.values().next().value!);
   }
 
   /** `frame` answers request `rid`, if one of ours still waits for it. */
@@ -60,10 +67,11 @@ export class PendingRequests {
     }
   }
 
-  /** The hub refused request `rid`; false when it is none of ours. */
+  /** The hub refused request `rid`; false when it is none of ours (a request given
+   * up on before its answer came is still ours). */
   refuse(rid: string, error: Error): boolean {
     const waiter = this.waiting.get(rid);
-    if (waiter === undefined) return false;
+    if (waiter === undefined) return this.abandoned.delete(rid);
     this.waiting.delete(rid);
     waiter.reject(error);
     return true;

@@ -8,7 +8,7 @@
  */
 
 import { StreamAssembler } from "./assembly.js";
-import { Connection, type ConnectionState, type Session } from "./connection.js";
+import { Connection, type ConnectionState } from "./connection.js";
 import {
   ConnectionFailed,
   HubRejected,
@@ -31,7 +31,7 @@ import { agentDetails, type ClientOptions, type EventsOptions } from "./options.
 import { joinMessage } from "./positions.js";
 import { Inbox } from "./receiving.js";
 import { Backoff } from "./reconnect.js";
-import type { SocketFactory } from "./socket.js";
+import { checkToken, type SocketFactory } from "./socket.js";
 import { OutgoingStreams, type StreamOwner } from "./streams.js";
 import { AssemblingShaper, ChunkShaper, type Kind, type Subscription } from "./subscriptions.js";
 
@@ -40,14 +40,23 @@ const AGENT_ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
 const REJOINS_IN_FLIGHT = 16;
 
 /** The base of `HubClient`; the entry points give it its `socketFactory`. */
-export abstract class ClientSession implements Session {
+export abstract class ClientSession {
   readonly agentId: string;
+  /** @internal */
   protected readonly connection: Connection;
+  /** @internal */
   protected readonly inbox: Inbox;
+  /** @internal */
   protected readonly streams = new OutgoingStreams();
+  /** @internal */
   protected readonly streamOwner: StreamOwner;
+  /** @internal */
   protected readonly log: Logger;
+  /** @internal Bound of every iterator (and of the requests `serve()` holds). */
+  protected readonly queueSize: number;
+  /** @internal */
   private readonly options: ClientOptions;
+  /** @internal */
   private refreshing = false;
 
   constructor(url: string | string[], agentId: string, options: ClientOptions & { socketFactory: SocketFactory }) {
@@ -60,6 +69,7 @@ export abstract class ClientSession implements Session {
     const queueSize = options.queueSize ?? 1000;
     if (!Number.isInteger(queueSize) || queueSize < 1) throw new RangeError("queueSize must be at least 1");
     this.agentId = agentId;
+    this.queueSize = queueSize;
     this.options = options;
     this.log = loggerFrom(options.logger);
     const reconnect = options.reconnect ?? true;
@@ -67,7 +77,7 @@ export abstract class ClientSession implements Session {
       {
         urls: Array.isArray(url) ? url : [url],
         agentId,
-        token: options.token ?? null,
+        token: options.token === undefined ? null : checkToken(options.token),
         tokenProvider: options.tokenProvider ?? null,
         tokenIn: options.tokenIn ?? "header",
         backoff: reconnect === false ? null : new Backoff(reconnect === true ? {} : reconnect),
@@ -80,8 +90,18 @@ export abstract class ClientSession implements Session {
         socketFactory: options.socketFactory,
         log: this.log,
       },
-      this,
+      // What the connection asks of the client (its Session), kept out of the
+      // client's own methods: none of it is for applications.
+      {
+        restore: (link, detailsSent) => this.restore(link, detailsSent),
+        dispatch: (frame) => this.inbox.dispatch(frame),
+        connectionLost: () => this.inbox.connectionLost(),
+        stopped: (error) => this.inbox.stopped(error),
+        stateChanged: (state, error) => this.stateChanged(state, error),
+      },
     );
+    options.signal?.addEventListener("abort", () => void this.close(), { once: true });
+    if (options.signal?.aborted) void this.close();
     if (options.type !== undefined || options.capabilities?.length || Object.keys(options.metadata ?? {}).length) {
       this.connection.details = agentDetails(agentId, options);
     }
@@ -200,12 +220,12 @@ export abstract class ClientSession implements Session {
     return this.inbox.router.subscribe<Message>(space ?? null, kinds, shaper);
   }
 
-  // ── Session: what the connection asks of the client ──────────────────
+  // ── what the connection asks of the client ───────────────────────────
 
   /** @internal What a new connection is told before it is used: the agent's
    * details when they did not fit in the handshake, and every space joined
    * before, rejoined from where the client was. */
-  async restore(link: Link, detailsSent: boolean): Promise<void> {
+  private async restore(link: Link, detailsSent: boolean): Promise<void> {
     const spaces = this.inbox.spaces;
     try {
       const details = this.connection.details;
@@ -237,19 +257,7 @@ export abstract class ClientSession implements Session {
   }
 
   /** @internal */
-  dispatch(frame: Frame): void {
-    this.inbox.dispatch(frame);
-  }
-  /** @internal */
-  connectionLost(): void {
-    this.inbox.connectionLost();
-  }
-  /** @internal */
-  stopped(error: HubClientError | null): void {
-    this.inbox.stopped(error);
-  }
-  /** @internal */
-  stateChanged(state: ConnectionState, error: HubClientError | null): void {
+  private stateChanged(state: ConnectionState, error: HubClientError | null): void {
     try {
       this.options.onStateChange?.(state, error);
     } catch (callbackError) {
@@ -272,6 +280,7 @@ export abstract class ClientSession implements Session {
 
   // ── internals ──────────────────────────────────────────────────────────
 
+  /** @internal */
   protected registered(reply: Frame): Registration {
     const registration = parseRegistration(reply);
     if (registration === null) throw new ConnectionFailed("malformed agent.registered");
@@ -279,6 +288,7 @@ export abstract class ClientSession implements Session {
     return registration;
   }
 
+  /** @internal */
   private refreshFromProvider(): void {
     const provider = this.options.tokenProvider;
     if (provider === undefined || this.refreshing) return;

@@ -52,6 +52,33 @@ export interface SocketRequest {
 export type SocketFactory = (request: SocketRequest, handlers: SocketHandlers) => HubSocket;
 
 const SUBPROTOCOL_PREFIX = "bearer.";
+/** What no token holds: anything outside printable ASCII (spaces included). */
+const NOT_A_TOKEN = /[^\x21-\x7e]/;
+
+/** The documentation's placeholders for a token. */
+const PLACEHOLDERS = new Set(["…", "...", "TOKEN", "<token>"]);
+
+/**
+ * `token` checked before it is sent anywhere. A token is printable ASCII, so one
+ * with spaces or other characters is a mistake to name — most often the
+ * documentation's placeholder `"…"` left in place — not a handshake to fail with a
+ * message about subprotocol or header characters. The token is never quoted.
+ */
+export function checkToken(token: string): string {
+  if (PLACEHOLDERS.has(token)) {
+    throw new TypeError(
+      "the token is the documentation's placeholder: put your agent's token there, " +
+        "or remove the token option for a hub that needs none",
+    );
+  }
+  if (typeof token !== "string" || token === "" || NOT_A_TOKEN.test(token)) {
+    throw new TypeError(
+      "the token is empty or holds characters no token has (spaces, line breaks, non-ASCII): " +
+        "check what was pasted, or remove the token option for a hub that needs none",
+    );
+  }
+  return token;
+}
 /** What an HTTP token (RFC 9110), and so a WebSocket subprotocol, may hold. */
 const TOKEN_CHARS = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 

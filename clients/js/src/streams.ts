@@ -51,8 +51,9 @@ export interface StreamOptions {
   data?: Data;
   /** Send the deltas back to this client too (default true). */
   echo?: boolean;
-  /** Sent with the first delta. This hub version relays client streams to every
-   * member of the space: it does not route them by `to` yet. */
+  /** Address the stream (an agent id or a list, members of the space): sent with
+   * the first delta, and the hub routes every frame of the stream to them (and your
+   * echo) only — live, in `history()` and on resume — as it routes `publish()`. */
   to?: string | string[] | null;
   /** Milliseconds within which written text is sent as one delta (default 20; 0:
    * one delta per write). */
@@ -61,6 +62,13 @@ export interface StreamOptions {
 
 export class OutgoingStream {
   readonly hubEventId: string;
+  /** Aborted when the stream is cancelled — by `cancel()`, by its receivers (all of
+   * them cancelled it or left: `receiver_cancelled`, `receivers_left`), by the hub
+   * (`idle_timeout` …) or by a lost connection — with a `StreamCancelled` as its
+   * `reason`. Hand it to the model or `fetch()` producing the tokens, so that they
+   * stop as soon as nobody listens; the next `write()` rejects too. */
+  readonly signal: AbortSignal;
+  private readonly aborter = new AbortController();
   state: StreamState = "new";
   /** Why it was cancelled, once it was. */
   reason: string | null = null;
@@ -94,6 +102,7 @@ export class OutgoingStream {
     prefix: string,
   ) {
     this.hubEventId = `${owner.agentId}/${eventId}`;
+    this.signal = this.aborter.signal;
     this.requestPrefix = prefix;
     this.fields = { ...(options.data ?? {}) };
     this.echo = options.echo ?? true;
@@ -236,6 +245,7 @@ export class OutgoingStream {
   async cancel(reason = "cancelled"): Promise<void> {
     if (this.state === "new") {
       [this.state, this.reason, this.cancelledHere] = ["cancelled", reason, true];
+      this.abort();
       return;
     }
     if (this.state !== "open") return;
@@ -246,6 +256,7 @@ export class OutgoingStream {
     }
     if (this.state !== "open") return;
     [this.state, this.reason, this.cancelledHere] = ["cancelled", reason, true];
+    this.abort();
     try {
       if (this.generation === this.owner.generation) {
         await this.finish("space.event.cancel", { reason: reason.slice(0, 256) });
@@ -277,6 +288,11 @@ export class OutgoingStream {
   /** Send done or cancel and wait for the hub's relay of it. */
   private async finish(type: string, fields: Frame = {}): Promise<void> {
     const reply = await this.owner.request({ type, space: this.space, event_id: this.eventId, ...fields });
+    if (type === "space.event.done" && reply.type !== type) {
+      // The receivers had stopped it: the hub answers the done with its notice.
+      this.markCancelled(typeof reply.reason === "string" ? reply.reason : "cancelled");
+      this.raiseIfUnusable();
+    }
     this.seq = Number.isInteger(reply.seq) ? (reply.seq as number) : null;
   }
 
@@ -297,26 +313,33 @@ export class OutgoingStream {
     if (this.state === "open" && this.generation !== this.owner.generation) {
       this.markCancelled("connection_lost");
     }
-    if (this.state === "cancelled") {
-      const reason = this.reason ?? "cancelled";
-      throw new StreamCancelled(`stream ${this.eventId} in ${this.space} was cancelled: ${reason}`, reason);
-    }
+    if (this.state === "cancelled") throw this.cancelledError();
     if (this.state === "done" || this.state === "failed") {
       throw new HubClientError(`stream ${this.eventId} has already ended`, { code: "STREAM_ENDED" });
     }
   }
 
-  /** The hub (or a lost connection) ended the stream. */
+  private cancelledError(): StreamCancelled {
+    const reason = this.reason ?? "cancelled";
+    return new StreamCancelled(`stream ${this.eventId} in ${this.space} was cancelled: ${reason}`, reason);
+  }
+
+  private abort(): void {
+    if (!this.aborter.signal.aborted) this.aborter.abort(this.cancelledError());
+  }
+
+  /** @internal The receivers, the hub or a lost connection ended the stream. */
   markCancelled(reason: string): void {
     if (this.state === "new" || this.state === "open") {
       this.state = "cancelled";
       this.reason = reason;
       this.stopFlusher();
       this.owner.closeStream(this);
+      this.abort();
     }
   }
 
-  /** The hub refused one of this stream's frames. */
+  /** @internal The hub refused one of this stream's frames. */
   refused(requestId: string, error: HubRejected): void {
     if (this.error === null) this.error = error;
     if (requestId === `${this.requestPrefix}0`) {
@@ -327,7 +350,7 @@ export class OutgoingStream {
   }
 }
 
-/** The streams this client has open, found by the ids of the hub's frames. */
+/** @internal The streams this client has open, found by the ids of the hub's frames. */
 export class OutgoingStreams {
   private prefixes = 0;
   private readonly byEventId = new Map<string, OutgoingStream>();
@@ -348,7 +371,8 @@ export class OutgoingStreams {
     this.byPrefix.delete(stream.requestPrefix);
   }
 
-  /** The hub relayed a cancel of `hubEventId`: if it is ours, it ended. */
+  /** The hub relayed a cancel of `hubEventId`, or told us that every receiver of it
+   * stopped: if it is ours, it ended. */
   cancelled(hubEventId: string, reason: string): void {
     this.byEventId.get(hubEventId)?.markCancelled(reason);
   }

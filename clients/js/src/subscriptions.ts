@@ -26,7 +26,7 @@ import { lostChunk, type Event, type Message, type StreamChunk } from "./models.
 
 export type Kind = Message["kind"];
 
-/** Shapes the raw items of a subscription into what its reader gets. */
+/** @internal Shapes the raw items of a subscription into what its reader gets. */
 export interface ItemShaper<T> {
   take(item: Message): T[];
   /** The connection was replaced or lost: what was in flight will not come. */
@@ -38,7 +38,7 @@ export interface ItemShaper<T> {
   expire(): T[];
 }
 
-/** Items as they arrive. */
+/** @internal Items as they arrive. */
 export class PassThroughShaper implements ItemShaper<Message> {
   take(item: Message): Message[] {
     return [item];
@@ -57,8 +57,8 @@ export class PassThroughShaper implements ItemShaper<Message> {
   }
 }
 
-/** Stream frames as they arrive; a stream cut off by a lost connection gets a
- * made-up `cancel` with reason `connection_lost`. */
+/** @internal Stream frames as they arrive; a stream cut off by a lost connection
+ * gets a made-up `cancel` with reason `connection_lost`. */
 export class ChunkShaper extends PassThroughShaper {
   private readonly open = new Map<string, string>(); // event id → space
 
@@ -75,7 +75,7 @@ export class ChunkShaper extends PassThroughShaper {
   }
 }
 
-/** Streams put back together: one `Event` per stream (see `StreamAssembler`). */
+/** @internal Streams put back together: one `Event` per stream (see `StreamAssembler`). */
 export class AssemblingShaper implements ItemShaper<Message> {
   constructor(readonly assembler: StreamAssembler) {}
 
@@ -149,6 +149,7 @@ export class Subscription<T = Message> implements AsyncIterableIterator<T> {
   private error: Error | null = null;
   private overflow = false;
 
+  /** @internal Made by the client's router (`client.events()`). */
   constructor(
     readonly space: string | null,
     readonly kinds: ReadonlySet<Kind>,
@@ -159,6 +160,7 @@ export class Subscription<T = Message> implements AsyncIterableIterator<T> {
     private readonly clock: () => number = () => performance.now(),
   ) {}
 
+  /** @internal */
   matches(space: string, kind: Kind): boolean {
     return this.kinds.has(kind) && (this.space === null || this.space === space);
   }
@@ -170,11 +172,12 @@ export class Subscription<T = Message> implements AsyncIterableIterator<T> {
 
   // ── producer side (the client's reader) ──────────────────────────────
 
+  /** @internal */
   put(item: Message): void {
     this.enqueue(item);
   }
 
-  /** The connection was replaced or lost. */
+  /** @internal The connection was replaced or lost. */
   reset(): void {
     this.enqueue(RESET);
   }
@@ -196,7 +199,7 @@ export class Subscription<T = Message> implements AsyncIterableIterator<T> {
     this.wake();
   }
 
-  /** No more items: iteration ends (or throws `error`) once the queue is drained. */
+  /** @internal No more items: iteration ends (or throws `error`) once the queue is drained. */
   end(error: Error | null = null): void {
     if (this.ended) return;
     this.ended = true;
@@ -288,7 +291,7 @@ export class Subscription<T = Message> implements AsyncIterableIterator<T> {
   }
 }
 
-/** The client's table of subscriptions, plus the backlog of unwanted items. */
+/** @internal The client's table of subscriptions, plus the backlog of unwanted items. */
 export class Router {
   private readonly subs = new Set<Subscription<any>>();
   private backlog: Array<[string, Kind, Message]> = [];

@@ -43,11 +43,12 @@ describe("a hub restarted (memory backplane)", () => {
     const space = unique("restart");
     const waiters = [];
     const resumes = [];
+    const warnings = [];
     const alice = new Client(hub.url, unique("alice"), {
       reconnect: { initialDelay: 200, maxDelay: 1000 },
       onResume: (r) => resumes.push(r),
       onStateChange: watching(waiters),
-      logger: null,
+      logger: { warn: (m) => warnings.push(m) },
     });
     const bob = new Client(hub.url, unique("bob"), { reconnect: { initialDelay: 200, maxDelay: 1000 }, logger: null });
     cleanup.push(() => alice.close(), () => bob.close());
@@ -76,6 +77,8 @@ describe("a hub restarted (memory backplane)", () => {
     const cause = await within(10_000, lost, "alice noticing the loss");
     assert.ok(cause instanceof ConnectionClosed);
     assert.equal(cause.closeCode, 1001);
+    // One line says why and what happens, without the hub's advice repeated.
+    assert.deepEqual(warnings.filter((m) => m.includes("reconnecting")), ["hub shutting down; reconnecting"]);
 
     // The stream being received ends — assembled as incomplete, as frames with a cancel.
     const cut = await assembled.take(5000);
@@ -170,6 +173,13 @@ describe("refusals stop the client", () => {
     await assert.rejects(new Client(hub.url, "a1", { reconnect: false }).connect(), Unauthorized);
     const unfit = new Client(hub.url, "a1", { token: "a/b=", tokenIn: "subprotocol", reconnect: false });
     await assert.rejects(unfit.connect(), (e) => e instanceof ConnectionFailed && /subprotocol/.test(e.message));
+    // The README's placeholder left in place says so, in every placement, before anything is sent.
+    for (const tokenIn of ["header", "subprotocol", "query"]) {
+      assert.throws(() => new Client(hub.url, "a1", { token: "…", tokenIn }), /documentation's placeholder/);
+    }
+    assert.throws(() => new Client(hub.url, "a1", { token: "pasted with a\nline break" }), /no token has/);
+    const provided = new Client(hub.url, "a1", { tokenProvider: () => "… ", reconnect: false });
+    await assert.rejects(provided.connect(), (e) => e instanceof ConnectionFailed && /no token has/.test(e.message));
     const placements = [
       ["a1", "header"],
       ["a2", "subprotocol"],

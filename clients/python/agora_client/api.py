@@ -76,7 +76,7 @@ class NodeInfo:
 
 
 class HubAPI:
-    """An async client of the server API; one connection pool, closed by ``aclose``."""
+    """An async client of the server API; one connection pool, closed by ``close``."""
 
     def __init__(
         self,
@@ -104,12 +104,17 @@ class HubAPI:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+        await self.close()
 
-    async def aclose(self) -> None:
+    async def close(self) -> None:
+        """Close the connection pool. Idempotent."""
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    async def aclose(self) -> None:
+        """The same as :meth:`close` (the name ``contextlib.aclosing`` calls)."""
+        await self.close()
 
     # ── the routes ──────────────────────────────────────────────────────
 

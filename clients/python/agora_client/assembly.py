@@ -15,10 +15,12 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from agora_client.models import AssembledEvent, Event, StreamChunk, StreamStatus
+from agora_client.models import AssembledEvent, StreamChunk, StreamStatus
 from agora_client.subscriptions import RESET, Subscription
+
+T = TypeVar("T")
 
 # How many streams an assembler remembers having given up on, so that their
 # late frames are ignored rather than reported a second time.
@@ -38,6 +40,7 @@ class _Partial:
     chunks: int = 0
     seq: int | None = None
     problem: str | None = None  # why it can't be complete, decided early
+    to: str | list[str] | None = None
 
     def result(
         self,
@@ -59,6 +62,7 @@ class _Partial:
             reason=reason,
             request_id=request_id,
             chunks=self.chunks,
+            to=self.to,
         )
 
 
@@ -112,6 +116,7 @@ class StreamAssembler:
                     fields,
                     now,
                     problem=None if "from" in chunk.data else "missed_start",
+                    to=chunk.to,
                 )
             partial.last_active = now
             partial.chunks += 1
@@ -166,24 +171,33 @@ class StreamAssembler:
         return self._open.pop(event_id).result("incomplete", reason)
 
 
-class AssembledEvents:
+class AssembledEvents(Generic[T]):
     """Async iterator of whole events built from a subscription's stream chunks.
 
-    Yields :class:`AssembledEvent` values, and, when the subscription also
-    carries plain events, :class:`Event` values as they come. Ends like its
-    subscription; ``close()`` or ``async with`` stops it.
+    Yields :class:`AssembledEvent` values, and what else the subscription
+    carries (plain :class:`Event` values, :class:`MembersChanged` …) as it
+    comes. Ends like its subscription; ``close()`` or ``async with`` stops it.
     """
 
     def __init__(self, sub: Subscription[Any], assembler: StreamAssembler):
         self.subscription = sub
         self.assembler = assembler
-        self._ready: deque[AssembledEvent | Event] = deque()
+        self._ready: deque[Any] = deque()
         self._dropped_seen = sub.dropped
 
-    def __aiter__(self) -> AssembledEvents:
+    @property
+    def dropped(self) -> int:
+        """Items the subscription dropped because its queue was full."""
+        return self.subscription.dropped
+
+    def __len__(self) -> int:
+        """Items waiting to be read (a stream's frames count until it is whole)."""
+        return len(self._ready) + len(self.subscription)
+
+    def __aiter__(self) -> AssembledEvents[T]:
         return self
 
-    async def __anext__(self) -> AssembledEvent | Event:
+    async def __anext__(self) -> T:
         asm = self.assembler
         while not self._ready:
             deadline = asm.next_deadline()
@@ -202,11 +216,11 @@ class AssembledEvents:
                 done = asm.feed(item)
                 if done is not None:
                     self._ready.append(done)
-            elif isinstance(item, Event):
+            else:
                 self._ready.append(item)
-        return self._ready.popleft()
+        return self._ready.popleft()  # type: ignore[no-any-return]
 
-    async def get(self, timeout: float | None = None) -> AssembledEvent | Event:
+    async def get(self, timeout: float | None = None) -> T:
         """The next item; ``TimeoutError`` after ``timeout`` seconds."""
         async with asyncio.timeout(timeout):
             return await self.__anext__()
@@ -214,7 +228,7 @@ class AssembledEvents:
     def close(self) -> None:
         self.subscription.close()
 
-    async def __aenter__(self) -> AssembledEvents:
+    async def __aenter__(self) -> AssembledEvents[T]:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -38,6 +38,7 @@ from typing import Any
 
 from websockets.asyncio.client import ClientConnection
 
+from agora_client.deprecated import MembersCall, renamed
 from agora_client.errors import (
     ConnectionClosed,
     ConnectionFailed,
@@ -71,6 +72,7 @@ from agora_client.models import (
 from agora_client.positions import join_message
 from agora_client.receiving import Receiver
 from agora_client.requests import every_page
+from agora_client.serving import Answerer, Handler
 from agora_client.streams import COALESCE_SECONDS, OutgoingStream
 from agora_client.wire import MessageType, is_valid_agent_id, recipients
 
@@ -260,15 +262,34 @@ class Client(Receiver):
         reply = await self._request({"type": MessageType.SPACE_LIST})
         return parse_spaces(reply)
 
-    async def space_members(
+    def members(
         self, space: str, *, cursor: str | None = None, limit: int | None = None
-    ) -> MembersPage:
-        """One page of ``space``'s current members, cluster-wide, oldest first.
+    ) -> MembersCall:
+        """``await c.members(space)``: one page of ``space``'s current members,
+        cluster-wide, oldest first (a :class:`MembersPage`).
 
         Pass the page's ``next_cursor`` to get the next one (``None``: done).
         ``limit`` is 1–1000 (the hub's default 100). The way to know who is in
-        a big space, whose join/leave events carry no list.
+        a big space, whose join/leave events carry no list; the list the
+        client has cached, without a round trip, is :meth:`known_members`.
+        (Used as a list without ``await``, the way ``members(space)`` returned
+        that cached list before, it still does so for one release, with a
+        DeprecationWarning: see :mod:`agora_client.deprecated`.)
         """
+        return MembersCall(
+            space,
+            lambda: self._members_page(space, cursor, limit),
+            lambda: self.known_members(space),
+        )
+
+    async def space_members(
+        self, space: str, *, cursor: str | None = None, limit: int | None = None
+    ) -> MembersPage:
+        """Deprecated: ``await c.members(space, …)``."""
+        renamed("space_members()", "members()")
+        return await self._members_page(space, cursor, limit)
+
+    async def _members_page(self, space: str, cursor: str | None, limit: int | None) -> MembersPage:
         msg: dict[str, Any] = {"type": MessageType.SPACE_MEMBERS, "space": space}
         if cursor is not None:
             msg["cursor"] = cursor
@@ -280,9 +301,9 @@ class Client(Receiver):
         return page
 
     async def all_members(self, space: str, *, page_size: int = 1000) -> list[str]:
-        """Every current member of ``space``, paging through :meth:`space_members`."""
+        """Every current member of ``space``, paging through :meth:`members`."""
         return await every_page(
-            lambda cursor: self.space_members(space, cursor=cursor, limit=page_size),
+            lambda cursor: self._members_page(space, cursor, page_size),
             lambda page: page.members,
         )
 
@@ -342,6 +363,7 @@ class Client(Receiver):
         to: str | Iterable[str] | None = None,
         echo: bool = True,
         coalesce: float = COALESCE_SECONDS,
+        on_cancel: Callable[[str], object] | None = None,
     ) -> OutgoingStream:
         """A stream to publish to ``space``: ``async with c.stream(space) as s``.
 
@@ -350,6 +372,9 @@ class Client(Receiver):
         ``data`` are extra fields sent with the first delta; ``to`` addresses
         the stream like :meth:`publish`. What is sent within ``coalesce``
         seconds goes out as one delta (0: one delta per ``send``).
+        ``on_cancel`` is called with the reason as soon as others end the
+        stream — its receivers all cancelled or left, the hub, a lost
+        connection — so a producer can stop generating before its next ``send``.
         """
         return OutgoingStream(
             self,
@@ -359,6 +384,7 @@ class Client(Receiver):
             echo,
             to=None if to is None else recipients(to),
             coalesce=coalesce,
+            on_cancel=on_cancel,
         )
 
     # ── request and reply ────────────────────────────────────────────────
@@ -435,6 +461,7 @@ class Client(Receiver):
         to: str | Iterable[str] | _Sender | None = SENDER,
         echo: bool = True,
         coalesce: float = COALESCE_SECONDS,
+        on_cancel: Callable[[str], object] | None = None,
     ) -> OutgoingStream:
         """Answer ``event`` with a stream (``async with c.stream_reply(event) as s``):
         its first delta carries ``in_reply_to``, addressed as :meth:`reply`."""
@@ -444,7 +471,39 @@ class Client(Receiver):
             to=self._reply_to(event, to),
             echo=echo,
             coalesce=coalesce,
+            on_cancel=on_cancel,
         )
+
+    async def serve(
+        self,
+        space: str,
+        handler: Handler,
+        *,
+        concurrency: int = 16,
+        addressed_only: bool = False,
+    ) -> None:
+        """Answer every request in ``space`` with ``handler``, until the client closes.
+
+        ``space`` is joined first when it is not yet. A request is an event of
+        the space that is not a reply and not this agent's own (a streamed one
+        comes whole); with ``addressed_only``, only those addressed to this
+        agent (``to``). ``handler(event)`` — a function or a coroutine
+        function — returns the reply: a ``str`` or a ``dict`` (one reply,
+        addressed to the asker), ``None`` (no reply), or an iterator of ``str``
+        (an ``async def`` with ``yield``, or a generator: a streamed reply).
+        An exception becomes a failure reply ``{"status": "failure", "error":
+        str(exc)}``. The handler is cancelled (``asyncio.CancelledError``) when
+        the asker stops waiting: it left, it cancelled the request or the
+        streamed reply. At most ``concurrency`` requests are handled at once.
+        A reply that cannot be delivered (the asker left …) is logged, never
+        raised. Raises the client's error when the connection is lost for good;
+        cancelling ``serve`` cancels the handlers and waits for them.
+        See :mod:`agora_client.serving`.
+        """
+        answerer = Answerer(
+            self, space, handler, concurrency=concurrency, addressed_only=addressed_only
+        )
+        await answerer.run()
 
     @staticmethod
     def _reply_to(

@@ -4,7 +4,7 @@ Lifecycle: :meth:`Connection.connect` opens the connection
 (:mod:`agora_client.handshake`) and waits for ``agent.registered``; a reader
 task then hands every frame to ``_dispatch`` and a heartbeat task
 (:mod:`agora_client.keepalive`) keeps the connection alive on the interval the
-hub advertised. :meth:`Connection.aclose` is idempotent; ``async with`` does
+hub advertised. :meth:`Connection.close` is idempotent; ``async with`` does
 both. Requests are matched to their answers by id (:mod:`agora_client.requests`).
 
 With ``reconnect=True`` a lost connection (anything but a refusal that needs
@@ -140,7 +140,7 @@ class Connection:
         self._connected.set()
         return self
 
-    async def aclose(self) -> None:
+    async def close(self) -> None:
         """Close the connection (1000) and end every subscription. Idempotent."""
         if self._closed:
             return
@@ -168,11 +168,16 @@ class Connection:
         self._streams.connection_lost()
         self._router.end(self._final_error)
 
+    async def aclose(self) -> None:
+        """The same as :meth:`close`: the name Python's async resources share
+        (``contextlib.aclosing`` calls it), kept beside the SDKs' common one."""
+        await self.close()
+
     async def __aenter__(self) -> Self:
         return await self.connect()
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+        await self.close()
 
     async def wait_connected(self, timeout: float | None = None) -> None:
         """Wait until the connection is (again) open and registered."""
@@ -351,10 +356,12 @@ class Connection:
         self._requests.fail_all(err)
         self._streams.connection_lost()
         if self._closing or self._opening:
-            return  # aclose() or the opener takes it from here
+            return  # close() or the opener takes it from here
         close_code = err.close_code
         if self.reconnect and close_code not in TERMINAL_CLOSE_CODES:
-            log.warning("%s; reconnecting", err)
+            # The hub's own advice ("hub shutting down; reconnect") is what happens next.
+            why = str(err).replace(err.message, err.message.removesuffix("; reconnect"), 1)
+            log.warning("%s; reconnecting", why)
             self._router.reset()
             self._reconnector = asyncio.get_running_loop().create_task(self._reconnect(err))
             return

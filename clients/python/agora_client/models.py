@@ -59,6 +59,17 @@ class Event:
         answered = self.data.get("in_reply_to")
         return answered if isinstance(answered, str) else None
 
+    @property
+    def status(self) -> Literal["complete"]:
+        """Always ``"complete"``: a plain event arrived whole (an
+        :class:`AssembledEvent` may not have), so one loop reads both alike."""
+        return "complete"
+
+    @property
+    def complete(self) -> bool:
+        """Always true (see :attr:`status`)."""
+        return True
+
 
 @dataclass(frozen=True, slots=True)
 class MembersChanged:
@@ -72,7 +83,7 @@ class MembersChanged:
 
     ``members`` is the whole list only while the space is small (the hub's
     ``members_list_limit``, 100 by default); above it ``None`` — page the
-    list with :meth:`Client.space_members`. Above ``member_events_limit``
+    list with :meth:`Client.members`. Above ``member_events_limit``
     the hub sends no join/leave events at all.
     """
 
@@ -112,6 +123,8 @@ class StreamChunk:
     data: dict[str, Any] = field(default_factory=dict)
     reason: str | None = None
     request_id: str | int | None = None
+    #: An addressed stream's recipients (``to`` of its first delta), else None.
+    to: str | list[str] | None = None
 
     @property
     def text(self) -> str:
@@ -185,7 +198,7 @@ class HistoryPage:
 
 @dataclass(frozen=True, slots=True)
 class MembersPage:
-    """One page of :meth:`Client.space_members`: members oldest first, the
+    """One page of :meth:`Client.members`: members oldest first, the
     exact count, and the cursor of the next page (``None``: the last one)."""
 
     space: str
@@ -365,6 +378,7 @@ def parse_chunk(f: dict[str, Any]) -> StreamChunk | None:
         data=data if isinstance(data, dict) else {},
         reason=_str(f.get("reason")),
         request_id=_rid(f.get("request_id")),
+        to=_recipients(f.get("to")),
     )
 
 
@@ -422,6 +436,14 @@ class AssembledEvent:
     reason: str | None = None
     request_id: str | int | None = None
     chunks: int = 0
+    #: An addressed stream's recipients (``to`` of its first delta), else None.
+    to: str | list[str] | None = None
+
+    @property
+    def streamed(self) -> bool:
+        """Always true: it arrived as a stream (as :attr:`Event.streamed` says of a
+        publish the hub streamed)."""
+        return True
 
     @property
     def text(self) -> str:

@@ -24,6 +24,7 @@ from agora_client.assembly import AssembledEvents, StreamAssembler
 from agora_client.connection import Connection
 from agora_client.errors import rejected, token_expired
 from agora_client.models import (
+    AssembledEvent,
     Event,
     HistoryPage,
     MembersChanged,
@@ -42,6 +43,9 @@ from agora_client.subscriptions import ALL_KINDS, EVENT_KINDS, STREAM_KINDS, Sub
 from agora_client.wire import MessageType
 
 log = logging.getLogger("agora_client")
+
+# Text kept per incoming stream by default.
+_MAX_CHARS = 64 * 1024 * 1024
 
 
 class Receiver(Connection):
@@ -68,8 +72,11 @@ class Receiver(Connection):
         """Spaces this client has joined (and will rejoin after a reconnect)."""
         return frozenset(self._spaces.names())
 
-    def members(self, space: str) -> list[str] | None:
-        """The last member list seen for a joined space (from join and ``space.members``)."""
+    def known_members(self, space: str) -> list[str] | None:
+        """The last member list the hub sent for a joined space (the join's
+        answer, then ``space.members`` while the space is small): no round
+        trip, partial in a big space — :meth:`~agora_client.Client.members`
+        asks the hub."""
         return self._spaces.members(space)
 
     def last_seq(self, space: str) -> int | None:
@@ -90,26 +97,47 @@ class Receiver(Connection):
 
     @overload
     def events(
-        self, space: str | None = None, *, members: Literal[False] = False
-    ) -> Subscription[Event]: ...
+        self,
+        space: str | None = None,
+        *,
+        members: Literal[False] = False,
+        incomplete_timeout: float | None = 30.0,
+        max_chars: int = _MAX_CHARS,
+    ) -> AssembledEvents[Event | AssembledEvent]: ...
 
     @overload
     def events(
-        self, space: str | None = None, *, members: Literal[True]
-    ) -> Subscription[Event | MembersChanged]: ...
+        self,
+        space: str | None = None,
+        *,
+        members: Literal[True],
+        incomplete_timeout: float | None = 30.0,
+        max_chars: int = _MAX_CHARS,
+    ) -> AssembledEvents[Event | AssembledEvent | MembersChanged]: ...
 
     def events(
-        self, space: str | None = None, *, members: bool = False
-    ) -> Subscription[Event] | Subscription[Event | MembersChanged]:
-        """Iterate ``space.event`` deliveries (of one space, or all).
+        self,
+        space: str | None = None,
+        *,
+        members: bool = False,
+        incomplete_timeout: float | None = 30.0,
+        max_chars: int = _MAX_CHARS,
+    ) -> AssembledEvents[Any]:
+        """Iterate whole events (of one space, or all): every ``space.event``
+        as an :class:`Event`, and every stream — a publish the hub chunked,
+        an agent's token stream — put back together as one
+        :class:`AssembledEvent` (see :meth:`assembled_events` for its
+        ``status``, ``incomplete_timeout`` and ``max_chars``).
 
-        With ``members=True`` it also yields :class:`MembersChanged`. Streams
-        are not included: see :meth:`stream_events` and
-        :meth:`assembled_events`. The subscription starts now, and first takes
-        matching items that arrived while nobody was reading.
+        With ``members=True`` it also yields :class:`MembersChanged`. The
+        subscription starts now, and first takes matching items that arrived
+        while nobody was reading. Stream frames as they arrive:
+        :meth:`stream_events`.
         """
-        kinds = EVENT_KINDS | {"members"} if members else EVENT_KINDS
-        return self._subscribe(space, kinds)
+        kinds = EVENT_KINDS | STREAM_KINDS
+        return self._assembled(
+            space, kinds | {"members"} if members else kinds, incomplete_timeout, max_chars
+        )
 
     def stream_events(self, space: str | None = None) -> Subscription[StreamChunk]:
         """Iterate stream frames (deltas, dones, cancels) as they arrive."""
@@ -121,8 +149,8 @@ class Receiver(Connection):
         *,
         incomplete_timeout: float | None = 30.0,
         events: bool = False,
-        max_chars: int = 64 * 1024 * 1024,
-    ) -> AssembledEvents:
+        max_chars: int = _MAX_CHARS,
+    ) -> AssembledEvents[Any]:
         """Iterate whole streamed events, put back together from their deltas.
 
         Yields an :class:`AssembledEvent` per stream once it is done, was
@@ -132,6 +160,15 @@ class Receiver(Connection):
         loop sees every message of a space whatever its size.
         """
         kinds = STREAM_KINDS | EVENT_KINDS if events else STREAM_KINDS
+        return self._assembled(space, kinds, incomplete_timeout, max_chars)
+
+    def _assembled(
+        self,
+        space: str | None,
+        kinds: frozenset[str],
+        incomplete_timeout: float | None,
+        max_chars: int,
+    ) -> AssembledEvents[Any]:
         sub: Subscription[Any] = Subscription(space, kinds, self.queue_size, wants_reset=True)
         self._router.subscribe(sub)
         loop = asyncio.get_running_loop()
@@ -216,6 +253,13 @@ class Receiver(Connection):
             chunk = parse_chunk(f)
             if chunk is None:
                 log.warning("ignoring a malformed %s", kind)
+                return
+            if chunk.kind == "cancel" and "/" not in chunk.event_id:
+                # The hub telling this producer that every receiver of its stream
+                # stopped (contract §19): named by the id this client gave it,
+                # where every relayed frame has "<publisher>/<id>".
+                hub_event_id = f"{self.agent_id}/{chunk.event_id}"
+                self._streams.cancelled(hub_event_id, chunk.reason or "cancelled")
                 return
             if chunk.seq is not None:
                 self._spaces.seen(chunk.space, chunk.seq)

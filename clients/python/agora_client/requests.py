@@ -16,8 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
+
+# How many requests given up on (cancelled, timed out) are remembered, so that
+# the hub's late answer to one is known for what it is.
+_ABANDONED_KEPT = 1024
 
 
 class PendingRequests:
@@ -25,6 +30,7 @@ class PendingRequests:
 
     def __init__(self) -> None:
         self._waiting: dict[str, asyncio.Future[Any]] = {}
+        self._abandoned: OrderedDict[str, None] = OrderedDict()
         self._ids = itertools.count(1)
 
     def open(self) -> tuple[str, asyncio.Future[Any]]:
@@ -35,8 +41,13 @@ class PendingRequests:
         return rid, fut
 
     def forget(self, rid: str) -> None:
-        """The request is over (answered, failed or timed out)."""
-        self._waiting.pop(rid, None)
+        """The request is over (answered, failed, timed out or cancelled)."""
+        fut = self._waiting.pop(rid, None)
+        # (A waiter's cancellation or timeout cancels the future it awaited.)
+        if fut is not None and (fut.cancelled() or not fut.done()):
+            self._abandoned[rid] = None
+            if len(self._abandoned) > _ABANDONED_KEPT:
+                self._abandoned.popitem(last=False)
 
     def answer(self, rid: object, frame: dict[str, Any]) -> None:
         """``frame`` answers request ``rid``, if one of ours still waits for it."""
@@ -46,9 +57,13 @@ class PendingRequests:
                 fut.set_result(frame)
 
     def refuse(self, rid: str, error: BaseException) -> bool:
-        """The hub refused request ``rid``; False when it is none of ours."""
+        """The hub refused request ``rid``; False when it is none of ours (a
+        request given up on before its answer came is still ours)."""
         fut = self._waiting.get(rid)
         if fut is None:
+            if rid in self._abandoned:
+                del self._abandoned[rid]
+                return True
             return False
         if not fut.done():
             fut.set_exception(error)

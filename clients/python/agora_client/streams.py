@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
 from agora_client.assembly import AssembledEvents, StreamAssembler
@@ -79,9 +80,12 @@ class OutgoingStream:
     waits one round trip so that a refusal (not a member, too many open
     streams …) is raised right there; later sends do not wait. An error the
     hub reports for a later delta is raised by the next :meth:`send` or
-    :meth:`close`. When the hub ends the stream (``idle_timeout``,
-    ``publisher_left_space``) or the connection drops, the next call raises
-    :class:`~agora_client.errors.StreamCancelled`.
+    :meth:`close`. When the stream is ended by others — every receiver
+    cancelled it (``receiver_cancelled``) or left (``receivers_left``), the
+    hub ended it (``idle_timeout``, ``publisher_left_space``), or the
+    connection dropped (``connection_lost``) — :attr:`cancelled` turns true,
+    ``on_cancel`` (when given) is called with the reason at once, and the
+    next call raises :class:`~agora_client.errors.StreamCancelled`.
     """
 
     def __init__(
@@ -94,6 +98,7 @@ class OutgoingStream:
         *,
         to: str | list[str] | None = None,
         coalesce: float = COALESCE_SECONDS,
+        on_cancel: Callable[[str], object] | None = None,
     ):
         self.space = space
         self.event_id = event_id
@@ -118,9 +123,16 @@ class OutgoingStream:
         self._pending_chars = 0
         self._flusher: asyncio.Task[None] | None = None
         self._sending = asyncio.Lock()  # keeps the deltas in the order written
+        self._on_cancel = on_cancel
 
     def __repr__(self) -> str:
         return f"<OutgoingStream {self.hub_event_id} in {self.space} {self.state}>"
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the stream was cancelled: by :meth:`cancel`, by its
+        receivers, by the hub or by a lost connection (``reason`` says which)."""
+        return self.state == "cancelled"
 
     @property
     def request_prefix(self) -> str:
@@ -275,6 +287,11 @@ class OutgoingStream:
         reply = await self._client._request(
             {"type": kind, "space": self.space, "event_id": self.event_id, **fields}
         )
+        if kind == MessageType.SPACE_EVENT_DONE and reply.get("type") != kind:
+            # The receivers had stopped it: the hub answers the done with its notice.
+            reason = reply.get("reason")
+            self._mark_cancelled(reason if isinstance(reason, str) else "cancelled")
+            self._raise_if_unusable()
         seq = reply.get("seq")
         self.seq = seq if isinstance(seq, int) else None
 
@@ -320,6 +337,11 @@ class OutgoingStream:
             self._pending.clear()
             self._stop_flusher()
             self._client._close_stream(self)
+            if self._on_cancel is not None:
+                try:
+                    self._on_cancel(reason)
+                except Exception:
+                    log.exception("on_cancel of %s failed", self.hub_event_id)
 
     def _failed(self, request_id: str, error: HubClientError) -> None:
         """The hub refused one of this stream's frames."""
@@ -354,7 +376,8 @@ class OutgoingStreams:
         self._by_prefix.pop(stream.request_prefix, None)
 
     def cancelled(self, hub_event_id: str, reason: str) -> None:
-        """The hub relayed a cancel of ``hub_event_id``: if it is ours, it ended."""
+        """The hub relayed a cancel of ``hub_event_id``, or told us that every
+        receiver of it stopped: if it is ours, it ended."""
         stream = self._by_event_id.get(hub_event_id)
         if stream is not None:
             stream._mark_cancelled(reason)

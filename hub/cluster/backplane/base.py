@@ -189,8 +189,9 @@ class Broker(Protocol):
         """Publishes queued or in flight; the node waits when it grows."""
         ...
 
-    async def send(self, message: Delivery) -> None:
-        """Deliver an unsequenced message (membership changes) everywhere."""
+    async def send(self, message: Delivery) -> int:
+        """Deliver an unsequenced message (membership changes, stream signals)
+        to every node subscribed to its space; returns how many it reached."""
         ...
 
     async def send_to_node(self, node_id: str, payload: bytes) -> int:

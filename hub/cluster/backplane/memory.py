@@ -139,9 +139,11 @@ class MemoryBackplane:
             self._handler.deliver(env)
         return seq
 
-    async def send(self, message: Delivery) -> None:
+    async def send(self, message: Delivery) -> int:
         if self._handler is not None and message.space in self._subscribed:
             self._handler.deliver(message)
+            return 1
+        return 0
 
     async def send_to_node(self, node_id: str, payload: bytes) -> int:
         # One node: a message to "another node" has nowhere to go.

@@ -198,13 +198,17 @@ class RedisBackplane:
     async def publish(self, space: str, draft: Draft) -> int:
         return await self.publish_nowait(space, draft)
 
-    async def send(self, message: Delivery) -> None:
+    async def send(self, message: Delivery) -> int:
         self._refuse_unless_ready()
         seq = b"" if message.seq is None else b"%d" % message.seq
         msg = seq + routing(message) + message.frame
         with as_unavailable("send"):
-            await self._client.execute_command(
-                self._publish_command, self._keys.channel(message.space), msg
+            # Each node subscribes a space's channel once: the receiver count
+            # is the number of nodes (a stream census counts on it).
+            return int(
+                await self._client.execute_command(
+                    self._publish_command, self._keys.channel(message.space), msg
+                )
             )
 
     async def send_to_node(self, node_id: str, payload: bytes) -> int:

@@ -1,25 +1,34 @@
-"""Redis presence: agent ownership, space membership and node liveness.
+"""Redis presence: agent claims, space memberships, the directory, node liveness.
 
-Layout (``P`` is the key prefix, default ``agora``)::
+The layout and the slot of every key: :mod:`hub.cluster.presence.redis_scripts`.
+On a Redis Cluster an agent's claim lives in the agent's hash slot, a
+space's members in the space's slot (with its seq, history and channel), and
+the indexes in shards spread over the slots — so joins, leaves and claims
+spread over the masters like the agents and spaces do. One Redis and
+Sentinel keep the keys of earlier versions.
 
-    P:agent:{agent_id}       HASH   node, conn, info (JSON: type, capabilities, metadata,
-                                    connected_at)
-    P:node-agents:{node_id}  HASH   agent_id -> connection id, the node's agents
-    P:nodes                  ZSET   node_id scored by its last touch (Redis TIME, ms)
-    P:members:{space}        ZSET   agent_id scored by join order (oldest first)
-    P:member-of:{agent_id}   HASH   space -> connection id of the holder at join time
-    P:space-sizes            HASH   space -> member count, for every non-empty space
-    P:join-order             STRING counter giving each join its score
-    P:agent-index, P:cap:{capability}, P:capabilities   the directory's indexes
-                                    (see :mod:`hub.cluster.presence.redis_directory`)
+No script crosses slots, so a change that touches an agent and a space (a
+join, a leave, a reaping) is a sequence of single-slot scripts. What that
+loses is atomicity across them; what keeps presence right is the order:
 
-Key names and the scripts are in :mod:`hub.cluster.presence.redis_scripts`; paged
-reads (members pages, the agent directory) in :mod:`hub.cluster.presence.redis_directory`.
-
-Every change that touches more than one key is one Lua script, so a reader
-never sees a member without its index entry, and reaping a dead node is
-atomic: the script that removes the node from ``P:nodes`` is the only one
-that ever sees its agents, so exactly one caller reaps it.
+* **Intent first.** Before an agent becomes a member, its own slot records
+  the intent (``P:member-of``, the space and its connection); before a claim,
+  the node's shard lists the agent (``P:node-agents``); before a record, the
+  directory lists it. The index a reaper or a reader goes by may list more
+  than is true, never less.
+* **Removal after, checked.** A membership is removed first, then its
+  intent — only if it is still the same connection's. An index entry is
+  removed after its record, then the record is checked again.
+* **Holders named where the data is.** Each membership carries the
+  connection that holds it (``P:member-conns``, in the space's slot): a
+  reaper takes out only what the dead connection held, atomically in that
+  slot, even if the agent reconnected elsewhere meanwhile, and a leave tells
+  which connection's intent to drop.
+* **Reaping leased, idempotent.** One script takes each dead node (a lease
+  of ``dead_after``); the reaper then removes its agents step by step, each
+  step conditional on the dead connection, and only then drops the node. A
+  reaper that dies half-way leaves the node for the next one, which redoes
+  what is left.
 
 Liveness uses Redis server time only (``TIME`` inside the scripts): nodes'
 clocks never have to agree. Records carry no TTL; a node that stops touching
@@ -28,12 +37,6 @@ its registration is reaped by the survivors, who announce the departures.
 
 from __future__ import annotations
 
-import contextlib
-import secrets
-from typing import Any
-
-import orjson
-
 from hub.cluster.presence.base import (
     AgentRecord,
     AgentsPage,
@@ -41,131 +44,105 @@ from hub.cluster.presence.base import (
     MembersPage,
     ReapedAgent,
 )
-from hub.cluster.presence.redis_directory import RedisDirectory
+from hub.cluster.presence.redis_directory import RedisDirectory, capabilities_of, info_of
 from hub.cluster.presence.redis_directory import record_from as _record
+from hub.cluster.presence.redis_liveness import RedisLiveness
 from hub.cluster.presence.redis_scripts import (
     CLAIM_LUA,
+    DELETE_IF_LUA,
+    FORGET_LUA,
+    INTEND_LUA,
     JOIN_LUA,
-    LEAVE_CLUSTER_LUA,
     LEAVE_LUA,
-    NODE_ALIVE_LUA,
-    REAP_LUA,
     RELEASE_LUA,
-    RESTORE_LUA,
-    RETIRE_LUA,
-    TOUCH_LUA,
     UPDATE_LUA,
     PresenceKeys,
 )
 from hub.cluster.redis_connection import RedisConnection
-from hub.cluster.redis_store import RedisStore, run_scripts, tagged
+from hub.cluster.redis_store import RedisStore
 from hub.errors import BackplaneUnavailable, SpaceFull
-
-
-def _info(record: AgentRecord) -> bytes:
-    return orjson.dumps(
-        {
-            "type": record.type,
-            "capabilities": record.capabilities,
-            "metadata": record.metadata,
-            "connected_at": record.connected_at,
-        }
-    )
 
 
 class RedisPresence(RedisStore):
     """Presence shared by every node of a cluster, on the node's
-    :class:`~hub.cluster.redis_connection.RedisConnection`.
-
-    On a Redis Cluster every presence key carries the hash tag ``{P}``: they
-    all live in one slot, so every script stays one atomic step (reaping a
-    dead node touches its agents, their memberships and the directory at
-    once). Presence is written per connect, join and heartbeat interval, not
-    per message: one shard carries it easily while space traffic spreads.
-    """
+    :class:`~hub.cluster.redis_connection.RedisConnection`."""
 
     def __init__(
         self, redis: RedisConnection, *, node_id: str, ttl: float = 60.0, prefix: str = "agora"
     ):
-        super().__init__(redis, prefix=tagged(prefix, redis.clustered))
+        super().__init__(redis, prefix=prefix)
         self.node_id = node_id
-        # The liveness window the node promises; reaping uses the caller's
-        # ``dead_after``, this is the fallback when that is not positive.
-        self.ttl = ttl
-        self._keys = PresenceKeys(self._prefix)
+        self._keys = keys = PresenceKeys(prefix, redis.clustered)
         script = self._client.register_script
         self._claim = script(CLAIM_LUA)
         self._release = script(RELEASE_LUA)
         self._update = script(UPDATE_LUA)
+        self._intend = script(INTEND_LUA)
+        self._forget = script(FORGET_LUA)
         self._join = script(JOIN_LUA)
         self._leave = script(LEAVE_LUA)
-        self._touch = script(TOUCH_LUA)
-        self._leave_cluster = script(LEAVE_CLUSTER_LUA)
-        self._restore = script(RESTORE_LUA)
-        self._reap = script(REAP_LUA)
-        self._retire = script(RETIRE_LUA)
-        self._node_alive = script(NODE_ALIVE_LUA)
-        self._my_agents = self._keys.node_agents(node_id)
-        self._directory = RedisDirectory(self._client, self._keys, self._check_open)
+        self._delete_if = script(DELETE_IF_LUA)
+        self._directory = RedisDirectory(self._client, keys, self._check_open)
+        self._liveness = RedisLiveness(
+            self._client, keys, self._directory, self._call, self._command,
+            node_id=node_id, ttl=ttl,
+        )  # fmt: skip
 
     def _closed_error(self, what: str) -> BackplaneUnavailable:
         return BackplaneUnavailable("presence closed")
 
-    # ── lifecycle ────────────────────────────────────────────────────────
-
-    async def start(self) -> None:
-        """Hand leftovers of a previous process with this node id to the reapers.
-
-        Best effort: with Redis down this does nothing, and every later call
-        raises BackplaneUnavailable until Redis is back.
-        """
-        tomb = f"{self.node_id}~{secrets.token_hex(4)}"
-        with contextlib.suppress(BackplaneUnavailable):
-            await self._call(
-                "start",
-                self._retire,
-                [self._keys.nodes, self._my_agents, self._keys.node_agents(tomb)],
-                [tomb],
-            )
+    def _my_agents(self, agent_id: str) -> str:
+        """This node's shard of its agents that ``agent_id`` belongs in."""
+        return self._keys.node_agents(self.node_id, self._keys.shard_of(agent_id))
 
     # ── agents ───────────────────────────────────────────────────────────
 
     async def claim_agent(
         self, record: AgentRecord, *, replace: str | None = None
     ) -> AgentRecord | None:
-        holder = await self._call(
+        aid, conn = record.agent_id, record.connection_id
+        caps = set(record.capabilities)
+        mine = self._my_agents(aid)
+        # Intents, one round trip: this node lists the agent, the directory lists it.
+        intent = (None, "HSET", [mine, aid, conn])
+        await self._directory.index([(aid, caps)], listed=True, along=[intent])
+        held, *rest = await self._call(
             "claim_agent",
             self._claim,
-            [self._keys.agent(record.agent_id), self._my_agents],
-            [
-                record.agent_id,
-                record.node_id,
-                record.connection_id,
-                _info(record),
-                "0" if replace is None else "1",
-                replace or "",
-                self._prefix,
-            ],
+            [self._keys.agent(aid)],
+            [record.node_id, conn, info_of(record), "0" if replace is None else "1", replace or ""],
         )
-        if not holder:
-            return None
-        return _record(record.agent_id, *holder)
+        if held:
+            holder = _record(aid, *rest)
+            undo = (self._delete_if, [mine], [aid, conn])
+            stale = [(aid, caps - set(holder.capabilities))]
+            await self._directory.unindex(stale, listed=False, along=[undo])
+            return holder
+        (replaced,) = rest
+        await self._directory.unindex([(aid, capabilities_of(replaced) - caps)], listed=False)
+        return None
 
     async def release_agent(self, agent_id: str, connection_id: str) -> None:
-        await self._call(
-            "release_agent",
-            self._release,
-            [self._keys.agent(agent_id), self._my_agents],
-            [agent_id, connection_id, self._prefix],
+        info = await self._call(
+            "release_agent", self._release, [self._keys.agent(agent_id)], [connection_id]
         )
+        # With the directory's entries (one round trip), after the record.
+        unlisted = (self._delete_if, [self._my_agents(agent_id)], [agent_id, connection_id])
+        gone = [] if info is None else [(agent_id, capabilities_of(info))]
+        await self._directory.unindex(gone, listed=info is not None, along=[unlisted])
 
     async def update_agent(self, record: AgentRecord) -> None:
-        await self._call(
+        caps = set(record.capabilities)
+        await self._directory.index([(record.agent_id, caps)], listed=False)
+        old = await self._call(
             "update_agent",
             self._update,
             [self._keys.agent(record.agent_id)],
-            [record.connection_id, record.node_id, _info(record), record.agent_id, self._prefix],
+            [record.connection_id, record.node_id, info_of(record)],
         )
+        # Not applied (another connection's id): what was added is checked off.
+        stale = caps if old is None else capabilities_of(old) - caps
+        await self._directory.unindex([(record.agent_id, stale)], listed=False)
 
     async def get_agent(self, agent_id: str) -> AgentRecord | None:
         with self._command("get_agent"):
@@ -180,30 +157,35 @@ class RedisPresence(RedisStore):
 
     async def join_space(self, space: str, agent_id: str, capacity: int) -> int:
         keys = self._keys
-        n = await self._call(
+        member_of = keys.member_of(agent_id)
+        conn = await self._call(
+            "join_space", self._intend, [keys.agent(agent_id), member_of], [space]
+        )
+        n, *fresh = await self._call(
             "join_space",
             self._join,
-            [
-                keys.members(space),
-                keys.member_of(agent_id),
-                keys.sizes,
-                keys.order,
-                keys.agent(agent_id),
-            ],
-            [agent_id, space, capacity],
+            [keys.members(space), keys.member_conns(space)],
+            [agent_id, capacity, conn],
         )
         if n < 0:
+            await self._call("join_space", self._forget, [member_of], [space, conn])
             raise SpaceFull(space, capacity)
+        if fresh[0]:
+            await self._directory.space_listed([space])
         return int(n)
 
     async def leave_space(self, space: str, agent_id: str) -> int:
         keys = self._keys
-        n = await self._call(
+        n, removed, conn = await self._call(
             "leave_space",
             self._leave,
-            [keys.members(space), keys.member_of(agent_id), keys.sizes],
-            [agent_id, space],
+            [keys.members(space), keys.member_conns(space)],
+            [agent_id],
         )
+        if removed:
+            await self._call("leave_space", self._forget, [keys.member_of(agent_id)], [space, conn])
+            if not n:
+                await self._directory.space_emptied([space])
         return int(n)
 
     async def space_members(self, space: str, limit: int) -> tuple[list[str], int]:
@@ -240,112 +222,29 @@ class RedisPresence(RedisStore):
         return [a for a, score in zip(agent_ids, scores, strict=True) if score is None]
 
     async def space_sizes(self) -> dict[str, int]:
-        with self._command("space_sizes"):
-            sizes = await self._client.hgetall(self._keys.sizes)
-        return {k.decode(): int(v) for k, v in sizes.items() if int(v) > 0}
+        return await self._directory.space_sizes()
 
-    # ── node liveness ────────────────────────────────────────────────────
+    # ── node liveness (hub/cluster/presence/redis_liveness.py) ──────────
+
+    async def start(self) -> None:
+        await self._liveness.start()
 
     async def touch_node(self) -> bool:
-        added = await self._call("touch_node", self._touch, [self._keys.nodes], [self.node_id])
-        return bool(added)
+        return await self._liveness.touch_node()
 
     async def reaped(self) -> bool:
-        with self._command("reaped"):
-            return bool(await self._client.getdel(self._keys.reaped(self.node_id)))
+        return await self._liveness.reaped()
 
     async def node_alive(self, node_id: str, within: float) -> bool:
-        alive = await self._call(
-            "node_alive",
-            self._node_alive,
-            [self._keys.nodes],
-            [node_id, max(1, round(within * 1000))],
-        )
-        return bool(alive)
+        return await self._liveness.node_alive(node_id, within)
 
     async def restore(
         self, agents: list[AgentRecord], memberships: dict[str, list[str]]
     ) -> list[AgentRecord]:
-        with self._command("restore"):
-            calls = self._restore_calls(agents, memberships)
-            conflicts: list[AgentRecord] = []
-            for i in range(0, len(calls), 200):
-                chunk = calls[i : i + 200]
-                results = await run_scripts(
-                    self._client, self._restore, [(keys, args) for _, keys, args in chunk]
-                )
-                for (aid, _, _), holder in zip(chunk, results, strict=True):
-                    if isinstance(holder, BaseException):
-                        raise holder
-                    if holder:
-                        conflicts.append(_record(aid, *holder))
-        return conflicts
-
-    def _restore_calls(
-        self, agents: list[AgentRecord], memberships: dict[str, list[str]]
-    ) -> list[tuple[str, list[str], list[Any]]]:
-        """(agent id, KEYS, ARGV) of the restore script for each agent to restore."""
-        spaces_of: dict[str, list[str]] = {}
-        for space, ids in memberships.items():
-            for agent_id in ids:
-                spaces_of.setdefault(agent_id, []).append(space)
-        p = self._prefix
-        calls: list[tuple[str, list[str], list[Any]]] = []
-        for record in agents:
-            aid = record.agent_id
-            calls.append(
-                (
-                    aid,
-                    self._restore_keys(aid),
-                    [
-                        p,
-                        aid,
-                        record.node_id,
-                        record.connection_id,
-                        _info(record),
-                        "1",
-                        *spaces_of.pop(aid, ()),
-                    ],
-                )
-            )
-        # Members without a record here (no claim to re-assert): memberships only.
-        for aid, spaces in spaces_of.items():
-            calls.append((aid, self._restore_keys(aid), [p, aid, "", "", "", "0", *spaces]))
-        return calls
-
-    def _restore_keys(self, agent_id: str) -> list[str]:
-        keys = self._keys
-        return [
-            keys.agent(agent_id),
-            self._my_agents,
-            keys.member_of(agent_id),
-            keys.sizes,
-            keys.order,
-        ]
+        return await self._liveness.restore(agents, memberships)
 
     async def reap_dead_nodes(self, dead_after: float) -> list[ReapedAgent]:
-        window = dead_after if dead_after > 0 else self.ttl
-        rows = await self._call(
-            "reap_dead_nodes",
-            self._reap,
-            [self._keys.nodes, self._keys.sizes],
-            [self._prefix, max(1, round(window * 1000)), self.node_id],
-        )
-        out = []
-        for row in rows:
-            aid, node, conn, info, *spaces = row
-            out.append(
-                ReapedAgent(
-                    _record(aid.decode(), node, conn, info),
-                    tuple(s.decode() for s in spaces),
-                )
-            )
-        return out
+        return await self._liveness.reap_dead_nodes(dead_after)
 
     async def leave_cluster(self) -> None:
-        await self._call(
-            "leave_cluster",
-            self._leave_cluster,
-            [self._keys.nodes, self._my_agents],
-            [self.node_id],
-        )
+        await self._liveness.leave_cluster()

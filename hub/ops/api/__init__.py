@@ -18,6 +18,7 @@ from hub import __version__
 from hub.cluster.nodestats import NodeStatsStore, create_node_stats
 from hub.cluster.presence import AgentRecord, Presence
 from hub.config.settings import Settings
+from hub.core.authz import SpacePolicy
 from hub.core.counters import Counters
 from hub.ops.api.operations import Operations, Run
 from hub.ops.api.routes import api_app
@@ -41,6 +42,7 @@ class OperatorFaces:
         disconnect_local: Callable[[str, str], bool],
         disconnect_remote: Callable[[AgentRecord, str], Awaitable[bool]],
         node_stats: NodeStatsStore | None = None,
+        policy: SpacePolicy | None = None,
     ):
         s = settings
         api_key = s.api_key.get_secret_value() if s.api_key is not None else None
@@ -54,7 +56,7 @@ class OperatorFaces:
             self.operations = Operations(
                 s, node_id, run, presence, space_exists, store,
                 disconnect_local=disconnect_local, disconnect_remote=disconnect_remote,
-                own_figures=self.reporter.live,
+                own_figures=self.reporter.live, policy=policy,
             )  # fmt: skip
         self._api = api_app(self.operations, api_key, s.max_frame_bytes)
         self.status_page = StatusPage(self.operations, admin_token)

@@ -29,6 +29,7 @@ from hub.cluster.nodestats import NodeStatsStore
 from hub.cluster.presence import AgentRecord, Presence
 from hub.config.settings import Settings
 from hub.core.actions import Action, ListAgents, ListMembers, ListSpaces, Publish
+from hub.core.authz import Act, Grant, Refusal, SpacePolicy
 from hub.core.frames import OutFrame
 from hub.core.peer import CleanedUp, PeerKind
 from hub.core.ratelimit import TokenBucket, Verdict
@@ -51,12 +52,14 @@ Run = Callable[[Any, Action], Awaitable[None]]
 
 
 class ApiCaller:
-    """The API as a peer: no socket, no session; keeps the reply it is sent."""
+    """The API as a peer: no socket, no session; keeps the reply it is sent.
+    To the hub's policy it is the operator (a trusted grant)."""
 
     session = None
     record = None
     kind = PeerKind.CALLER
     preframed = False
+    grant = Grant.hub
 
     def __init__(self, agent_id: str):
         self.agent_id = agent_id
@@ -117,8 +120,12 @@ class Operations:
         disconnect_remote: Callable[[AgentRecord, str], Awaitable[bool]],
         own_figures: Callable[[], dict[str, Any]] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        policy: SpacePolicy | None = None,
     ):
         self.settings = settings
+        #: The hub's one policy; the operator is trusted, so only its rule
+        #: for system spaces (read-only for everyone) refuses the API anything.
+        self.policy = policy or SpacePolicy()
         self.node_id = node_id
         self.run = run
         self.presence = presence
@@ -156,9 +163,13 @@ class Operations:
             frame["to"] = to
         msg = _decode(frame)
         assert isinstance(msg, SpacePublish)
-        kind = _kind(msg.space)
-        if kind is SpaceKind.SYSTEM:
+        _kind(msg.space)
+        caller = ApiCaller(sender)
+        refusal = self.policy.refusal(caller, Act.PUBLISH, msg.space)
+        if refusal is Refusal.SYSTEM_SPACE:
             raise ApiError(ErrorCode.UNAUTHORIZED, f"system space {msg.space!r} is read-only")
+        if refusal is not None:
+            raise ApiError(ErrorCode.UNAUTHORIZED, f"not allowed to publish to {msg.space!r}")
         if msg.data.get("from", sender) != sender and not is_envelope(msg.data):
             raise ApiError(
                 ErrorCode.INVALID_REQUEST, f"data.from must be the publishing service {sender!r}"
@@ -171,7 +182,6 @@ class Operations:
         else:
             recipients = tuple(dict.fromkeys([msg.to] if isinstance(msg.to, str) else msg.to))
             action = Publish(msg.space, msg.data, False, None, recipients, msg.to)
-        caller = ApiCaller(sender)
         await self.run(caller, action)
         reply = caller.answer("space.published")
         return {

@@ -23,6 +23,12 @@ def build(kind: str, payload: dict, key: SigningKey = BOB) -> dict:
     return agora.build(kind, payload, signing_key=key, now=time.time())
 
 
+def delivered(space: str, envelope: dict, sender: str = "bob") -> dict:
+    """``envelope`` as the gateway's member receives it: an event of ``space``."""
+    return {"type": "space.event", "space": space, "from": sender, "verified": True,
+            "data": envelope}  # fmt: skip
+
+
 def request(**payload: object) -> tuple[dict, object]:
     env = build("REQUEST", {"resource": "r", **payload}, ALICE)
     return env, verify(env, now=time.time())
@@ -35,14 +41,20 @@ async def test_the_first_fitting_answer_resolves_the_wait():
     now = time.time()
     # Not answers: another space, another request, a STATUS, a second REQUEST.
     result = build("RESULT", {"request_id": env["id"], "status": "success"})
-    assert not w.offer("elsewhere", result, now)
-    assert not w.offer("s", build("RESULT", {"request_id": "other", "status": "success"}), now)
-    assert not w.offer("s", build("STATUS", {"request_id": env["id"]}), now)
-    assert not w.offer("s", {**env, "payload": {**env["payload"], "request_id": env["id"]}}, now)
+    assert not w.offer(delivered("elsewhere", result), now)
+    assert not w.offer(
+        delivered("s", build("RESULT", {"request_id": "other", "status": "success"})), now
+    )
+    assert not w.offer(delivered("s", build("STATUS", {"request_id": env["id"]})), now)
+    assert not w.offer(
+        delivered("s", {**env, "payload": {**env["payload"], "request_id": env["id"]}}), now
+    )
     assert not wait.answer.done()
-    assert w.offer("s", result, now)
+    assert w.offer(delivered("s", result), now)
     assert wait.answer.result() == result and len(w) == 0
-    assert not w.offer("s", build("RESULT", {"request_id": env["id"], "status": "success"}), now)
+    assert not w.offer(
+        delivered("s", build("RESULT", {"request_id": env["id"], "status": "success"})), now
+    )
 
 
 async def test_an_offer_answers_and_an_agentprotocol_response_does_not_answer_agora():
@@ -50,9 +62,9 @@ async def test_an_offer_answers_and_an_agentprotocol_response_does_not_answer_ag
     env, v = request()
     wait = w.open(v, "s", time.time())
     response = ap.build("response", {"correlationId": env["id"]}, signing_key=BOB, now=time.time())
-    assert not w.offer("s", response, time.time())
+    assert not w.offer(delivered("s", response), time.time())
     offer = build("OFFER", {"request_id": env["id"], "cost": 1})
-    assert w.offer("s", offer, time.time())
+    assert w.offer(delivered("s", offer), time.time())
     assert wait.answer.result()["type"] == "OFFER"
 
 
@@ -62,14 +74,14 @@ async def test_agentprotocol_requests_wait_on_their_correlation_id():
         "request", {"action": "a", "correlationId": "c-9"}, signing_key=ALICE, now=time.time()
     )
     wait = w.open(verify(msg, now=time.time()), "s", time.time())
-    assert wait.request_id == "c-9"
+    assert wait.asked.event_id == "c-9" and wait.asked.space == "s"
     err = ap.build(
         "error",
         {"correlationId": "c-9", "code": "TIMEOUT", "message": "slow"},
         signing_key=BOB,
         now=time.time(),
     )
-    assert w.offer("s", err, time.time())
+    assert w.offer(delivered("s", err), time.time())
     assert wait.answer.result()["type"] == "error"
 
 

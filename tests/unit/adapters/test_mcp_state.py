@@ -165,7 +165,10 @@ class SlowHost:
         self.release = asyncio.Event()
         self.three = asyncio.Event()
 
-    async def publish_system(self, space: str, data: dict[str, Any]) -> None:
+    async def publish_system(
+        self, space: str, data: dict[str, Any], *, to: tuple[str, ...] | None = None
+    ) -> None:
+        assert to == ("mcp",)  # to the relay, which shows each observer what it may see
         await self.release.wait()
         self.published.append(data)
         if len(self.published) == 3:
@@ -174,13 +177,13 @@ class SlowHost:
 
 async def test_mcp_calls_events_past_the_backlog_bound_are_dropped():
     host = SlowHost()
-    log = CallLog("node-1", max_pending=2)
+    log = CallLog("node-1", max_pending=2, relay="mcp")
     log.start(host)  # type: ignore[arg-type]
-    log.call("c1", "spaces_list", "alice", {})
+    log.call("c1", "spaces_list", "alice", None, {})
     await asyncio.sleep(0)  # the publisher takes the first and blocks on it
-    log.result("c1", "spaces_list", "alice", None, 0.01)
-    log.call("c2", "space_ask", "alice", {"text": "x" * 10_000})
-    log.result("c2", "space_ask", "alice", "Timeout", 1.0)  # over the bound
+    log.result("c1", "spaces_list", "alice", None, None, 0.01)
+    log.call("c2", "space_ask", "alice", "lab", {"text": "x" * 10_000})
+    log.result("c2", "space_ask", "alice", "lab", "Timeout", 1.0)  # over the bound
     assert log.dropped == 1
     host.release.set()
     async with asyncio.timeout(5):
@@ -189,7 +192,8 @@ async def test_mcp_calls_events_past_the_backlog_bound_are_dropped():
     first, second, third = host.published
     assert first == {
         "event": "call", "call_id": "c1", "tool": "spaces_list", "caller": "alice",
-        "node": "node-1", "arguments": {},
+        "node": "node-1", "space": None, "arguments": {},
     }  # fmt: skip
     assert second["event"] == "result" and second["is_error"] is False
     assert third["arguments_bytes"] > 10_000 and "arguments" not in third
+    assert third["space"] == "lab"

@@ -7,16 +7,20 @@ from typing import Any
 
 import pytest
 
-from adapters.replies import RelayStopped, ReplyWaiters, StreamAssembler
+from adapters.replies import Asked, RelayStopped, ReplyWaiters, StreamAssembler
 
 
-def event(event_id: str, data: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "space.event", "space": "s", "event_id": event_id, "data": data}
+def asked(event_id: str, to: Any = None) -> Asked:
+    return Asked.of("s", event_id, to)
 
 
-def delta(stream_id: str, text: str, **data: Any) -> dict[str, Any]:
+def event(event_id: str, data: dict[str, Any], **stamps: Any) -> dict[str, Any]:
+    return {"type": "space.event", "space": "s", "event_id": event_id, "data": data, **stamps}
+
+
+def delta(stream_id: str, text: str, *, stamps: Any = None, **data: Any) -> dict[str, Any]:
     return {"type": "space.event.delta", "space": "s", "event_id": stream_id,
-            "data": {"text": text, **data}}  # fmt: skip
+            "data": {"text": text, **data}, **(stamps or {})}  # fmt: skip
 
 
 def done(stream_id: str) -> dict[str, Any]:
@@ -73,7 +77,7 @@ def test_a_cancelled_stream_is_a_failure_and_odd_frames_are_ignored():
 
 async def test_the_first_reply_resolves_and_others_are_ignored():
     waiters = ReplyWaiters(100)
-    future = waiters.expect("e1")
+    future = waiters.expect(asked("e1"))
     waiters.feed(event("x", {"body": "not a reply"}))
     waiters.feed(event("x", {"in_reply_to": "e2", "body": "someone else's"}))
     assert not future.done()
@@ -84,9 +88,54 @@ async def test_the_first_reply_resolves_and_others_are_ignored():
     assert len(waiters) == 0
 
 
+async def test_only_the_requests_space_and_addressees_may_answer():
+    """Contract §18: the same ``in_reply_to`` from another space, or in the
+    space from an agent the request was not addressed to, is no answer — and
+    does not stand in the real answer's way, whole or streamed."""
+    waiters = ReplyWaiters(100)
+    addressed = waiters.expect(asked("e1", to="keeper"))
+    open_ = waiters.expect(asked("e2"))
+    for answered in ("e1", "e2"):
+        waiters.feed(event("f", {"in_reply_to": answered, "body": "forged"},
+                           space="elsewhere", **{"from": "keeper"}))  # fmt: skip
+        waiters.feed(delta("m/1", "forged", in_reply_to=answered,
+                           stamps={"space": "elsewhere", "from": "keeper"}))  # fmt: skip
+    waiters.feed(event("f", {"in_reply_to": "e1", "body": "not asked"}, **{"from": "other"}))
+    waiters.feed(delta("o/1", "not asked", in_reply_to="e1", stamps={"from": "other"}))
+    assert not addressed.done() and not open_.done()
+    waiters.feed(event("r", {"in_reply_to": "e1", "body": "genuine"}, **{"from": "keeper"}))
+    waiters.feed(event("r", {"in_reply_to": "e2", "body": "anyone here"}, **{"from": "other"}))
+    assert addressed.result().data["body"] == "genuine"
+    assert open_.result().data["body"] == "anyone here"
+
+
+async def test_a_stream_answering_is_followed_only_in_its_space():
+    waiters = ReplyWaiters(100)
+    relay = waiters.relay(asked("e1", to=["keeper", "helper"]))
+    waiters.feed(delta("k/1", "par", in_reply_to="e1", stamps={"from": "helper"}))
+    # The same stream id in another space (another stream of that agent) is not this one.
+    waiters.feed(delta("k/1", "XX", stamps={"space": "elsewhere", "from": "helper"}))
+    waiters.feed({"type": "space.event.done", "space": "elsewhere", "event_id": "k/1"})
+    waiters.feed(delta("k/1", "ts", stamps={"from": "helper"}))
+    waiters.feed(done("k/1"))
+    got = [await asyncio.wait_for(relay.next(), 1) for _ in range(3)]
+    assert [(p.kind, p.data.get("text")) for p in got] == [
+        ("delta", "par"), ("delta", "ts"), ("done", None),
+    ]  # fmt: skip
+
+
+def test_asked_of_takes_one_addressee_or_many():
+    assert Asked.of("s", "e").to is None
+    assert Asked.of("s", "e", "a").to == frozenset({"a"})
+    assert Asked.of("s", "e", ["a", "b"]).to == frozenset({"a", "b"})
+    assert not Asked.of("s", "e", "a").admits({"space": "s", "from": "b"})
+    assert not Asked.of("s", "e").admits({"space": "t", "from": "a"})
+    assert Asked.of("s", "e").admits({"space": "s"})
+
+
 async def test_a_streamed_reply_claims_the_request():
     waiters = ReplyWaiters(100)
-    future = waiters.expect("e1")
+    future = waiters.expect(asked("e1"))
     waiters.feed(delta("b/1", "par", in_reply_to="e1", status="success"))
     # A later plain reply does not overtake the stream that answered first.
     waiters.feed(event("r2", {"in_reply_to": "e1", "body": "later"}))
@@ -100,10 +149,10 @@ async def test_a_streamed_reply_claims_the_request():
 
 async def test_a_lost_stream_resolves_with_its_failure():
     waiters = ReplyWaiters(4)
-    future = waiters.expect("e1")
+    future = waiters.expect(asked("e1"))
     waiters.feed(delta("b/1", "12345", in_reply_to="e1"))
     assert future.result().failure == "stream larger than 4 bytes"
-    other = waiters.expect("e2")
+    other = waiters.expect(asked("e2"))
     waiters.feed(delta("b/2", "1", in_reply_to="e2"))
     waiters.feed(cancel("b/2"))
     assert other.result().failure == "stream cancelled (cancelled)"
@@ -111,7 +160,7 @@ async def test_a_lost_stream_resolves_with_its_failure():
 
 async def test_forgetting_drops_a_half_assembled_stream():
     waiters = ReplyWaiters(100)
-    waiters.expect("e1")
+    waiters.expect(asked("e1"))
     waiters.feed(delta("b/1", "x", in_reply_to="e1"))
     assert waiters.assembling == 1
     waiters.forget("e1")  # the request timed out
@@ -128,13 +177,13 @@ async def test_a_reply_that_overtakes_the_publish_is_kept_for_it():
         waiters.feed(delta("b/9", "st", in_reply_to="e9"))
         waiters.feed(delta("b/9", "ream"))
         waiters.feed(done("b/9"))
-        quick = waiters.expect("e1")
-        streamed = waiters.expect("e9")
+        quick = waiters.expect(asked("e1"))
+        streamed = waiters.expect(asked("e9"))
     assert quick.result().data["body"] == "quick"
     assert streamed.result().data["text"] == "stream"
     # Outside a publish nothing is kept: a reply to an unknown request is dropped.
     waiters.feed(event("r3", {"in_reply_to": "e3", "body": "late"}))
-    assert not waiters.expect("e3").done()
+    assert not waiters.expect(asked("e3")).done()
 
 
 async def test_the_stash_is_bounded():
@@ -142,13 +191,13 @@ async def test_the_stash_is_bounded():
     with waiters.publishing():
         for n in range(10):
             waiters.feed(event(f"r{n}", {"in_reply_to": f"e{n}", "body": n}))
-        assert not waiters.expect("e0").done()  # pushed out by later ones
-        assert waiters.expect("e9").result().data["body"] == 9
+        assert not waiters.expect(asked("e0")).done()  # pushed out by later ones
+        assert waiters.expect(asked("e9")).result().data["body"] == 9
 
 
 async def test_fail_all_raises_in_every_waiter():
     waiters = ReplyWaiters(100)
-    futures = [waiters.expect(f"e{n}") for n in range(3)]
+    futures = [waiters.expect(asked(f"e{n}")) for n in range(3)]
     futures[0].set_result(None)  # type: ignore[arg-type]
     waiters.fail_all(RuntimeError("shutting down"))
     for future in futures[1:]:
@@ -165,7 +214,7 @@ async def pieces(relay, n):
 
 async def test_a_streamed_reply_is_relayed_piece_by_piece():
     waiters = ReplyWaiters(100)
-    relay = waiters.relay("e1")
+    relay = waiters.relay(asked("e1"))
     waiters.feed(delta("b/1", "par", in_reply_to="e1"))
     waiters.feed(event("r2", {"in_reply_to": "e1", "body": "later"}))  # the stream came first
     waiters.feed(delta("b/1", "ts"))
@@ -183,7 +232,7 @@ async def test_a_streamed_reply_is_relayed_piece_by_piece():
 
 async def test_a_plain_reply_or_a_cancel_ends_a_relay():
     waiters = ReplyWaiters(100)
-    plain, cancelled = waiters.relay("e1"), waiters.relay("e2")
+    plain, cancelled = waiters.relay(asked("e1")), waiters.relay(asked("e2"))
     waiters.feed(event("r1", {"in_reply_to": "e1", "text": "hi"}))
     waiters.feed(event("r1b", {"in_reply_to": "e1", "text": "second"}))
     waiters.feed(delta("b/2", "x", in_reply_to="e2"))
@@ -193,13 +242,13 @@ async def test_a_plain_reply_or_a_cancel_ends_a_relay():
     assert [p.kind for p in await pieces(cancelled, 2)] == ["delta", "cancel"]
     with waiters.publishing():  # a reply overtaking the publish is kept for the relay too
         waiters.feed(event("r3", {"in_reply_to": "e3", "text": "quick"}))
-        quick = waiters.relay("e3")
+        quick = waiters.relay(asked("e3"))
     assert (await pieces(quick, 1))[0].data["text"] == "quick"
 
 
 async def test_a_stopped_relay_wakes_its_reader():
     waiters = ReplyWaiters(100)
-    relay = waiters.relay("e1")
+    relay = waiters.relay(asked("e1"))
     reader = asyncio.ensure_future(relay.next())
     await asyncio.sleep(0)
     relay.stop()

@@ -282,7 +282,14 @@ async def test_a_public_key_file(tmp_path, keys):
     path = tmp_path / "idp.pem"
     path.write_bytes(public_pem(keys["ed25519"]))
     auth = JwtAuth(StaticKey.from_public_key_file(path))
-    await auth.authenticate("alice", jwt.encode(claims(), keys["ed25519"], algorithm="EdDSA"))
+    payload = claims(join=["team-*"])
+    token = jwt.encode(payload, keys["ed25519"], algorithm="EdDSA")
+    grant = await auth.authenticate("alice", token)
+    assert grant == Grant(join=("team-*",), expires_at=float(payload["exp"]))
+    # The file's key, and no other, verifies.
+    with pytest.raises(AuthError, match="signature is invalid"):
+        forged = jwt.encode(payload, keys["ed25519-other"], algorithm="EdDSA")
+        await auth.authenticate("alice", forged)
 
 
 def _private_pem(key):

@@ -1,7 +1,8 @@
-"""Authorization rules: grants from credentials, declared-space rules, glob semantics."""
+"""The authorization policy: grants from credentials, declared-space rules, glob
+semantics, system spaces, trusted grants — the one answer every face asks for."""
 
 import fnmatch
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -9,14 +10,30 @@ from hub.config.settings import DeclaredSpace, load_settings
 from hub.core.authz import (
     MAX_PATTERN_LENGTH,
     MAX_PATTERNS,
+    Act,
     Globs,
     Grant,
-    may_join,
-    may_publish,
+    Refusal,
+    SpacePolicy,
+    SpaceRules,
     parse_patterns,
     space_rules,
 )
 from hub.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Who:
+    agent_id: str
+    grant: Grant
+
+
+def may_join(grant: Grant, space: str, agent_id: str, rules: dict[str, SpaceRules]) -> bool:
+    return SpacePolicy(rules).may_read(Who(agent_id, grant), space)
+
+
+def may_publish(grant: Grant, space: str, agent_id: str, rules: dict[str, SpaceRules]) -> bool:
+    return SpacePolicy(rules).may_publish(Who(agent_id, grant), space)
 
 
 @pytest.mark.parametrize(
@@ -54,12 +71,46 @@ def test_globs_match_any_pattern_and_empty_list_matches_nothing():
     assert not Globs([]).matches("")
 
 
-def test_grant_unrestricted_allows_everything_without_rules():
+def test_grant_unrestricted_allows_everything_without_rules_but_system_publishes():
     for space in ("lobby", "task.x", "agent.status"):
         assert may_join(Grant.unrestricted, space, "alice", {})
+    for space in ("lobby", "task.x"):
         assert may_publish(Grant.unrestricted, space, "alice", {})
     assert Grant.unrestricted == Grant()
     assert Grant.unrestricted.expires_at is None
+
+
+def test_system_spaces_are_read_only_for_everyone_the_hub_included():
+    policy = SpacePolicy(_rules({"id": "ops", "allow_join": ["ops-*"]}))
+    for grant in (Grant.unrestricted, Grant.hub, Grant(publish=("*",))):
+        who = Who("alice", grant)
+        for space in ("agent.status", "mcp.calls", "file.x"):
+            assert policy.refusal(who, Act.PUBLISH, space) is Refusal.SYSTEM_SPACE
+            assert policy.may_read(who, space)
+
+
+def test_a_trusted_grant_is_not_restricted_by_claims_or_rules():
+    rules = _rules({"id": "ops", "allow_join": ["ops-*"], "allow_publish": []})
+    policy = SpacePolicy(rules)
+    hub = Who("mcp", Grant.hub)
+    assert policy.may_read(hub, "ops") and policy.may_publish(hub, "ops")
+    assert not policy.restricts(Grant.hub)
+    assert policy.ruled_out(hub) == []
+    outsider = Who("alice", Grant.unrestricted)
+    assert policy.refusal(outsider, Act.READ, "ops") is Refusal.SPACE_RULES
+    assert policy.ruled_out(outsider) == ["ops"]
+    limited = Who("ops-1", Grant(join=("lobby",)))
+    assert policy.refusal(limited, Act.READ, "ops") is Refusal.CLAIMS
+    assert policy.ruled_out(limited) == []  # the rules let it in: its claims do not
+    assert policy.readable(limited, ["ops", "lobby", "x"]) == ["lobby"]
+
+
+def test_restricts_is_the_sessions_fast_path():
+    assert not SpacePolicy().restricts(Grant.unrestricted)
+    assert SpacePolicy().restricts(Grant(join=("a",)))
+    assert SpacePolicy().restricts(Grant(publish=()))
+    ruled = SpacePolicy(_rules({"id": "ops", "allow_publish": ["x"]}))
+    assert ruled.restricts(Grant.unrestricted) and not ruled.restricts(Grant.hub)
 
 
 def test_grant_restricts_join_and_publish_independently():
@@ -116,12 +167,25 @@ def test_declared_space_rules_restrict_agent_ids():
 
 def test_grant_and_space_rules_must_both_allow():
     rules = _rules({"id": "ops", "allow_join": ["ops-*"], "allow_publish": ["ops-*"]})
-    grant = Grant(join=("ops",), publish=("lobby",))
+    grant = Grant(join=("ops", "lobby"), publish=("lobby",))
     assert may_join(grant, "ops", "ops-1", rules)
     assert not may_join(grant, "ops", "alice", rules)  # the space refuses
-    assert not may_join(grant, "lobby", "ops-1", {})  # the grant refuses
+    assert not may_join(grant, "general", "ops-1", {})  # the grant refuses
     assert not may_publish(grant, "ops", "ops-1", rules)  # grant lacks ops
     assert may_publish(grant, "lobby", "ops-1", rules)
+
+
+def test_publishing_needs_reading_too():
+    """Gateways publish for callers that are not members: who may not join a
+    space may not publish there either, whatever its publish claims say."""
+    rules = _rules({"id": "vault", "allow_join": ["keeper"]})
+    assert not may_publish(Grant.unrestricted, "vault", "outsider", rules)
+    assert may_publish(Grant.unrestricted, "vault", "keeper", rules)
+    assert not may_publish(Grant(join=("a",), publish=("b",)), "b", "x", {})
+    policy = SpacePolicy(rules)
+    assert policy.refusal(Who("outsider", Grant.unrestricted), Act.PUBLISH, "vault") is (
+        Refusal.SPACE_RULES
+    )
 
 
 def test_space_rules_come_from_the_config_file(tmp_path):

@@ -21,7 +21,7 @@ from hub.core.actions import (
     Reject,
     StreamDelta,
 )
-from hub.core.authz import Grant, space_rules
+from hub.core.authz import Grant, SpacePolicy, space_rules
 from hub.core.session import Session, SessionLimits
 from protocol.errors import CloseCode, ErrorCode, ProtocolError
 from protocol.messages import MAX_TOKEN
@@ -43,7 +43,7 @@ def session(
     grace: float = 10.0,
 ) -> Session:
     limits = SessionLimits(
-        space_rules=rules or {}, token_leeway=leeway, token_refresh_grace=grace, max_streams=4
+        policy=SpacePolicy(rules), token_leeway=leeway, token_refresh_grace=grace, max_streams=4
     )
     s = Session(agent, "ws-1", limits, now=0.0, grant=grant)
     for space in member_of:

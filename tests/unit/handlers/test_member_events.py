@@ -119,30 +119,66 @@ async def test_changes_within_a_window_go_out_once_in_order_of_arrival(
     assert (batch.joined, batch.left, batch.listing) == (["b", "d"], ["c", "e"], None)
 
 
-async def test_a_join_and_leave_of_one_agent_in_a_batch_nets_out(
+async def test_a_join_and_a_leave_of_one_agent_in_a_window_both_appear(
     events: MemberEvents, announced: Announced, clock: Clock
 ) -> None:
+    """Contract §21: coalesced, never dropped (the old window netted them out)."""
     await events.changed("room", "a", True)
     await events.changed("room", "b", True)
     await events.changed("room", "c", False)
-    await events.changed("room", "b", False)  # joined then left: nothing
-    await events.changed("room", "c", True)  # left then back: nothing
+    await events.changed("room", "b", False)  # joined then left
+    await events.changed("room", "c", True)  # left then back
     await events.changed("room", "d", True)
     await events.changed("room", "d", True)  # the same change twice counts once
     await clock.tick()
     await announced.count(2)
-    assert announced.batches[1][1].changes == (("d", True),)
+    batch = announced.batches[1][1]
+    assert batch.changes == (
+        ("b", True),
+        ("c", False),
+        ("b", False),
+        ("c", True),
+        ("d", True),
+    )
+    assert (batch.joined, batch.left) == (["b", "c", "d"], ["c", "b"])
 
 
-async def test_a_batch_that_nets_to_nothing_announces_nothing_and_closes(
+async def test_a_third_change_of_one_agent_seals_the_batch(
+    events: MemberEvents, announced: Announced, clock: Clock
+) -> None:
+    """Joined, left, joined: one batch cannot say that, so it is two, in order."""
+    await events.changed("room", "a", True)
+    await events.changed("room", "b", True)
+    await events.changed("room", "x", True)
+    await events.changed("room", "b", False)
+    await events.changed("room", "b", True)
+    await events.changed("room", "y", False)
+    await events.changed("room", "b", False)
+    await events.changed("room", "b", True)
+    assert len(announced.batches) == 1, "still held until the window ends"
+    await clock.tick()
+    await announced.count(4)
+    assert [b.changes for _, b in announced.batches[1:]] == [
+        (("b", True), ("x", True), ("b", False)),
+        (("b", True), ("y", False), ("b", False)),
+        (("b", True),),
+    ]
+    await until(lambda: len(clock.sleeping) == 1)
+    assert events.open_windows == 1, "one window: its batches went out at its end"
+
+
+async def test_a_join_and_leave_in_one_window_is_announced(
     events: MemberEvents, announced: Announced, clock: Clock
 ) -> None:
     await events.changed("room", "a", True)
     await events.changed("room", "b", True)
     await events.changed("room", "b", False)
     await clock.tick()
+    await announced.count(2)
+    assert announced.changes()[1] == ("room", (("b", True), ("b", False)))
+    await clock.tick()  # nothing more held: the window closes
     await until(lambda: events.open_windows == 0)
-    assert len(announced.batches) == 1
+    assert len(announced.batches) == 2
 
 
 async def test_the_window_reopens_after_a_batch_and_closes_when_quiet(
@@ -214,14 +250,78 @@ async def test_a_batch_the_cluster_refuses_is_kept_and_retried_later(
     await clock.tick()
     await until(lambda: len(clock.delays) == 2)
     await events.changed("room", "c", True)  # arrives while the cluster is away
-    await events.changed("room", "b", True)  # nets out with the kept leave
+    await events.changed("room", "b", True)  # b came back: after its kept leave
     await clock.tick()
     await until(lambda: len(clock.delays) == 3)
     await clock.tick()
-    await announced.count(2)
-    assert announced.batches[1][1].changes == (("c", True),)
+    await announced.count(3)
+    assert announced.changes()[1:] == [
+        ("room", (("b", False),)),
+        ("room", (("c", True), ("b", True))),
+    ], "the kept batch first, then what arrived since: nothing merged away"
     await until(lambda: len(clock.delays) == 4)
     assert clock.delays == [0.25, 0.5, 1.0, 0.25], "backing off while refused, then not"
+
+
+# ── a publisher's held changes go out first ─────────────────────────────────
+
+
+async def test_held_changes_of_a_publisher_go_out_before_its_event(
+    events: MemberEvents, announced: Announced, clock: Clock
+) -> None:
+    await events.changed("room", "a", True)
+    await events.changed("room", "b", True)
+    await events.changed("room", "c", True)
+    await events.announce_held("room", "x")  # nothing of x is held: no-op
+    await events.announce_held("elsewhere", "b")  # no window there
+    assert len(announced.batches) == 1
+    await events.announce_held("room", "c")
+    assert announced.changes()[1] == ("room", (("b", True), ("c", True)))
+    await events.announce_held("room", "c")  # sent already: nothing held
+    assert len(announced.batches) == 2
+    await events.changed("room", "d", True)
+    await clock.tick()  # the window's end sends what arrived since
+    await announced.count(3)
+    assert announced.changes()[2] == ("room", (("d", True),))
+
+
+async def test_a_held_change_waits_for_the_announcement_in_flight(
+    announced: Announced, clock: Clock
+) -> None:
+    """One space's announcements from one node go out in order, whoever sends."""
+    release = asyncio.Event()
+    order: list[tuple[tuple[str, bool], ...]] = []
+
+    async def slow(space: str, batch: Batch) -> None:
+        if batch.changes == (("a", True),):
+            await release.wait()
+        order.append(batch.changes)
+
+    events = MemberEvents(0.25, slow, sleep=clock.sleep)
+    first = asyncio.get_running_loop().create_task(events.changed("room", "a", True))
+    await until(lambda: events.open_windows == 1)
+    await events.changed("room", "a", False)
+    await events.changed("room", "b", True)
+    early = asyncio.get_running_loop().create_task(events.announce_held("room", "b"))
+    await asyncio.sleep(0)
+    assert order == [], "the leading announcement is still being sent"
+    release.set()
+    await asyncio.wait_for(asyncio.gather(first, early), 2)
+    assert order == [(("a", True),), (("a", False), ("b", True))]
+    await events.aclose()
+
+
+async def test_a_held_change_the_cluster_refuses_stops_the_event(
+    events: MemberEvents, announced: Announced, clock: Clock
+) -> None:
+    await events.changed("room", "a", True)
+    await events.changed("room", "b", True)
+    announced.failing = 1
+    with pytest.raises(BackplaneUnavailable):
+        await events.announce_held("room", "b")
+    await clock.tick()  # kept for the window's end
+    await announced.count(2)
+    assert announced.changes()[1] == ("room", (("b", True),))
 
 
 async def test_closing_sends_what_is_held_and_leaves_nothing_running(
@@ -400,3 +500,90 @@ async def test_a_node_closing_sends_the_held_departures(
     await coalescing.membership.aclose()
     assert [m["left"] for m in announcements(observer)] == ["x", ["y", "z"]]
     assert coalescing.membership.member_events.open_windows == 0
+
+
+async def test_a_join_and_leave_within_a_window_reach_the_others(
+    coalescing: HandlerRig, clock: Clock
+) -> None:
+    """The issue's repro: alice joins, bob joins within her window and leaves
+    again — alice is told both (the old window cancelled them out: nothing)."""
+    rig = coalescing
+    alice, bob = await rig.connect("alice"), await rig.connect("bob")
+    await rig.join(alice, "room")  # opens the space's window
+    await rig.join(bob, "room")
+    await rig.send(bob, {"type": "space.leave", "id": "l", "space": "room"})
+    assert announcements(alice) == [], "held until the window ends"
+    await settled(rig, clock)
+    assert announcements(alice) == [
+        {
+            "type": "space.members",
+            "space": "room",
+            "members": ["alice"],
+            "member_count": 1,
+            "joined": ["bob"],
+            "left": ["bob"],
+        }
+    ]
+
+
+async def test_a_joiner_publishing_in_its_window_is_announced_first(
+    coalescing: HandlerRig, clock: Clock
+) -> None:
+    """Nobody gets an event from an agent whose join it was not told of."""
+    rig = coalescing
+    alice, bob = await rig.connect("alice"), await rig.connect("bob")
+    await rig.join(alice, "room")
+    await rig.join(bob, "room")  # held: alice's join opened the window
+    assert announcements(alice) == []
+    alice.frames.clear()
+    await rig.publish(bob, "room", {"text": "hi"})
+    await rig.send(bob, {"type": "space.event.delta", "space": "room", "event_id": "s1",
+                         "data": {"text": "x"}})  # fmt: skip
+    got = [(m["type"], m.get("joined"), m.get("from")) for m in alice.messages()]
+    assert got == [
+        ("space.members", "bob", None),
+        ("space.event", None, "bob"),
+        ("space.event.delta", None, "bob"),
+    ]
+    await settled(rig, clock)
+    assert len(announcements(alice)) == 1, "announced once"
+
+
+async def test_a_publisher_with_nothing_held_costs_no_announcement(
+    coalescing: HandlerRig, clock: Clock
+) -> None:
+    alice, bob = await members(coalescing, clock, "room", "alice", "bob")
+    carol = await coalescing.connect("carol")
+    await coalescing.join(carol, "room")  # leading edge: out at once, window open
+    dave = await coalescing.connect("dave")
+    await coalescing.join(dave, "room")  # held
+    await coalescing.publish(bob, "room", {"text": "hi"})  # bob holds nothing
+    assert [m["type"] for m in alice.messages()] == ["space.members", "space.event"]
+    await settled(coalescing, clock)
+    assert [m.get("joined") for m in announcements(alice)] == ["carol", "dave"]
+
+
+async def test_a_join_announced_while_a_joiner_reads_the_members_reaches_it(
+    make_rig: Any,
+) -> None:
+    """Bob joins (on another node) after alice's members read ran in Redis, and
+    his announcement reaches alice's node before her read's answer does. She
+    must hear of him anyway: the read happens once she is in the fan-out, so
+    the announcement waits for her ``space.joined`` (it used to be dropped:
+    she was not in the fan-out yet, and her list did not have him)."""
+    rig: HandlerRig = await make_rig(members_list_limit=100)
+    alice = await rig.connect("alice")
+    presence = rig.presence
+    gate = presence.switches.hold("space_members:answered")
+    joining = asyncio.get_running_loop().create_task(rig.join(alice, "room"))
+    async with asyncio.timeout(2):
+        await presence.switches.reached("space_members:answered")
+    # Bob's node: his membership, then its announcement.
+    await presence.join_space("room", "bob", 100)
+    async with asyncio.timeout(2):  # bob's node read its own listing
+        await rig.membership.member_events.changed("room", "bob", True, (["alice", "bob"], 2))
+    gate.set()
+    async with asyncio.timeout(2):
+        joined = await joining
+    told = [m.get("joined") for m in announcements(alice)]
+    assert "bob" in joined["members"] or "bob" in told, (joined, told)

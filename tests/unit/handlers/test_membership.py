@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hub.core.authz import Grant
 from hub.core.peer import PeerKind
 from tests.support.handlers import HandlerRig, until
 from tests.support.peers import FakePeer
@@ -334,6 +335,24 @@ async def test_space_list_counts_members_and_shows_declared_and_system_spaces(
     ]
 
 
+async def test_space_list_shows_only_the_spaces_the_caller_may_join(make_rig: Any) -> None:
+    vault = {"id": "vault", "allow_join": ["keeper"]}
+    rig = await make_rig(spaces=[vault, {"id": "plaza"}])
+    await joined_all(rig, "room", "alice")
+
+    async def listed(peer: Any) -> list[str]:
+        peer.frames.clear()
+        await rig.send(peer, {"type": "space.list", "id": "s"})
+        return [s["id"] for s in peer.one("space.list")["spaces"]]
+
+    everything = ["agent.status", "plaza", "room", "vault"]
+    assert await listed(await rig.connect("keeper")) == everything
+    # Kept out of vault by its rules: vault is not listed (as if it did not exist).
+    assert await listed(await rig.connect("outsider")) == ["agent.status", "plaza", "room"]
+    # Join claims limit what is listed too.
+    assert await listed(await rig.connect("ops", grant=Grant(join=("plaza",)))) == ["plaza"]
+
+
 async def test_members_are_paged_in_join_order(rig: HandlerRig) -> None:
     names = [f"a{i}" for i in range(5)]
     await joined_all(rig, "room", *names)
@@ -383,3 +402,36 @@ async def test_agent_list_filters_by_capability_and_space(rig: HandlerRig) -> No
     assert await listed(capability="chat", space="room") == []
     await rig.send(alice, {"type": "agent.list", "id": "a", "cursor": "not an id!"})
     assert alice.errors() == [("INVALID_REQUEST", "a")]
+
+
+# ── discovery: agent.list without a space (contract §18) ──────────────────────
+
+
+async def listed(rig: HandlerRig, peer: FakePeer) -> set[str]:
+    peer.frames.clear()
+    await rig.send(peer, {"type": "agent.list", "id": "l"})
+    return {a["id"] for a in peer.one("agent.list")["agents"]}
+
+
+async def test_agent_list_hides_agents_in_spaces_the_caller_may_not_join(make_rig: Any) -> None:
+    vault = {"id": "vault", "allow_join": ["keeper", "both", "ops-*"]}
+    rig = await make_rig(spaces=[vault, {"id": "plaza"}, {"id": "lab"}])
+    for agent, spaces in (("keeper", ["vault"]), ("both", ["vault", "plaza"]),
+                          ("idle", []), ("labrat", ["lab"])):  # fmt: skip
+        peer = await rig.connect(agent)
+        for space in spaces:
+            await rig.join(peer, space)
+    everyone = {"keeper", "both", "idle", "labrat"}
+    # An outsider kept out of vault by its rules: not keeper, nor both (in vault too).
+    outsider = await rig.connect("outsider")
+    assert await listed(rig, outsider) == everyone - {"keeper", "both"} | {"outsider"}
+    # One whose claims limit it to plaza: only those it shares a space with.
+    limited = await rig.connect("ops-1", grant=Grant(join=("plaza",)))
+    assert await listed(rig, limited) == {"both"}
+    # One the rules let in and no claims limit: everyone.
+    member = await rig.connect("ops-2")
+    assert await listed(rig, member) == everyone | {"outsider", "ops-1", "ops-2"}
+    # With a space it may join, every member of it.
+    limited.frames.clear()
+    await rig.send(limited, {"type": "agent.list", "id": "s", "space": "plaza"})
+    assert {a["id"] for a in limited.one("agent.list")["agents"]} == {"both"}

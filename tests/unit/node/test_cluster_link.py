@@ -43,6 +43,13 @@ class FakeMembership:
     async def agent_status(self, event: str, record: AgentRecord) -> None:
         self.said.append((event, record.agent_id))
 
+    # (the link's StreamReceivers, which producers' nodes hear through)
+    async def departed(self, space: str, agents: list[str]) -> None:
+        self.said.append(("departed", space, agents))
+
+    def census_result(self, msg: dict[str, Any]) -> None:
+        self.said.append(("census_result", msg))
+
 
 class Clock:
     def __init__(self) -> None:
@@ -55,7 +62,7 @@ class Clock:
 def link(settings: Settings, clock: Clock) -> tuple[ClusterLink, FakeLiveness, FakeMembership]:
     presence, membership = FakeLiveness(), FakeMembership()
     cluster = ClusterLink(
-        settings, "n1", Registry(), presence, None, membership,  # type: ignore[arg-type]
+        settings, "n1", Registry(), presence, None, membership, membership,  # type: ignore[arg-type]
         probe_local=None, evict_local=None, clock=clock,  # type: ignore[arg-type]
     )  # fmt: skip
     return cluster, presence, membership
@@ -103,6 +110,9 @@ async def test_a_steady_node_reaps_on_every_beat_and_announces_departures():
         ("left", "general", "doomed"),
         ("left", "ops", "doomed"),
         ("offline", "doomed"),
+        # The producers of streams in those spaces count the reaped agent gone.
+        ("departed", "general", ["doomed"]),
+        ("departed", "ops", ["doomed"]),
     ]
 
 

@@ -19,7 +19,10 @@ def wired(counting: bool = False) -> tuple[NodeDelivery, Registry[FakePeer], Cou
     gaps = GapFiller(MemoryBackplane(), registry, fan_out, spawn=lambda coro: coro.close())
     seen: list[Any] = []
     kind = CountingDelivery if counting else NodeDelivery
-    delivery = kind(registry, fan_out, gaps, on_ready=seen.append, on_node_message=seen.append)
+    delivery = kind(
+        registry, fan_out, gaps,
+        on_ready=seen.append, on_node_message=seen.append, on_signal=seen.append,
+    )  # fmt: skip
     return delivery, registry, counters, seen
 
 
@@ -81,3 +84,17 @@ def test_readiness_and_node_messages_go_to_the_node() -> None:
     delivery.backplane_ready(False)
     delivery.node_message(b"probe")
     assert seen == [False, b"probe"]
+
+
+def test_stream_signals_go_to_their_handler_never_to_members() -> None:
+    """A signal about a stream's receivers (hub/handlers/stream_stops.py) is
+    for the node, even one with no member of the space left (it must still
+    answer a census)."""
+    delivery, registry, counters, seen = wired()
+    alice = member(registry, "alice", "room")
+    signal = Delivery("room", b'{"op":"census"}', op=StreamOp.SIGNAL)
+    elsewhere = Delivery("elsewhere", b'{"op":"census"}', op=StreamOp.SIGNAL)
+    delivery.deliver(signal)
+    delivery.deliver(elsewhere)
+    assert seen == [signal, elsewhere]
+    assert alice.frames == [] and counters.deliveries == 0

@@ -74,7 +74,7 @@ def run(args: argparse.Namespace, body: Body, *, reconnect: bool = False) -> int
         try:
             return await body(client, args, out)
         finally:
-            await client.aclose()
+            await client.close()
 
     try:
         return asyncio.run(main())
