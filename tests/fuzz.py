@@ -10,6 +10,12 @@ a fresh client afterwards, or logged a traceback. The short version runs in
 Each frame is followed by a heartbeat with an id: the hub handles a
 connection's frames in order, so the heartbeat's reply marks the end of the
 answers to the frame before it.
+
+A third of the frames (``--split``) are written in pieces, cut right after
+their header, their extended length or their mask or anywhere, each piece
+read by the hub before the next is written (the hub's socket has nothing
+unread: :class:`tests.support.wsframes.Unread`): a read that ends inside a
+frame must change nothing.
 """
 
 from __future__ import annotations
@@ -27,10 +33,12 @@ from typing import Any
 import orjson
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
+from websockets.protocol import State
 
 from tests.support import fuzzing
 from tests.support.badinput import REFUSALS, SPACE, Case, cases
 from tests.support.fuzzing import log_problems, print_summary, run_drivers
+from tests.support.wsframes import Unread, frame_cuts
 
 TIMEOUT = 20.0
 
@@ -38,6 +46,8 @@ TIMEOUT = 20.0
 @dataclass
 class Report(fuzzing.Report):
     frames: int = 0
+    #: Frames written in pieces, each a read of the hub's.
+    split: int = 0
     errors: Counter[str] = field(default_factory=Counter)
     closes: Counter[int] = field(default_factory=Counter)
 
@@ -58,8 +68,19 @@ async def _open(url: str, agent_id: str) -> ClientConnection:
     return ws
 
 
-async def _send(ws: ClientConnection, case: Case, agent_id: str) -> None:
-    if case.invalid_utf8:
+async def _send(
+    ws: ClientConnection, case: Case, agent_id: str, split: Split | None = None
+) -> None:
+    if split is not None:
+        # The frame as websockets would write it, written in pieces.
+        if isinstance(case.frame, bytes) and not case.invalid_utf8:
+            ws.protocol.send_binary(case.frame)
+        elif isinstance(case.frame, bytes):
+            ws.protocol.send_text(case.frame)
+        else:
+            ws.protocol.send_text(case.frame.replace("{agent}", agent_id).encode())
+        await split.write(ws, b"".join(ws.protocol.data_to_send()))
+    elif case.invalid_utf8:
         assert isinstance(case.frame, bytes)
         ws.protocol.send_text(case.frame)
         ws.send_data()
@@ -67,6 +88,31 @@ async def _send(ws: ClientConnection, case: Case, agent_id: str) -> None:
         await ws.send(case.frame)
     else:
         await ws.send(case.frame.replace("{agent}", agent_id))
+
+
+@dataclass
+class Split:
+    """Writes a frame in pieces, each read by the hub before the next."""
+
+    unread: Unread
+    rng: random.Random
+    share: float
+
+    def wanted(self) -> bool:
+        return self.rng.random() < self.share
+
+    async def write(self, ws: ClientConnection, frame: bytes) -> None:
+        cuts = frame_cuts(frame)
+        chosen = {self.rng.choice(cuts)} if cuts else set()
+        if len(frame) > 2 and self.rng.random() < 0.5:
+            chosen.add(self.rng.randrange(1, len(frame)))
+        bounds = [0, *sorted(chosen), len(frame)]
+        port = ws.transport.get_extra_info("sockname")[1]
+        for a, b in itertools.pairwise(bounds):
+            if ws.protocol.state is not State.OPEN or ws.transport.is_closing():
+                return  # the hub refused the frame from its first bytes (a close case)
+            ws.transport.write(frame[a:b])
+            await self.unread.settled(port)
 
 
 async def _answers(ws: ClientConnection, sync_id: str) -> list[dict[str, Any]]:
@@ -92,8 +138,11 @@ async def _until_closed(ws: ClientConnection) -> list[dict[str, Any]]:
     return frames
 
 
-async def drive(url: str, name: str, rng: random.Random, n: int, max_frame: int) -> Report:
+async def drive(
+    url: str, name: str, rng: random.Random, n: int, max_frame: int, split_share: float
+) -> Report:
     report = Report()
+    split = Split(Unread(int(url.rsplit(":", 1)[1].split("/")[0])), rng, split_share)
     generations = itertools.count()
     agent_id = f"{name}-{next(generations)}"
     ws = await _open(url, agent_id)
@@ -101,7 +150,11 @@ async def drive(url: str, name: str, rng: random.Random, n: int, max_frame: int)
     for case in itertools.islice(cases(rng, max_frame), n):
         report.frames += 1
         report.by_kind[case.kind] += 1
-        await _send(ws, case, agent_id)
+        if split.wanted():
+            report.split += 1
+            await _send(ws, case, agent_id, split)
+        else:
+            await _send(ws, case, agent_id)
         if case.expect == "close":
             frames = await _until_closed(ws)
             rcvd = ws.protocol.close_rcvd
@@ -160,10 +213,12 @@ async def check_still_serving(url: str) -> str | None:
     return None
 
 
-async def run(url: str, *, seed: int, frames: int, connections: int, max_frame: int) -> Report:
+async def run(
+    url: str, *, seed: int, frames: int, connections: int, max_frame: int, split: float = 1 / 3
+) -> Report:
     per = max(1, frames // connections)
     total = await run_drivers(
-        lambda i, rng: drive(url, f"fuzz{i}", rng, per, max_frame),
+        lambda i, rng: drive(url, f"fuzz{i}", rng, per, max_frame, split),
         Report(),
         seed=seed,
         connections=connections,
@@ -180,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--max-frame", type=int, default=65536)
+    parser.add_argument(
+        "--split", type=float, default=1 / 3, help="share of frames written in pieces"
+    )
     args = parser.parse_args(argv)
 
     from tests.support.servers import HubProcess
@@ -201,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
                 frames=args.frames,
                 connections=args.connections,
                 max_frame=args.max_frame,
+                split=args.split,
             )
         )
     finally:
@@ -209,7 +268,11 @@ def main(argv: list[str] | None = None) -> int:
     return print_summary(
         report, seed=args.seed, sent="frames", count=report.frames,
         connections=args.connections, elapsed=time.monotonic() - started,
-        counts={"errors": dict(report.errors.most_common()), "closes": dict(report.closes)},
+        counts={
+            "errors": dict(report.errors.most_common()),
+            "closes": dict(report.closes),
+            "written in pieces": {"frames": report.split},
+        },
     )  # fmt: skip
 
 

@@ -15,7 +15,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import structlog
-from websockets.exceptions import ConnectionClosed
 
 from hub.core.actions import Action
 from hub.core.counters import Counters
@@ -76,8 +75,6 @@ class Dispatcher:
             self._send_error(
                 peer, ErrorCode.UNAVAILABLE, f"{exc}: request not carried out", _rid(action)
             )
-        except ConnectionClosed:
-            raise
         except Exception:
             self._log.exception(
                 "action failed", action=type(action).__name__, agent_id=peer.agent_id

@@ -26,11 +26,10 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from websockets.asyncio.messages import MAX_FRAGMENTS
 from websockets.exceptions import ConcurrencyError, TooManyFragments
 from websockets.frames import CONT, TEXT, Frame, apply_mask
 
-__all__ = ["Inbox", "read_frames"]
+__all__ = ["Inbox", "ParserPosition", "read_frames"]
 
 _TEXT_FIN = 0x81
 _BINARY_FIN = 0x82
@@ -69,12 +68,84 @@ def read_frames(data: bytes, limit: int | None, put: Callable[[bool, bytes], Non
     return at
 
 
+class ParserPosition:
+    """Where websockets' frame parser is in a connection's byte stream.
+
+    The hub may read a frame itself only where websockets' parser is between
+    two frames. That is not "its buffer is empty": its parser takes a frame's
+    header, then its extended length, then its mask as each arrives, and waits
+    for the rest with an empty buffer. So the hub follows every byte it hands
+    to websockets' parser, frame by frame, from the first — the bytes right
+    after a request that ended exactly where the first read did — and knows
+    how many more the frame under way needs: :attr:`between_frames` is true
+    only when none. No inference from websockets' state: RFC 6455's framing
+    alone says where a frame ends. (Past a frame websockets refuses, nothing
+    here matters: the connection is no longer open, the hub reads nothing.)
+    """
+
+    __slots__ = ("_head", "_owed")
+
+    def __init__(self) -> None:
+        # The start of a header whose end has not arrived (at most 13 bytes).
+        self._head = b""
+        # Payload bytes of the frame under way that have not arrived.
+        self._owed = 0
+
+    @property
+    def between_frames(self) -> bool:
+        return not self._owed and not self._head
+
+    def passed(self, data: bytes) -> None:
+        """``data`` went to websockets' parser: move on by as much."""
+        end = len(data)
+        at = 0
+        while at < end:
+            owed = self._owed
+            if owed:
+                if end - at <= owed:
+                    self._owed = owed - (end - at)
+                    return
+                at += owed
+                self._owed = 0
+            head = self._head
+            known = len(head)
+            # A header is at most 14 bytes: 2, an 8-byte length, a 4-byte mask.
+            chunk = head + data[at : at + 14 - known] if known else data[at : at + 14]
+            size = _header_size(chunk)
+            if size == 0 or len(chunk) < size:
+                self._head = chunk  # the rest of data, all of it header
+                return
+            self._head = b""
+            self._owed = _payload_length(chunk)
+            at += size - known
+
+
+def _header_size(head: bytes) -> int:
+    """A frame header's size from its first bytes (0: fewer than two)."""
+    if len(head) < 2:
+        return 0
+    second = head[1]
+    length = second & 0x7F
+    extended = 2 if length == 126 else 8 if length == 127 else 0
+    return 2 + extended + (4 if second & 0x80 else 0)
+
+
+def _payload_length(head: bytes) -> int:
+    length = head[1] & 0x7F
+    if length == 126:
+        return int.from_bytes(head[2:4], "big")
+    if length == 127:
+        return int.from_bytes(head[2:10], "big")
+    return length
+
+
 class Inbox:
     """A connection's received messages (websockets' ``Assembler``'s place)."""
 
     __slots__ = (
         "_fragments",
         "_head",
+        "_max_fragments",
         "_messages",
         "_pause",
         "_resume",
@@ -92,10 +163,13 @@ class Inbox:
         low: int | None,
         pause: Callable[[], Any],
         resume: Callable[[], Any],
+        max_fragments: int,
     ) -> None:
         if high is not None and low is None:
             low = high // 4
         self.high, self.low = high, low
+        #: websockets' own bound on the fragments of one message.
+        self._max_fragments = max_fragments
         self._pause = pause
         self._resume = resume
         self.paused = False
@@ -119,7 +193,7 @@ class Inbox:
         self._queue((text, payload))
 
     def _queue(self, entry: tuple[bool, bytes] | None) -> None:
-        # None: a message of more than MAX_FRAGMENTS fragments, for get() to refuse.
+        # None: a message of too many fragments, for get() to refuse.
         if self.closed:
             raise EOFError("stream of frames ended")
         self._messages.append(entry)
@@ -139,7 +213,7 @@ class Inbox:
         if frame.opcode is CONT:
             if fragments is None:
                 return  # the rest of a message already refused (too many fragments)
-            if len(fragments) >= MAX_FRAGMENTS:
+            if len(fragments) >= self._max_fragments:
                 self._fragments = None
                 self._queue(None)
                 return
@@ -187,7 +261,7 @@ class Inbox:
             self.paused = False
             self._resume()
         if entry is None:
-            raise TooManyFragments(MAX_FRAGMENTS)
+            raise TooManyFragments(self._max_fragments)
         text, payload = entry
         if decode is None:
             decode = text

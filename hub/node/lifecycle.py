@@ -16,8 +16,6 @@ import contextlib
 import time
 from typing import Any
 
-from websockets.exceptions import ConnectionClosed
-
 from hub.auth import Authenticator
 from hub.cluster.presence import AgentRecord, Presence
 from hub.config.settings import Settings
@@ -93,13 +91,9 @@ class ConnectionLifecycle:
             with contextlib.suppress(BackplaneUnavailable):
                 await self.membership.agent_status("online", record)
             receive = self.dispatcher.receive
-            recv = conn.recv
-            # What ``async for frame in conn`` does, without its async generator:
-            # recv() raises ConnectionClosed once the connection is closed.
-            with contextlib.suppress(ConnectionClosed):
-                while True:
-                    frame = await recv()
-                    await receive(conn, frame, loop.time())
+            frames = conn.receive  # None once the connection is closed
+            while (frame := await frames()) is not None:
+                await receive(conn, frame, loop.time())
         finally:
             await self.membership.detach(conn, record)
             conn.cleaned_up.set()
@@ -196,6 +190,6 @@ def _remote(conn: HubConnection) -> dict[str, str | None]:
 
 def _close_code(conn: HubConnection) -> int | None:
     try:
-        return conn.protocol.close_code
+        return conn.close_code
     except Exception:
         return None

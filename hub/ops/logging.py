@@ -15,6 +15,7 @@ the bound loggers.
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from typing import Any
 
@@ -50,14 +51,43 @@ def _below_level(logger: Any, method_name: str, event_dict: Any) -> Any:
     return event_dict
 
 
+class _RedactCredentials(logging.Filter):
+    """websockets at debug logs each handshake's request and answer and every
+    frame: a token in the query, an ``Authorization`` header, a ``bearer.*``
+    subprotocol or a frame's ``"token"`` must not reach the log."""
+
+    _SECRETS = re.compile(
+        r"(?i)(token=|authorization:\s*\S+\s|bearer\.|\"token\"\s*:\s*\")[^&\s,'\"]+"
+    )
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        redacted = self._SECRETS.sub(r"\1[redacted]", message)
+        if redacted != message:
+            record.msg, record.args = redacted, None
+        return True
+
+
+_REDACT = _RedactCredentials()
+
+
 def set_log_level(level: str) -> None:
     """Change the level of every logger of the process, already bound ones included."""
     global _threshold
     numeric = _LEVELS.get(level, logging.INFO)
     _threshold = numeric
     logging.getLogger().setLevel(numeric)
-    # websockets logs handshake failures at INFO/ERROR; keep only warnings.
-    logging.getLogger("websockets").setLevel(max(numeric, logging.WARNING))
+    # websockets logs every connection opened and closed at INFO: above
+    # debug, only its warnings. At debug, all of it — every frame of every
+    # connection opened from then on (websockets' parser then reads them
+    # all: hub.net.ws_internals).
+    websockets_level = numeric if numeric == logging.DEBUG else max(numeric, logging.WARNING)
+    for name in ("websockets.server", "websockets.client", "websockets"):
+        # Filters act on a logger's own records: each websockets logger.
+        logger = logging.getLogger(name)
+        if _REDACT not in logger.filters:
+            logger.addFilter(_REDACT)
+    logging.getLogger("websockets").setLevel(websockets_level)
     logging.getLogger("redis").setLevel(max(numeric, logging.WARNING))
 
 

@@ -30,7 +30,7 @@ from websockets.datastructures import Headers, MultipleValuesError
 from websockets.http11 import Request, Response
 
 from hub import __version__
-from hub.net.connection import HubConnection
+from hub.net.connection import ConnectionContext, HubConnection
 from hub.net.handshake import (
     ConnectionsPerIp,
     HandshakeDeadlines,
@@ -44,6 +44,7 @@ from hub.net.listener import listen
 from hub.net.outbox import Flusher
 from hub.net.proxies import ClientAddress, TrustedProxies
 from hub.net.tls import ServerTls
+from hub.net.ws_internals import handler_tasks
 from hub.node.node import Node
 from hub.ops.metrics import CONTENT_TYPE_LATEST, MetricsRegistry, render
 from protocol import codec
@@ -74,21 +75,19 @@ class HubServer:
         self.deadlines = HandshakeDeadlines(s.handshake_timeout)
         #: Writes every connection's pending frames once per loop iteration.
         self.flusher = Flusher()
-        #: The WebSocket connections of this server, with its node-wide parts.
-        self.connection_class: type[HubConnection] = type(
-            "NodeConnection",
-            (HubConnection,),
-            {
-                "flusher": self.flusher,
-                "counters": node.counters,
-                "handshakes": self.handshakes,
-                "deadlines": self.deadlines,
-                "per_ip": self.per_ip,
-                "outbox_limit": s.outbox_max_bytes,
-                "compress_frames": s.compression != "none",
-                "close_timeout": s.close_timeout,
-                "logger": _WEBSOCKETS_LOG,
-            },
+        #: What every WebSocket connection of this server is handed when built.
+        self.connection_context = ConnectionContext(
+            flusher=self.flusher,
+            counters=node.counters,
+            handshakes=self.handshakes,
+            deadlines=self.deadlines,
+            per_ip=self.per_ip,
+            handler=node.lifecycle.handle,
+            process_request=self._process_request,
+            server_header=SERVER_HEADER,
+            outbox_limit=s.outbox_max_bytes,
+            compress_frames=s.compression != "none",
+            close_timeout=s.close_timeout,
         )
 
     @property
@@ -120,18 +119,14 @@ class HubServer:
         ctx = self.tls.context if self.tls is not None else None
         await self.node.start()
         self._server = await listen(
-            self.connection_class,
-            self.node.lifecycle.handle,
+            self.connection_context,
             s.host,
             s.port,
-            process_request=self._process_request,
-            server_header=SERVER_HEADER,
             logger=_WEBSOCKETS_LOG,
             max_size=s.max_frame_bytes,
             compression=s.compression == "deflate",
             # Room for a reconnect storm (asyncio's default is 100).
             backlog=s.listen_backlog,
-            close_timeout=s.close_timeout,
             # The TLS handshake has handshake_timeout too; the WebSocket
             # handshake's is kept by HubConnection (HandshakeDeadlines): one
             # timer for all handshakes, not one per connection.
@@ -187,7 +182,7 @@ class HubServer:
                 node.log.warning("shutdown timeout: aborting connections")
                 for conn in list(server.connections):
                     conn.transport.abort()
-                for task in list(server.handler_tasks):
+                for task in list(handler_tasks(server)):
                     task.cancel()
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(2):

@@ -145,8 +145,16 @@ def descendants(pid: int) -> list[int]:
 class ServerProcess:
     """A server started by the benchmark, in its own process group."""
 
-    def __init__(self, name: str, argv: list[str], cores: list[int] | None, pinning: Pinning):
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        cores: list[int] | None,
+        pinning: Pinning,
+        env: dict[str, str] | None = None,
+    ):
         self.name = name
+        self._env = env or {}
         self.argv, self._affinity = pinning.wrap(argv, cores or pinning.all_cores)
         self.cores = cores
         self.workdir: str | None = None  # removed on stop (redis-server's --dir)
@@ -163,6 +171,7 @@ class ServerProcess:
                 os.sched_setaffinity(0, set(affinity))
 
         env = {k: v for k, v in os.environ.items() if not k.startswith("AGORA_HUB_")}
+        env.update(self._env)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 self.argv,
@@ -369,9 +378,13 @@ def start_hub(
     extra: list[str] | None = None,
     name: str = "hub",
     ready_streak: int = 1,
+    source: Path | None = None,
 ) -> tuple[ServerProcess, int]:
+    """A hub process; ``source``: run the hub code of that source tree (an
+    export of another commit) instead of this checkout's, for A/B runs."""
     port = free_port()
-    proc = ServerProcess(name, hub_argv(port, compression, extra), cores, pinning).start()
+    env = {"PYTHONPATH": str(source)} if source is not None else None
+    proc = ServerProcess(name, hub_argv(port, compression, extra), cores, pinning, env).start()
     try:
         wait_ready(port, proc, streak=ready_streak)
     except BaseException:

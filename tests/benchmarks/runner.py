@@ -75,7 +75,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="also profile a hub with py-spy during extra fan-out, latency and cluster runs"
         " (and a reconnect storm when storm is run)",
     )
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="LABEL=DIR",
+        help="also run the hub of the source tree DIR (e.g. `git archive COMMIT | tar -x -C DIR`)"
+        " beside this checkout's in every hub run of storm, scalejoin, capacity…, alternating;"
+        " its records are server `hub:LABEL` in the JSON and printed after the table",
+    )
     args = p.parse_args(argv)
+    args.variants = []
+    for spec in args.variant:
+        label, _, path = spec.partition("=")
+        if not label or not path or not (Path(path) / "hub" / "__init__.py").exists():
+            p.error(f"--variant {spec!r}: LABEL=DIR with DIR a source tree holding hub/")
+        args.variants.append((label, Path(path).resolve()))
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = [s for s in only if s not in ALL]
     if unknown:
@@ -153,6 +168,34 @@ async def amain(bench: Bench) -> None:
             await profiling.run_profile(bench, out, scenario)
 
 
+#: The figure compared between hub variants, per scenario.
+_VARIANT_KEYS = {
+    "storm": "reconnects_per_cpu_s",
+    "scalejoin-2000": "server_cpu_s",
+    "scalejoin-10000": "server_cpu_s",
+    "capacity": "rss_per_conn_kib",
+}
+
+
+def variant_lines(records: list[dict[str, Any]]) -> list[str]:
+    """This checkout's hub beside each ``--variant`` hub, by scenario: the
+    figure of each (median of alternating runs where there were several)
+    and its server CPU-s per run."""
+    out: list[str] = []
+    scenarios = sorted({r["scenario"] for r in records if r["server"].startswith("hub:")})
+    for scenario in scenarios:
+        key = _VARIANT_KEYS.get(scenario)
+        mine = [r for r in records if r["scenario"] == scenario and r["server"].startswith("hub")]
+        base = [r for r in records if r["scenario"] == scenario and r["server"] == "baseline"]
+        out.append(f"\n{scenario}: hub variants (figure: {key or 'server_cpu_s'})")
+        for r in base + mine:
+            figures = r.get("figures", {})
+            value = figures.get(key) if key else None
+            runs = r.get("runs", [figures.get("server_cpu_s")])
+            out.append(f"  {r['server']:<20} {value!s:>12}  server CPU-s per run: {runs}")
+    return out
+
+
 def write_json(bench: Bench, rows: list[report.Row], path: Path, interrupted: bool) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     doc = {
@@ -219,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     print(report.render(rows))
     for note in report.notes(bench.records, QUIET_PCT):
         print(note)
+    for line in variant_lines(bench.records):
+        print(line)
     for scenario, prof in bench.profiles.items():
         if "self_pct" not in prof:
             continue

@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tests.benchmarks import a2a as a2a_bench
@@ -104,6 +105,9 @@ class Bench:
         self.records: list[dict[str, Any]] = []
         self.profiles: dict[str, dict[str, Any]] = {}
         self._prefix = 0
+        #: Hubs from other source trees measured beside this one (A/B runs):
+        #: (label, path); their records' server is ``hub:label``.
+        self.variants: list[tuple[str, Path]] = list(getattr(args, "variants", None) or [])
 
     def terminate(self, task: asyncio.Task[Any]) -> None:
         log("SIGTERM: stopping")
@@ -193,11 +197,19 @@ class Bench:
         return out
 
     def _hub(
-        self, compression: str, extra: list[str] | None = None, cores: list[int] | None = None
+        self,
+        compression: str,
+        extra: list[str] | None = None,
+        cores: list[int] | None = None,
+        source: Path | None = None,
     ) -> Callable[[], tuple[Target, list[ServerProcess]]]:
         def start() -> tuple[Target, list[ServerProcess]]:
             proc, port = procs.start_hub(
-                self.pinning, compression, cores=cores or self.pinning.server_cores, extra=extra
+                self.pinning,
+                compression,
+                cores=cores or self.pinning.server_cores,
+                extra=extra,
+                source=source,
             )
             return Target("hub", [port], [proc], compression == "deflate"), [proc]
 
@@ -225,6 +237,9 @@ class Bench:
             scenario, "baseline", compression, self._baseline(compression), body, params
         )
         await self.measure(scenario, "hub", compression, self._hub(compression), body, params)
+        for label, source in self.variants:
+            start = self._hub(compression, source=source)
+            await self.measure(scenario, f"hub:{label}", compression, start, body, params)
 
     async def alternating(
         self,
@@ -248,7 +263,7 @@ class Bench:
             await self.both(scenario, compression, body, {**params, "runs": runs})
         mine = self.records[first:]
         del self.records[first:]
-        for server in ("baseline", "hub"):
+        for server in ("baseline", "hub", *(f"hub:{label}" for label, _ in self.variants)):
             theirs = [r for r in mine if r["server"] == server]
             measured = [r for r in theirs if key in r.get("figures", {})]
             if not measured:

@@ -49,3 +49,24 @@ async def test_messages_cut_fragmented_and_batched_arrive_whole_and_in_order(hub
     reply = await c.request({"type": "space.publish", "space": "general", "data": {"n": 6}})
     assert reply["data"]["n"] == 6
     await c.close()
+
+
+async def test_log_level_debug_shows_websockets_frame_lines(hub_process):
+    """``--log-level debug`` takes websockets' logger to DEBUG: its line for
+    every frame of a connection (websockets' parser then reads every frame);
+    at ``info`` none of them."""
+    for level, shown in (("debug", True), ("info", False)):
+        proc = hub_process(log_level=level)
+        c = await WsClient.connect(proc.url, f"logged-{level}")
+        await c.join("general")
+        await c.request({"type": "space.publish", "space": "general", "data": {"n": 1}})
+        await c.close()
+        frames = [
+            line
+            for line in proc.log_lines()
+            if str(line.get("logger", "")).startswith("websockets")
+            and str(line.get("event", "")).startswith("< TEXT")
+        ]
+        assert bool(frames) is shown, (level, frames[:3])
+        if shown:
+            assert any("space.publish" in line["event"] for line in frames)

@@ -12,7 +12,6 @@ from typing import Any
 import orjson
 import pytest
 from structlog.testing import capture_logs
-from websockets.exceptions import ConnectionClosedOK
 
 from hub.core.actions import Join, ListSpaces, Publish, Reject, Send
 from hub.core.counters import Counters
@@ -143,14 +142,6 @@ async def test_an_action_without_a_request_id_answers_with_none() -> None:
     p = peer()
     await d.run(p, Send(b"{}"))
     assert p.one("error").get("request_id") is None
-
-
-async def test_a_closed_connection_ends_the_loop() -> None:
-    d, counters, _ = dispatcher(Join=raising(ConnectionClosedOK(None, None)))
-    p = peer()
-    with pytest.raises(ConnectionClosedOK):
-        await d.run(p, Join("lab", "j1"))
-    assert p.frames == [] and not counters.errors
 
 
 async def test_a_failing_action_does_not_stop_the_next_frame() -> None:

@@ -12,6 +12,7 @@ import asyncio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from websockets.asyncio.messages import MAX_FRAGMENTS
 from websockets.exceptions import ConcurrencyError, TooManyFragments
 from websockets.frames import BINARY, CONT, PING, TEXT, Frame
 from websockets.protocol import OPEN, Protocol
@@ -140,7 +141,11 @@ class Flow:
 
     def inbox(self, high: int | None = 16, low: int | None = None) -> Inbox:
         return Inbox(
-            high, low, lambda: self.calls.append("pause"), lambda: self.calls.append("resume")
+            high,
+            low,
+            lambda: self.calls.append("pause"),
+            lambda: self.calls.append("resume"),
+            MAX_FRAGMENTS,
         )
 
 
@@ -193,12 +198,10 @@ async def test_invalid_utf8_is_raised_when_taken_after_the_messages_before_it():
 
 
 async def test_too_many_fragments_is_raised_in_place_of_that_message():
-    from hub.net import inbox as module
-
     inbox = Flow().inbox()
     inbox.put_message(True, b"before")
     inbox.put(Frame(TEXT, b"x", fin=False))
-    for _ in range(module.MAX_FRAGMENTS + 5):
+    for _ in range(MAX_FRAGMENTS + 5):
         inbox.put(Frame(CONT, b"x", fin=False))
     inbox.put(Frame(CONT, b"x"))
     inbox.put_message(True, b"after")

@@ -1,0 +1,452 @@
+"""Everything the hub knows of websockets' private API (websockets 17), and nothing else.
+
+The hub builds and drives websockets' connections itself where that was
+measured to pay (docs/performance.md, "What each remaining piece buys"); each
+such piece relies on how websockets 17 works inside, not on its documented
+API. This module is the only one of the hub that does, and
+tests/unit/net/test_ws_internals.py checks each reliance by behaviour, so a
+websockets release that changes one fails there:
+
+- :class:`HubProtocol` — websockets' ``ServerProtocol`` with its
+  per-connection constants on the class, its UUID drawn when first read, its
+  request parser started when first fed, and the ``bearer.*`` subprotocol
+  chosen from an attribute.
+- :class:`WebSocketsConnection` — websockets' ``ServerConnection`` as the
+  hub builds it (no ``Connection.__init__``: the per-connection part only),
+  runs it (its own task, not ``serve()``'s ``protocol_handler``; its own
+  opening handshake, the 101 written with the first frames) and reads it:
+  whole plain frames are read by the hub (:mod:`hub.net.inbox`) only where
+  websockets' frame parser is between frames
+  (:class:`~hub.net.inbox.ParserPosition`, which follows every byte handed
+  to websockets from the first after the request). The hub's own write path is
+  ordered with websockets' writes through :meth:`~WebSocketsConnection.send_data`.
+- :func:`make_server` — websockets' ``Server`` around the hub's connection
+  factory; :func:`handler_tasks` — its connections' tasks.
+
+The hub's own parts of a connection (its outbox, limits, closes) are
+:class:`hub.net.connection.HubConnection`, which uses only the hooks below
+and websockets' documented API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import uuid
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, cast
+
+from websockets.asyncio.messages import MAX_FRAGMENTS
+from websockets.asyncio.server import Server, ServerConnection
+from websockets.datastructures import Headers
+from websockets.exceptions import ConnectionClosed
+from websockets.extensions import ServerExtensionFactory
+from websockets.http11 import Request, Response
+from websockets.protocol import CONNECTING, SERVER, State
+from websockets.server import ServerProtocol
+from websockets.streams import StreamReader
+from websockets.typing import LoggerLike, Subprotocol
+
+from hub.net.inbox import Inbox, ParserPosition, read_frames
+
+__all__ = [
+    "ConnectionClosed",
+    "HubProtocol",
+    "WebSocketsConnection",
+    "handler_tasks",
+    "make_server",
+]
+
+OPEN = State.OPEN
+#: websockets takes a request that is not None as "the handshake is over": a
+#: shared empty one stands in once the hub let go of the real one.
+_HANDSHAKE_OVER = Request("", Headers())
+
+
+class HubProtocol(ServerProtocol):
+    """websockets' ``ServerProtocol`` for one hub connection.
+
+    ``ServerProtocol.__init__`` sets some thirty attributes per connection,
+    most to the same value every time, draws a UUID (a ``getrandom`` system
+    call) that only its debug lines read, and starts its request parser;
+    ``serve()`` wraps ``select_subprotocol`` in a closure per connection.
+    Here the constants are class attributes, the UUID is drawn when first
+    read, the parser starts when first fed, and the ``bearer.*`` subprotocol
+    comes from an attribute the handshake sets.
+    """
+
+    side = SERVER
+    current_size: int | None = None
+    expect_continuation_frame = False
+    origin = None
+    extensions: Any = ()  # only ever replaced by accept(), never appended to
+    subprotocol = None
+    close_rcvd = None
+    close_sent = None
+    close_rcvd_then_sent = None
+    handshake_exc = None
+    eof_sent = False
+    parser_exc = None
+    origins = None  # the hub checks Origin itself (hub.net.handshake.OriginPolicy)
+    available_subprotocols = None
+    accept_called = False
+    #: The ``bearer.*`` subprotocol the token came in: the only one ever selected.
+    bearer_subprotocol: str | None = None
+
+    def __init__(
+        self,
+        *,
+        extensions: Sequence[ServerExtensionFactory] | None,
+        max_size: int | None,
+        logger: LoggerLike,
+        state: State = CONNECTING,
+    ) -> None:
+        self.logger = logger
+        self.debug = logger.isEnabledFor(logging.DEBUG)
+        self.state = state
+        self.max_message_size = max_size
+        self.max_fragment_size = None
+        self.available_extensions = extensions
+        self.reader = StreamReader()
+        self.events: list[Any] = []
+        self.writes: list[bytes] = []
+        self.parser: Any = None  # the request parser, once websockets' parser is fed
+
+    @property
+    def id(self) -> uuid.UUID:  # type: ignore[override]
+        """websockets' connection id (its debug lines), drawn when first read."""
+        ident = self.__dict__.get("_id")
+        if ident is None:
+            ident = self.__dict__["_id"] = uuid.uuid4()
+        return ident
+
+    def _start(self) -> None:
+        self.parser = self.parse()
+        next(self.parser)
+
+    def receive_data(self, data: bytes | bytearray) -> None:
+        if self.parser is None:
+            self._start()
+        super().receive_data(data)
+
+    def receive_eof(self) -> None:
+        if self.parser is None and not self.reader.eof:
+            self._start()
+        super().receive_eof()
+
+    def select_subprotocol(self, subprotocols: Sequence[Subprotocol]) -> Subprotocol | None:
+        chosen = self.bearer_subprotocol
+        return chosen if chosen is not None and chosen in subprotocols else None  # type: ignore[return-value]
+
+
+class WebSocketsConnection(ServerConnection):
+    """websockets' ``ServerConnection`` as the hub builds, runs and reads it.
+
+    Subclasses give :meth:`connection_ready`, :meth:`before_library_write`,
+    :meth:`after_library_write`, :meth:`handshake_over` and
+    :meth:`connection_gone` (below), and ``context`` (a
+    :class:`~hub.net.connection.ConnectionContext`).
+    """
+
+    #: The server's hub.net.connection.ConnectionContext (handler,
+    #: process_request, server_header, close_timeout are read here).
+    context: Any
+
+    # What websockets' Connection.__init__ sets to the same value for every
+    # hub connection: class attributes (an assignment later makes an
+    # instance attribute, as before).
+    ping_interval = None  # the hub's heartbeat is a message
+    ping_timeout = None
+    max_queue_high: int | None = 16
+    max_queue_low: int | None = None
+    write_limit_high = 2**15
+    write_limit_low: int | None = None
+    logger: Any = logging.getLogger("websockets.server")  # no LoggerAdapter per connection
+    request: Request | None = None
+    response: Response | None = None
+    close_deadline: float | None = None
+    send_in_progress = None
+    latency = 0.0
+    keepalive_task = None
+    connection_exc: BaseException | None = None
+    paused = False
+
+    def __init__(
+        self, protocol: HubProtocol, server: Server, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        # The per-connection part of websockets' ServerConnection.__init__.
+        self.protocol = protocol
+        self.server = server
+        self.loop = loop
+        self.pending_pings = {}
+        self.connection_lost_waiter = loop.create_future()
+        # websockets only appends to, iterates and removes from its drain
+        # waiters (hardly ever: the hub's writes do not wait): a list does
+        # that as well, and an empty deque costs some 700 bytes per connection.
+        self.drain_waiters = []  # type: ignore[assignment]
+        self.request_rcvd = loop.create_future()
+
+    # The slots of a subclass's own state: websockets' instance __dict__ then
+    # holds only its own (about ten keys: the rest are class attributes).
+    __slots__ = ("_first_read", "_frame_limit", "_frames_read", "_parser_at")
+
+    @property
+    def close_timeout(self) -> float | None:  # type: ignore[override]
+        """The closing handshake's deadline, websockets' and the hub's."""
+        return self.context.close_timeout
+
+    @property
+    def id(self) -> Any:  # type: ignore[override]
+        return self.protocol.id
+
+    @property
+    def debug(self) -> bool:  # type: ignore[override]
+        return self.protocol.debug
+
+    # ── hooks for the hub ────────────────────────────────────────────────
+
+    def connection_ready(self, transport: asyncio.Transport) -> None:
+        """The socket is accepted and the connection's task runs."""
+
+    def before_library_write(self) -> None:
+        """websockets is about to write (its handshake answer, a pong, a close)."""
+
+    def after_library_write(self) -> None:
+        """websockets wrote."""
+
+    def handshake_over(self) -> None:
+        """The opening handshake ended (whichever way)."""
+
+    def connection_gone(self) -> None:
+        """The socket is closed (before websockets' own clean-up)."""
+
+    def preamble(self, data: bytes) -> None:
+        """The handshake's answer, for the hub to write before its first frames."""
+        raise NotImplementedError
+
+    # ── being accepted and run ───────────────────────────────────────────
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # websockets' own connection_made, with the hub's Inbox where
+        # websockets puts an Assembler; then the connection's task.
+        transport = cast(asyncio.Transport, transport)
+        self.recv_messages = Inbox(  # type: ignore[assignment]
+            self.max_queue_high, self.max_queue_low,
+            transport.pause_reading, transport.resume_reading, MAX_FRAGMENTS,
+        )  # fmt: skip
+        transport.set_write_buffer_limits(self.write_limit_high, self.write_limit_low)
+        self.transport = transport
+        self._first_read = True
+        self._frames_read = False
+        self._frame_limit: int | None = None
+        # Where websockets' frame parser is: known from the first byte after
+        # a request the hub read whole, else None and the hub reads no frame.
+        self._parser_at: ParserPosition | None = None
+        self.server.handler_tasks.add(self.loop.create_task(self._serve()))
+        self.connection_ready(transport)
+
+    async def _serve(self) -> None:
+        """websockets' ``protocol_handler`` for a hub connection: the
+        handshake, the hub's handler, the close — without its
+        ``asyncio.timeout`` (the hub keeps ``handshake_timeout`` itself) and
+        its keepalive (off: the hub's heartbeat is a message)."""
+        server = self.server
+        context = self.context
+        try:
+            await self.handshake(context.process_request, None, context.server_header)
+            if self.protocol.state is not OPEN:
+                self.transport.abort()
+                return
+            server.all_connections.add(self)
+            try:
+                try:
+                    await context.handler(self)  # type: ignore[arg-type]
+                except BaseException:
+                    await self.close(1011)
+                    raise
+                await self.close()
+            except Exception:
+                self.logger.error("connection handler failed", exc_info=True)
+            finally:
+                server.all_connections.discard(self)
+        except Exception:
+            # Don't leak connections when the handshake fails unexpectedly.
+            self.transport.abort()
+        finally:
+            server.handler_tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
+
+    async def handshake(
+        self,
+        process_request: Any = None,
+        process_response: Any = None,
+        server_header: str | None = None,
+    ) -> None:
+        """websockets' opening handshake, without its costs a hub does not need.
+
+        The hub's ``process_request`` is synchronous and it sets no
+        ``process_response``, so an upgrade needs no ``asyncio.wait`` for the
+        request (``connection_lost`` resolves ``request_rcvd`` too) and no
+        async write context: websockets' ``accept()`` answers, and its 101
+        goes to :meth:`preamble`, written with the first frames. Anything
+        else — a refusal, an HTTP answer, a hook of another shape — takes
+        websockets' own path.
+        """
+        if not self.request_rcvd.done():
+            await self.request_rcvd
+        request = self.request
+        if request is None:
+            return  # the connection was lost before a request came
+        if process_response is not None or process_request is None:
+            await super().handshake(process_request, process_response, server_header)
+            return
+        try:
+            response = process_request(self, request)
+            if response is not None and inspect.isawaitable(response):
+                response = await response
+        except Exception as exc:
+            # websockets logs it and answers 500, as it would have.
+            await self._library_handshake(exc, server_header)
+            return
+        if response is not None or not self.server.is_serving():
+            await self._library_handshake(response, server_header)
+            return
+        protocol = self.protocol
+        self.response = response = protocol.accept(request)
+        if response.status_code != 101:  # accept() refused: a 400 or 426
+            # websockets adds the Server header to the answer it sends.
+            await self._library_handshake(response, server_header)
+            return
+        if server_header is not None:
+            response.headers["Server"] = server_header
+        if protocol.state is not CONNECTING:
+            return
+        protocol.send_response(response)
+        for data in protocol.data_to_send():
+            self.preamble(data)
+
+    async def _library_handshake(
+        self, outcome: Response | Exception | None, server_header: str | None
+    ) -> None:
+        """websockets' handshake, with ``process_request`` already answered:
+        ``outcome`` is its response (None to accept) or what it raised."""
+
+        def answered(_connection: Any, _request: Any) -> Response | None:
+            if isinstance(outcome, Exception):
+                raise outcome
+            return outcome
+
+        await super().handshake(answered, None, server_header)
+
+    def forget_handshake(self, read_frames_limit: int | None) -> None:
+        """The handshake is over and the hub kept what it needs of it: let go
+        of the request and the answer (~2.5 KiB and a few objects for the
+        collector for the connection's life); from here on the hub reads whole
+        plain frames of up to ``read_frames_limit`` bytes itself — unless
+        websockets logs every frame (its logger at DEBUG), when its parser
+        reads them all."""
+        if self.request is not None:
+            # websockets keeps the request its parser read: emptied.
+            self.request.headers.clear()
+            self.request = _HANDSHAKE_OVER
+        if self.response is not None:
+            self.response.headers.clear()
+            self.response = None
+        if not self.protocol.debug:
+            self._frame_limit = read_frames_limit
+            self._frames_read = True
+
+    @property
+    def frame_limit(self) -> int | None:
+        """The size limit of a frame (None: none), websockets' own."""
+        protocol = self.protocol
+        limit, fragment = protocol.max_message_size, protocol.max_fragment_size
+        if fragment is not None and (limit is None or fragment < limit):
+            limit = fragment
+        return limit
+
+    # ── reading ──────────────────────────────────────────────────────────
+
+    def data_received(self, data: bytes) -> None:
+        position = self._parser_at
+        if position is None:
+            super().data_received(data)
+            if self._first_read:
+                self._first_read = False
+                # websockets read the request. An HTTP request ends at its first
+                # empty line: when the first read ends there, websockets' frame
+                # parser starts at the next read's first byte, and the hub can
+                # follow it from there (else it never reads a frame itself).
+                if self.request is not None and data.find(b"\r\n\r\n") == len(data) - 4:
+                    self._parser_at = ParserPosition()
+            return
+        protocol = self.protocol
+        if (
+            self._frames_read
+            and position.between_frames
+            and protocol.state is OPEN
+            and protocol.current_size is None  # no fragmented message under way
+        ):
+            read = read_frames(data, self._frame_limit, self.recv_messages.put_message)  # type: ignore[attr-defined]
+            if read == len(data):
+                return
+            if read:
+                data = data[read:]
+        position.passed(data)
+        super().data_received(data)
+
+    async def receive(self) -> str | bytes | None:
+        """The next message; None once the connection is closed."""
+        try:
+            return await self.recv()
+        except ConnectionClosed:
+            return None
+
+    # ── writing ──────────────────────────────────────────────────────────
+
+    def send_data(self) -> None:
+        # websockets writes everything of its own through here.
+        self.before_library_write()
+        super().send_data()
+        self.after_library_write()
+
+    # ── the end ──────────────────────────────────────────────────────────
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.request_rcvd.done():
+            self.request_rcvd.set_result(None)  # the handshake stops waiting
+        self.connection_gone()
+        super().connection_lost(exc)
+        # websockets leaves the protocol in a cycle (its parser generator holds
+        # it): broken here, a closed connection is freed by reference counting
+        # at once instead of waiting, with all it holds, for the cycle
+        # collector — a storm's worth of connections at a time.
+        self.protocol.parser = None  # receive_eof() ran: no more input
+
+
+def make_server(
+    factory: Callable[[Server, asyncio.AbstractEventLoop], WebSocketsConnection],
+    create_server: Callable[
+        [Callable[[], WebSocketsConnection]], Coroutine[Any, Any, asyncio.Server]
+    ],
+    logger: LoggerLike,
+) -> Server:
+    """websockets' ``Server`` (its connection sets, ``close()``,
+    ``wait_closed()``) around ``create_server(protocol_factory)``, whose
+    protocol factory builds each connection as ``factory(server, loop)``.
+    Each connection runs its own task (:meth:`WebSocketsConnection._serve`)."""
+
+    async def start() -> asyncio.Server:
+        loop = asyncio.get_running_loop()
+        return await create_server(lambda: factory(server, loop))
+
+    async def unused(_connection: ServerConnection) -> None:  # pragma: no cover
+        raise AssertionError("hub connections run their own task")
+
+    server = Server(start, unused, logger)
+    return server
+
+
+def handler_tasks(server: Server) -> set[asyncio.Task[None]]:
+    """The tasks running ``server``'s connections (to cancel at shutdown)."""
+    return server.handler_tasks
