@@ -165,9 +165,22 @@ def describe(exc: ValidationError) -> str:
 
 
 def timestamp(ms: int) -> str:
-    """ISO 8601 UTC with microseconds and ``Z``, as the a2a-sdk writes them."""
-    moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """ISO 8601 UTC with microseconds and ``Z``, as the a2a-sdk writes them.
+
+    Every task status carries one, so the formatted second is kept and only
+    the milliseconds are written for the next timestamp in the same second."""
+    second, milli = divmod(ms, 1000)
+    global _second
+    cached, text = _second
+    if cached != second:
+        moment = datetime.datetime.fromtimestamp(second, tz=datetime.UTC)
+        text = moment.strftime("%Y-%m-%dT%H:%M:%S")
+        _second = (second, text)
+    return f"{text}.{milli:03d}000Z"
+
+
+#: The last second :func:`timestamp` formatted, and its text.
+_second: tuple[int | None, str] = (None, "")
 
 
 def text_part(text: str) -> dict[str, Any]:
