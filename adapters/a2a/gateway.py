@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -69,7 +68,7 @@ from protocol.a2a.card import WELL_KNOWN
 from protocol.a2a.jsonrpc import RpcError, RpcRequest
 from protocol.a2a.mapping import VIA, cancel_data, request_data
 from protocol.a2a.model import SendParams, TaskState, send_params, task_query
-from protocol.a2a.tasks import TaskRecord
+from protocol.a2a.tasks import TaskRecord, new_id
 from protocol.names import is_valid_agent_id
 
 log = structlog.get_logger("adapters.a2a")
@@ -432,8 +431,8 @@ class A2aGateway:
                 self.options.max_turns,
             )  # fmt: skip
         record = TaskRecord(
-            id=str(uuid.uuid4()),
-            context_id=message.contextId or str(uuid.uuid4()),
+            id=new_id(),
+            context_id=message.contextId or new_id(),
             space=space, to=agent, caller=caller.agent_id,
             state=TaskState.WORKING, updated_ms=codec.now_ms(),
         )  # fmt: skip

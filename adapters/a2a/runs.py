@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
+import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -143,7 +143,7 @@ class TaskRun:
     async def _follow(self) -> tuple[TaskState, str | None]:
         """Read the answer; returns the state the turn ends in."""
         stream_state: tuple[TaskState, str | None] | None = None
-        artifact_id = f"{self.task_id}-{self.record.turn}-{uuid.uuid4().hex[:8]}"
+        artifact_id = f"{self.task_id}-{self.record.turn}-{secrets.token_hex(4)}"
         texts: list[str] = []
         size = 0
         while True:
@@ -194,7 +194,7 @@ class TaskRun:
         if outcome.parts:
             if self.record.size + outcome.size > self.max_reply_bytes:
                 return TaskState.FAILED, f"The reply exceeds {self.max_reply_bytes} bytes"
-            artifact_id = f"{self.task_id}-{self.record.turn}-{uuid.uuid4().hex[:8]}"
+            artifact_id = f"{self.task_id}-{self.record.turn}-{secrets.token_hex(4)}"
             parts = list(outcome.parts)
             self.record.add_artifact(artifact_id, parts, outcome.size)
             self._emit(
@@ -218,7 +218,8 @@ class TaskRun:
             pass
         self.record.move(state, now_ms(), message)
         await self._save()
-        self._emit(self._status())
+        if self._listener is not None:  # a blocking call's client reads the task instead
+            self._emit(self._status())
         self._emit(None)
         self.finished.set()
 
