@@ -54,6 +54,11 @@ _REFUSALS = {
 }
 
 
+def _time_out(future: asyncio.Future[Any]) -> None:
+    if not future.done():
+        future.set_exception(TimeoutError())
+
+
 def refusal(exc: RequestFailed) -> ToolFailure:
     reason = _REFUSALS.get(exc.code) or f"{exc.code}: {exc.error.get('message')}"
     return ToolFailure(str(reason)[:512])
@@ -137,12 +142,15 @@ class McpAgent:
                 published = await self._publish(space, data, to)
                 event_id = str(published["event_id"])
                 future = self.waiters.expect(Asked.of(space, event_id, to))
+            # A timer that fails the wait, not asyncio.timeout(): this is every
+            # call's path, and the context manager costs several timers' worth.
+            timer = asyncio.get_running_loop().call_later(timeout, _time_out, future)
             try:
-                async with asyncio.timeout(timeout):
-                    whole = await future
+                whole = await future
             except TimeoutError:
                 raise ToolFailure("Timeout") from None
             finally:
+                timer.cancel()
                 self.waiters.forget(event_id)
             return published, whole
         finally:

@@ -167,8 +167,9 @@ class McpServer:
         """Who calls, or the response refusing the request (Origin, auth)."""
         assert self._host is not None
         origin = request.headers.get("Origin")
-        own = self._host.public_url(request)
-        if origin is not None and not http.origin_allowed(origin, self.allowed_origins, own):
+        if origin is not None and not http.origin_allowed(
+            origin, self.allowed_origins, self._host.public_url(request)
+        ):
             return http.refused(403, f"Origin {origin[:200]!r} is not allowed")
         try:
             return await self._host.caller(request, prefix="mcp")
