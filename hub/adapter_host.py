@@ -247,6 +247,11 @@ class AdapterHost(Protocol):
         or only to ``to``. Raises :class:`BackplaneUnavailable`."""
         ...
 
+    def local_members(self, space: str) -> int:
+        """Members of ``space`` connected to this node (virtual ones included),
+        known at once — a join elsewhere reaches the adapter as ``space.members``."""
+        ...
+
     def show_readers(
         self, space: str, event: dict[str, Any], readers_of: str | None, *, relay: str
     ) -> int:

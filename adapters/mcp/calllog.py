@@ -22,6 +22,16 @@ The events are published by one background task, in order, so a call does
 not wait for its own record; when more than ``max_pending`` are waiting (the
 backplane is slow or down) new ones are dropped and counted rather than held
 without bound.
+
+Nobody watching, nothing published: the relay is a member of ``mcp.calls``
+and hears its ``space.members`` events (``member_count`` is cluster-wide), and
+the node knows its own members at once, so while the relay is the only member
+a call's events are not made at all — two system publishes per call that
+nobody could receive. An observer on the node serving a call sees it as soon
+as it has joined; one on another node once its join reached this node's relay
+(at once on a quiet space, within ``member_events_interval`` while joins and
+leaves there are being coalesced). Until the count is known (the first read
+at start), every call is published.
 """
 
 from __future__ import annotations
@@ -62,6 +72,21 @@ class CallLog:
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._host: AdapterHost | None = None
+        #: Members of ``mcp.calls`` cluster-wide, the relay included (None: unknown).
+        self._members: int | None = None
+
+    @property
+    def pending(self) -> int:
+        """Events waiting to be published."""
+        return len(self._pending)
+
+    @property
+    def observed(self) -> bool:
+        """May anyone but the relay see the events (or is that not known)?"""
+        if self._members is None or self._members > 1:
+            return True
+        # A join here is known at once; its space.members may be held back.
+        return self._host is not None and self._host.local_members(CALLS_SPACE) > 1
 
     def start(self, host: AdapterHost) -> None:
         self._host = host
@@ -74,6 +99,8 @@ class CallLog:
                 await self._task
 
     def call(self, call_id: str, tool: str, caller: str, space: str | None, arguments: Any) -> None:
+        if not self.observed:
+            return
         event: dict[str, Any] = {"event": "call", **self._head(call_id, tool, caller, space)}
         encoded = orjson.dumps(arguments)
         if len(encoded) <= MAX_ARGUMENT_BYTES:
@@ -91,6 +118,8 @@ class CallLog:
         error: str | None,
         seconds: float,
     ) -> None:
+        if not self.observed:
+            return
         event: dict[str, Any] = {"event": "result", **self._head(call_id, tool, caller, space)}
         event["is_error"] = error is not None
         if error is not None:
@@ -106,8 +135,15 @@ class CallLog:
 
     def show(self, msg: dict[str, Any]) -> None:
         """An ``mcp.calls`` event that reached this node's relay: to the
-        observers here who may read the space it targets."""
-        if self._host is None or msg.get("type") != "space.event":
+        observers here who may read the space it targets. (A membership
+        change there: who may be watching.)"""
+        kind = msg.get("type")
+        if kind == "space.members":
+            count = msg.get("member_count")
+            if isinstance(count, int):
+                self._members = count
+            return
+        if self._host is None or kind != "space.event":
             return
         data = msg.get("data")
         if msg.get("from") != HUB_SENDER or not isinstance(data, dict):
@@ -130,6 +166,7 @@ class CallLog:
 
     async def _run(self) -> None:
         assert self._host is not None
+        await self._count_members()
         while True:
             await self._wakeup.wait()
             self._wakeup.clear()
@@ -142,3 +179,14 @@ class CallLog:
                 except Exception:
                     self.dropped += 1
                     log.exception("mcp.calls event not published")
+
+    async def _count_members(self) -> None:
+        """The members of ``mcp.calls`` as the relay starts (its events keep
+        the count since); left unknown when the store cannot say."""
+        assert self._host is not None
+        try:
+            records = await self._host.member_records(CALLS_SPACE, 8)
+        except BackplaneUnavailable:
+            return
+        if self._members is None:  # a membership event did not tell first
+            self._members = 2 if any(r.agent_id != self.relay for r in records) else 1

@@ -276,6 +276,9 @@ class NodeHost:
     ) -> None:
         await self._membership.system_event(space, data, to=to)
 
+    def local_members(self, space: str) -> int:
+        return self._registry.member_count(space)
+
     def show_readers(
         self, space: str, event: dict[str, Any], readers_of: str | None, *, relay: str
     ) -> int:
