@@ -5,10 +5,11 @@
 
 Scenarios: fanout, latency, idle, stream, signed, cluster, workers, massjoin,
 gateways (also ``a2a`` or ``mcp``), tokenstream, redis, presence, capacity, storm,
-scalejoin (cluster, workers, redis, presence and the two-node half of massjoin need a redis-server and the hub's
-Redis backplane; they are skipped, with the reason, when a Redis-mode hub does
-not come up). capacity, storm and scalejoin are the connections-at-scale runs
-of tests/benchmarks/scale.py (docs/performance.md, "Connections at scale").
+scalejoin (cluster, workers, redis, presence and the two-node half of massjoin
+need a redis-server and the hub's Redis backplane; they are skipped, with the
+reason, when a Redis-mode hub does not come up). capacity, storm and scalejoin
+are the connections-at-scale runs of tests/benchmarks/scale.py
+(docs/performance.md, "Connections at scale").
 """
 
 from __future__ import annotations
