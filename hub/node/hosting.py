@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
+import os
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -201,7 +201,7 @@ class NodeHost:
         if agent_id is not None and is_valid_agent_id(agent_id):
             self._not_reserved(agent_id)
             return Caller(agent_id, key=key, anonymous=True)
-        return Caller(f"{prefix}-{secrets.token_hex(8)}", key=key, anonymous=True)
+        return Caller(f"{prefix}-{os.urandom(8).hex()}", key=key, anonymous=True)
 
     def _address_key(self, request: web.Request) -> str:
         """What a caller without credentials is counted as: its address."""
