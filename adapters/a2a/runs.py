@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -143,7 +143,7 @@ class TaskRun:
     async def _follow(self) -> tuple[TaskState, str | None]:
         """Read the answer; returns the state the turn ends in."""
         stream_state: tuple[TaskState, str | None] | None = None
-        artifact_id = f"{self.task_id}-{self.record.turn}-{secrets.token_hex(4)}"
+        artifact_id = f"{self.task_id}-{self.record.turn}-{os.urandom(4).hex()}"
         texts: list[str] = []
         size = 0
         while True:
@@ -194,15 +194,16 @@ class TaskRun:
         if outcome.parts:
             if self.record.size + outcome.size > self.max_reply_bytes:
                 return TaskState.FAILED, f"The reply exceeds {self.max_reply_bytes} bytes"
-            artifact_id = f"{self.task_id}-{self.record.turn}-{secrets.token_hex(4)}"
+            artifact_id = f"{self.task_id}-{self.record.turn}-{os.urandom(4).hex()}"
             parts = list(outcome.parts)
             self.record.add_artifact(artifact_id, parts, outcome.size)
-            self._emit(
-                artifact_update(
-                    self.task_id, self.record.context_id, artifact(artifact_id, parts),
-                    last_chunk=True,
-                )
-            )  # fmt: skip
+            if self._listener is not None:
+                self._emit(
+                    artifact_update(
+                        self.task_id, self.record.context_id, artifact(artifact_id, parts),
+                        last_chunk=True,
+                    )
+                )  # fmt: skip
         return outcome.state, outcome.message
 
     async def _stop_relayed_stream(self) -> None:
