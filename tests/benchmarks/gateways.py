@@ -466,24 +466,30 @@ async def run(bench: Any, comp: str) -> None:
         return  # HTTP has no permessage-deflate; the WebSocket way runs on the defaults
     sizes = QUICK if bench.args.quick else FULL
     config = hub_config()
-    http_port = procs.free_port()
-
-    def start() -> tuple[Target, list[ServerProcess]]:
-        extra = ["--http-port", str(http_port), "--config", str(config)]
-        proc, port = procs.start_hub(
-            bench.pinning, comp, cores=bench.pinning.server_cores, extra=extra
-        )
-        return Target("hub", [port], [proc], False), [proc]
-
-    def body(target: Target) -> Awaitable[dict[str, Any]]:
-        return compare(target, http_port, sizes)
-
     params = {
         "sequential": sizes.sequential, "calls": sizes.calls,
         "concurrency": sizes.concurrency, "rounds": sizes.rounds,
         "settings": "defaults, rate limit lifted", "mcp": f"{MCP_VERSION}, JSON answers",
     }  # fmt: skip
-    await bench.measure(SCENARIO, "hub", comp, start, body, params)
+    # This checkout's hub, then each --variant's (another commit's code).
+    hubs: list[tuple[str, Path | None]] = [("hub", None)]
+    hubs += [(f"hub:{label}", source) for label, source in bench.variants]
+    for server, source in hubs:
+        http_port = procs.free_port()
+
+        def start(
+            http_port: int = http_port, source: Path | None = source
+        ) -> tuple[Target, list[ServerProcess]]:
+            extra = ["--http-port", str(http_port), "--config", str(config)]
+            proc, port = procs.start_hub(
+                bench.pinning, comp, cores=bench.pinning.server_cores, extra=extra, source=source
+            )
+            return Target("hub", [port], [proc], False), [proc]
+
+        def body(target: Target, http_port: int = http_port) -> Awaitable[dict[str, Any]]:
+            return compare(target, http_port, sizes)
+
+        await bench.measure(SCENARIO, server, comp, start, body, params)
 
 
 def headline(f: dict[str, Any]) -> str | None:
@@ -497,17 +503,24 @@ def headline(f: dict[str, Any]) -> str | None:
 def rows(records: list[dict], comp: str) -> list[report.Row]:
     """Each gateway (hub column) beside the direct WebSocket request/reply
     (baseline column), both from the same hub in the same run."""
-    record = report.find(records, SCENARIO, "hub", comp)
     out: list[report.Row] = []
-    if record is None:
-        return out
+    for record in records:
+        if record["scenario"] == SCENARIO and record["compression"] == comp:
+            out += _hub_rows(record, comp)
+    return out
+
+
+def _hub_rows(record: dict, comp: str) -> list[report.Row]:
+    out: list[report.Row] = []
+    server = record["server"]
+    tag = "" if server == "hub" else f" [{server}]"  # a --variant's hub
     if report.status(record):
         reason = str(record.get("skipped") or record.get("error") or "").splitlines()[0][:90]
-        out.append(report.Row("gateways", f"{report.status(record)}: {reason}", comp, "", ""))
+        out.append(report.Row(f"gateways{tag}", f"{report.status(record)}: {reason}", comp, "", ""))
         return out
     c = record["figures"].get("concurrency")
     for way in WAYS[1:]:
-        label = f"{LABELS[way]} | {LABELS['ws']}"
+        label = f"{LABELS[way]} | {LABELS['ws']}{tag}"
         for metric, key, digits, target in (
             (f"hub CPU µs per round trip ({c} in parallel)", "cpu_us", 0, True),
             ("p50 ms (one at a time)", "p50_ms", 2, True),
