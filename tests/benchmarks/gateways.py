@@ -14,7 +14,9 @@ asker. The same request/reply is then asked four ways:
   ``/a2a/{space}/{responder}``; the answer is the completed task;
 * ``mcp_ask``: MCP ``tools/call space_ask`` (one initialized session, JSON
   answers) with ``to`` = the responder;
-* ``mcp_tool``: MCP ``tools/call {responder}.echo``, the agent tool.
+* ``mcp_tool``: MCP ``tools/call {responder}.echo``, the agent tool;
+* ``http`` (context, no target): ``GET /healthz``, what any request costs the
+  HTTP port before a gateway does anything.
 
 Figures per way: p50/p99 of round trips one at a time (latency, nothing
 queued) and the hub's CPU per round trip meanwhile, and, with
@@ -50,13 +52,16 @@ from tests.benchmarks.wsload import LoadClient
 
 SCENARIO = "gateways"
 #: The direct figure first, then each gateway; the table follows this order.
-WAYS = ("ws", "a2a", "mcp_ask", "mcp_tool")
+WAYS = ("ws", "a2a", "mcp_ask", "mcp_tool", "http")
 LABELS = {
     "ws": "WebSocket request/reply",
     "a2a": "A2A SendMessage",
     "mcp_ask": "MCP space_ask",
     "mcp_tool": "MCP agent tool call",
+    "http": "HTTP floor: GET /healthz",
 }
+#: The ways the target applies to (``http`` is context: the port's own cost).
+GATEWAYS = ("a2a", "mcp_ask", "mcp_tool")
 #: Issue 43: each gateway within 2× the direct figure, hub CPU and p50.
 RATIO_TARGET = 2.0
 TOOL = "echo"
@@ -129,14 +134,18 @@ class HttpConn(asyncio.Protocol):
     async def post(
         self, path: str, body: bytes, headers: dict[str, str]
     ) -> tuple[int, dict[str, str], bytes]:
-        assert self.transport is not None and self._waiter is None
         head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-        self._waiter = asyncio.get_running_loop().create_future()
-        self.transport.write(
+        return await self.send(
             f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(body)}\r\n"
             f"{head}\r\n".encode()
             + body
         )
+
+    async def send(self, request: bytes) -> tuple[int, dict[str, str], bytes]:
+        """One whole request; its answer's status, headers and body."""
+        assert self.transport is not None and self._waiter is None
+        self._waiter = asyncio.get_running_loop().create_future()
+        self.transport.write(request)
         return await self._waiter
 
     def close(self) -> None:
@@ -163,6 +172,13 @@ class HttpPool:
         conn = await self._free.get()
         try:
             return await conn.post(path, body, headers)
+        finally:
+            self._free.put_nowait(conn)
+
+    async def send(self, request: bytes) -> tuple[int, dict[str, str], bytes]:
+        conn = await self._free.get()
+        try:
+            return await conn.send(request)
         finally:
             self._free.put_nowait(conn)
 
@@ -223,6 +239,19 @@ class WsAsker:
 
     def close(self) -> None:
         self._reader.cancel()
+
+
+def http_floor(pool: HttpPool) -> RoundTrip:
+    """``GET /healthz``: what any request costs the HTTP port (aiohttp and the
+    port's own layer), with nothing of a gateway in it."""
+    request = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+
+    async def ask(n: int) -> None:
+        status, _, body = await pool.send(request)
+        if status != 200:
+            raise RuntimeError(f"/healthz: {status} {body[:200]!r}")
+
+    return ask
 
 
 def a2a_asker(pool: HttpPool, responder: str) -> RoundTrip:
@@ -368,6 +397,7 @@ async def compare(target: Target, http_port: int, sizes: GatewaySizes) -> dict[s
             "a2a": [a2a_asker(a2a_pool, agent_id)] * sizes.concurrency,
             "mcp_ask": [mcp.ask(agent_id)] * sizes.concurrency,
             "mcp_tool": [mcp.tool(agent_id)] * sizes.concurrency,
+            "http": [http_floor(a2a_pool)] * sizes.concurrency,
         }
         figures = await _rounds(target, asks, sizes)
     finally:
@@ -521,6 +551,7 @@ def _hub_rows(record: dict, comp: str) -> list[report.Row]:
     c = record["figures"].get("concurrency")
     for way in WAYS[1:]:
         label = f"{LABELS[way]} | {LABELS['ws']}{tag}"
+        gateway = way in GATEWAYS
         for metric, key, digits, target in (
             (f"hub CPU µs per round trip ({c} in parallel)", "cpu_us", 0, True),
             ("p50 ms (one at a time)", "p50_ms", 2, True),
@@ -530,6 +561,9 @@ def _hub_rows(record: dict, comp: str) -> list[report.Row]:
             (f"p50 ms ({c} in parallel)", "loaded_p50_ms", 2, False),
             ("load generator CPU %", "loadgen_cpu_pct", 0, False),
         ):
+            if not gateway and not target:
+                continue  # the floor: its CPU and p50 say enough
+            target = target and gateway
             g, d = report.fig(record, f"{way}_{key}"), report.fig(record, f"ws_{key}")
             r = report.ratio(g, d)
             verdict = report.verdict(None if r is None else r <= RATIO_TARGET, comp)
