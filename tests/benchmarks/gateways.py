@@ -1,7 +1,8 @@
 """The gateways beside a direct WebSocket request/reply (issue 43, contract §17).
 
-One hub process on default settings (the rate limit lifted, as for every
-benchmark publisher) serves one space declared ``a2a = true`` and
+One hub process on default settings (the rate limits lifted, as for every
+benchmark publisher: the agents' and the gateway members' — ``a2a`` and
+``mcp`` publish every request) serves one space declared ``a2a = true`` and
 ``mcp = true``. A responder — a WebSocket agent of the load generator that
 offers the MCP tool ``{id}.echo`` (``metadata.mcp_tools``) — answers every
 request addressed to it with ``{in_reply_to, text}``, addressed back to the
@@ -69,6 +70,11 @@ TEXT = "what is the weather like tomorrow?"
 MCP_VERSION = "2025-11-25"
 
 RoundTrip = Callable[[int], Awaitable[None]]
+
+#: The gateways' members publish every request: their rate limit is lifted as
+#: every benchmark publisher's is (the default, 1,000/s per node, would refuse
+#: callers of a run faster than that rather than measure it).
+BRIDGE_LIFTED = ("--bridge-rate-limit", "1000000", "--bridge-rate-burst", "1000000")
 
 
 @dataclass(frozen=True)
@@ -499,7 +505,8 @@ async def run(bench: Any, comp: str) -> None:
     params = {
         "sequential": sizes.sequential, "calls": sizes.calls,
         "concurrency": sizes.concurrency, "rounds": sizes.rounds,
-        "settings": "defaults, rate limit lifted", "mcp": f"{MCP_VERSION}, JSON answers",
+        "settings": "defaults, rate limits lifted (agents', bridge members')",
+        "mcp": f"{MCP_VERSION}, JSON answers",
     }  # fmt: skip
     # This checkout's hub, then each --variant's (another commit's code).
     hubs: list[tuple[str, Path | None]] = [("hub", None)]
@@ -510,7 +517,7 @@ async def run(bench: Any, comp: str) -> None:
         def start(
             http_port: int = http_port, source: Path | None = source
         ) -> tuple[Target, list[ServerProcess]]:
-            extra = ["--http-port", str(http_port), "--config", str(config)]
+            extra = ["--http-port", str(http_port), "--config", str(config), *BRIDGE_LIFTED]
             proc, port = procs.start_hub(
                 bench.pinning, comp, cores=bench.pinning.server_cores, extra=extra, source=source
             )
