@@ -47,7 +47,7 @@ from hub.net.bodies import (
     read_body,
 )
 from hub.net.http import client_gone
-from hub.node.virtual import MessageHandler, RequestFailed, VirtualMember
+from hub.node.virtual import MessageHandler, RequestFailed, Take, VirtualMember
 
 __all__ = [
     "ANONYMOUS",
@@ -70,6 +70,7 @@ __all__ = [
     "RequestFailed",
     "SlotsFull",
     "SpacePolicy",
+    "Take",
     "VirtualMember",
     "WaitingSlots",
     "check_json",
@@ -170,6 +171,7 @@ class AdapterHost(Protocol):
         type: str | None = None,
         capabilities: tuple[str, ...] = (),
         metadata: dict[str, Any] | None = None,
+        take: Take | None = None,
     ) -> VirtualMember:
         """A virtual member for the adapter (see :class:`~hub.node.virtual.VirtualMember`).
 
@@ -177,6 +179,8 @@ class AdapterHost(Protocol):
         the id is reserved (connections with it are refused), not claimed.
         Otherwise the id is claimed cluster-wide like a connection's and
         :class:`AgentIdTaken` is raised while a live holder has it.
+        ``take``: tried on each message in its delivery, before ``handler``
+        (answers for waiting callers; see :mod:`hub.node.virtual`).
         """
         ...
 

@@ -43,7 +43,7 @@ from hub.handlers.envelope_check import EnvelopeCheck
 from hub.handlers.membership import Membership
 from hub.handlers.recovery import visible
 from hub.net.proxies import TrustedProxies
-from hub.node.virtual import MessageHandler, VirtualMember
+from hub.node.virtual import MessageHandler, Take, VirtualMember
 from protocol import codec
 from protocol.names import is_valid_agent_id
 
@@ -119,6 +119,7 @@ class NodeHost:
         type: str | None = None,
         capabilities: tuple[str, ...] = (),
         metadata: dict[str, Any] | None = None,
+        take: Take | None = None,
     ) -> VirtualMember:
         conn_id = self._ids.connection_id("vm")
         record = AgentRecord(
@@ -133,6 +134,7 @@ class NodeHost:
             agent_id, conn_id, self._dispatcher.receive, handler,
             session=session, record=record, detach=self._detach, shared=shared,
             queue_bytes=self.settings.outbox_max_bytes, request_prefix=f"{self._ids.tag}-",
+            take=take,
         )  # fmt: skip
         self._registry.add(conn_id, member)
         self.attached += 1
