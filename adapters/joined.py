@@ -28,7 +28,7 @@ from typing import Any
 
 import structlog
 
-from hub.adapter_host import AdapterHost, MessageHandler, RequestFailed, VirtualMember
+from hub.adapter_host import AdapterHost, MessageHandler, RequestFailed, Take, VirtualMember
 
 log = structlog.get_logger("adapters")
 
@@ -71,10 +71,15 @@ class JoiningMember:
         self._joined: OrderedDict[str, None] = OrderedDict()
         self._joiner: asyncio.Task[None] | None = None
 
-    async def start(self, host: AdapterHost, handler: MessageHandler) -> None:
+    async def start(
+        self, host: AdapterHost, handler: MessageHandler, take: Take | None = None
+    ) -> None:
+        """``take``: the member's synchronous first try on each message (see
+        :meth:`~hub.adapter_host.AdapterHost.attach`)."""
         self.member = await host.attach(
-            self.agent_id, handler, shared=True, type="bridge", capabilities=self.capabilities
-        )
+            self.agent_id, handler, shared=True, type="bridge", capabilities=self.capabilities,
+            take=take,
+        )  # fmt: skip
         self._host = host
         if not await self._join_served():
             retry = min(1.0, host.settings.heartbeat_interval)

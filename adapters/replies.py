@@ -297,6 +297,12 @@ class ReplyWaiters:
         if not self._route(msg) and self._publishing:
             self._stash.append(msg)
 
+    def take(self, msg: dict[str, Any]) -> bool:
+        """Hand ``msg`` to the request it answers, if one waits for it here
+        (a virtual member's ``take``, in the delivery itself); False leaves it
+        to :meth:`feed`. Nothing is stashed: that is :meth:`feed`'s."""
+        return self._route(msg)
+
     def _answers(self, msg: dict[str, Any], answered: str | None) -> bool:
         """Is ``msg`` a legitimate answer to the request ``answered`` we wait for?"""
         asked = self._asked.get(answered) if answered is not None else None

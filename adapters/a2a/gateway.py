@@ -159,7 +159,8 @@ class A2aGateway:
         self.task_slots = Shares(o.max_open_tasks, s.caller_share, "A2A tasks open")
         self.stream_slots = Shares(o.max_streams, s.caller_share, "A2A streams open")
         self._tasks = NodeTasks(TaskStore(host.kv, s.history_ttl))
-        await self.member.start(host, self._on_message)
+        # Answers go to their waiting run in the delivery itself (waiters.take).
+        await self.member.start(host, self._on_message, self.waiters.take)
         watch = self._tasks.watch_cancels(self.options.cancel_poll)
         self._background.append(asyncio.get_running_loop().create_task(watch))
         base, member = "/a2a/{space}", "/a2a/{space}/{agent_id}"

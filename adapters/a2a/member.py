@@ -25,6 +25,7 @@ from hub.adapter_host import (
     BackplaneUnavailable,
     MessageHandler,
     RequestFailed,
+    Take,
     VirtualMember,
 )
 from protocol.a2a import jsonrpc
@@ -45,9 +46,11 @@ class GatewayMember:
     def member(self) -> VirtualMember | None:
         return self.joining.member
 
-    async def start(self, host: AdapterHost, handler: MessageHandler) -> None:
+    async def start(
+        self, host: AdapterHost, handler: MessageHandler, take: Take | None = None
+    ) -> None:
         self._host = host
-        await self.joining.start(host, handler)
+        await self.joining.start(host, handler, take)
 
     async def aclose(self) -> None:
         await self.joining.aclose()

@@ -88,8 +88,9 @@ class McpAgent:
     # ── lifecycle ────────────────────────────────────────────────────────
 
     async def start(self, host: AdapterHost) -> None:
-        # What cannot be joined now is retried in the background.
-        await self.joining.start(host, self._on_message)
+        # What cannot be joined now is retried in the background. Answers go
+        # to their waiting call in the delivery itself (_take).
+        await self.joining.start(host, self._on_message, self._take)
 
     async def aclose(self) -> None:
         await self.joining.aclose()
@@ -101,6 +102,13 @@ class McpAgent:
 
     def fail_waiting(self, reason: str) -> None:
         self.waiters.fail_all(ToolFailure(reason))
+
+    def _take(self, msg: dict[str, Any]) -> bool:
+        """An answer to a waiting call, handed over at once; the rest (the
+        call log's events, membership changes) goes to :meth:`_on_message`."""
+        if msg.get("space") == CALLS_SPACE or msg.get("type") == "space.members":
+            return False
+        return self.waiters.take(msg)
 
     async def _on_message(self, msg: dict[str, Any]) -> None:
         if msg.get("space") == CALLS_SPACE:
