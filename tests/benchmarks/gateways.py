@@ -425,11 +425,11 @@ async def _rounds(
     cpu = dict.fromkeys(WAYS, 0.0)
     wall = dict.fromkeys(WAYS, 0.0)
     loadgen = dict.fromkeys(WAYS, 0.0)
+    seq_cpu = dict.fromkeys(WAYS, 0.0)
     other = 0.0
     ids = itertools.count(1)
     for way in WAYS:  # warm-up: connections, joins, code paths
         await _sequential(asks[way][0], 30, next(ids) * 1_000_000)
-    seq_cpu = dict.fromkeys(WAYS, 0.0)
     for _ in range(sizes.rounds):
         for way in WAYS:
             window = Window(target)
