@@ -68,17 +68,27 @@ class McpAgent:
         max_joined: int,
         on_members_changed: Callable[[str], None],
         on_call_event: Callable[[dict[str, Any]], None],
+        on_space_message: Callable[[dict[str, Any]], None] = lambda msg: None,
+        followed: Callable[[str], bool] = lambda space: False,
     ):
+        """``on_space_message`` hears every message of a user space (resource
+        subscriptions); ``followed`` says whether a space is followed on this
+        node, and so not to be left."""
         self.pinned = frozenset(pinned)
         self.max_joined = max_joined
         self.waiters = ReplyWaiters(max_answer_bytes)
         self._on_members_changed = on_members_changed
         self._on_call_event = on_call_event
+        self._on_space_message = on_space_message
+        self._followed = followed
         self._asking: Counter[str] = Counter()
         self.joining = JoiningMember(
             MCP_AGENT, [*sorted(self.pinned), CALLS_SPACE], capabilities=("mcp",), label="mcp",
-            max_joined=max_joined, busy=self._asking.__contains__,
+            max_joined=max_joined, busy=self._busy,
         )  # fmt: skip
+
+    def _busy(self, space: str) -> bool:
+        return space in self._asking or self._followed(space)
 
     # ── lifecycle ────────────────────────────────────────────────────────
 
@@ -106,6 +116,7 @@ class McpAgent:
             if space in self.pinned:
                 self._on_members_changed(space)
             return
+        self._on_space_message(msg)
         self.waiters.feed(msg)
 
     # ── acting in spaces ─────────────────────────────────────────────────

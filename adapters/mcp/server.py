@@ -1,7 +1,8 @@
 """``/mcp`` on the HTTP port: MCP's Streamable HTTP transport, every revision at once.
 
     POST   /mcp   one JSON-RPC message: initialize, server/discover, ping,
-                  tools/list, tools/call, subscriptions/listen, notifications
+                  tools/list, tools/call, resources/*, subscriptions/listen,
+                  notifications
     GET    /mcp   a session's notification stream (405 without a session)
     DELETE /mcp   ends a session (its next request → 404)
 
@@ -32,11 +33,12 @@ from typing import Any
 from aiohttp import web
 
 from adapters.mcp import http
-from adapters.mcp.agent import MCP_AGENT, McpAgent
+from adapters.mcp.agent import MCP_AGENT, McpAgent, ToolFailure
 from adapters.mcp.calllog import CALLS_SPACE, CallLog
 from adapters.mcp.calls import ToolRunner
 from adapters.mcp.catalog import ToolCatalog
 from adapters.mcp.options import McpOptions
+from adapters.mcp.resources import SpaceResources
 from adapters.mcp.sessions import McpSession, Sessions
 from adapters.mcp.streams import NotificationStreams
 from adapters.shares import ShareExceeded, Shares
@@ -50,6 +52,7 @@ from hub.adapter_host import (
     SlotsFull,
 )
 from protocol.mcp import jsonrpc, results, revisions
+from protocol.mcp import resources as resource_uris
 from protocol.mcp.jsonrpc import ClientReply, JsonRpcError, Notification, Request
 
 try:
@@ -81,15 +84,21 @@ class McpServer:
         self.agent = McpAgent(
             self.spaces, max_answer_bytes=o.max_answer_bytes, max_joined=o.max_joined_spaces,
             on_members_changed=self._members_changed, on_call_event=self._show_call,
+            on_space_message=self._space_message, followed=self._followed,
         )  # fmt: skip
         self.streams = NotificationStreams(o.max_streams, o.keepalive, self._tools_version)
         self.catalog: ToolCatalog | None = None
         self.sessions: Sessions | None = None
         self.calls: CallLog | None = None
         self.runner: ToolRunner | None = None
+        self.resources: SpaceResources | None = None
         self._host: AdapterHost | None = None
         self._members_moved = asyncio.Event()
         self._watcher: asyncio.Task[None] | None = None
+        self._space_watcher: asyncio.Task[None] | None = None
+        #: A session stream opened: the spaces are read at once (the baseline
+        #: its list changes are told against).
+        self._stream_opened = asyncio.Event()
 
     # ── lifecycle ────────────────────────────────────────────────────────
 
@@ -107,10 +116,16 @@ class McpServer:
         self.calls_running = Shares(o.max_calls, host.settings.caller_share, "tool calls running")
         self.calls = CallLog(host.settings.node_id, o.max_call_events, MCP_AGENT)
         self.runner = ToolRunner(host, self.agent, self.catalog, self.calls, o)
+        self.resources = SpaceResources(
+            host, self.agent, self.streams, max_listed=o.max_listed,
+            max_subscriptions=o.max_subscriptions, session_ttl=o.session_ttl,
+        )  # fmt: skip
         await self.agent.start(host)
         self.calls.start(host)
+        loop = asyncio.get_running_loop()
         if self.spaces:
-            self._watcher = asyncio.get_running_loop().create_task(self._watch())
+            self._watcher = loop.create_task(self._watch())
+        self._space_watcher = loop.create_task(self._watch_spaces())
         host.mount(
             [web.post("/mcp", self._post), web.get("/mcp", self._get),
              web.delete("/mcp", self._delete)],
@@ -118,10 +133,11 @@ class McpServer:
         )  # fmt: skip
 
     async def aclose(self) -> None:
-        if self._watcher is not None:
-            self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watcher
+        for watcher in (self._watcher, self._space_watcher):
+            if watcher is not None:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
         if self.calls is not None:
             await self.calls.aclose()
         await self.agent.aclose()
@@ -137,6 +153,13 @@ class McpServer:
     def _show_call(self, msg: dict[str, Any]) -> None:
         if self.calls is not None:
             self.calls.show(msg)
+
+    def _space_message(self, msg: dict[str, Any]) -> None:
+        if self.resources is not None:
+            self.resources.heard(msg)
+
+    def _followed(self, space: str) -> bool:
+        return self.resources is not None and self.resources.following(space)
 
     def _members_changed(self, space: str) -> None:
         assert self.catalog is not None
@@ -155,6 +178,30 @@ class McpServer:
             if len(self.streams) and self.catalog.stale:
                 with contextlib.suppress(BackplaneUnavailable):
                     await self.catalog.refresh()
+
+    async def _watch_spaces(self) -> None:
+        """While a session stream is open on this node, read the hub's spaces
+        every ``spaces_interval``; when they change, the streams of the callers
+        who may see a space that came or went hear
+        ``notifications/resources/list_changed``."""
+        assert self.resources is not None
+        known: set[str] | None = None
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.options.spaces_interval):
+                    await self._stream_opened.wait()
+            self._stream_opened.clear()
+            if not self.streams.callers:
+                known = None
+                continue
+            try:
+                reply = await self.agent.request({"type": "space.list"})
+            except ToolFailure:
+                continue
+            now = {str(s["id"]) for s in reply.get("spaces", []) if isinstance(s, dict)}
+            if known is not None and now != known:
+                self.resources.spaces_changed(known, now)
+            known = now
 
     # ── routes ───────────────────────────────────────────────────────────
 
@@ -251,9 +298,33 @@ class McpServer:
                 result = await self._tools_list(caller, message.id)
             case "tools/call":
                 return await self._tools_call(request, caller, message, headers, modern=False)
+            case "resources/subscribe":
+                result = await self._resources().subscribe(
+                    session, caller, message.id, message.params
+                )
+            case "resources/unsubscribe":
+                result = await self._resources().unsubscribe(
+                    session, caller, message.id, message.params
+                )
             case _:
-                raise jsonrpc.method_not_found(message.id, message.method)
+                result = await self._read_resources(caller, message)
         return http.answer(request, jsonrpc.result_response(message.id, result), headers=headers)
+
+    def _resources(self) -> SpaceResources:
+        assert self.resources is not None
+        return self.resources
+
+    async def _read_resources(self, caller: Caller, message: Request) -> dict[str, Any]:
+        """``resources/list``, ``resources/templates/list``, ``resources/read``
+        (every revision); any other method is not found."""
+        match message.method:
+            case "resources/list":
+                return await self._resources().listing(caller, message.id)
+            case "resources/templates/list":
+                return resource_uris.templates_list_result()
+            case "resources/read":
+                return await self._resources().read(caller, message.id, message.params)
+        raise jsonrpc.method_not_found(message.id, message.method)
 
     async def _initialize(
         self, request: web.Request, caller: Caller, message: Request
@@ -289,7 +360,7 @@ class McpServer:
             case "subscriptions/listen":
                 return await self._listen(request, message)
             case _:
-                raise jsonrpc.method_not_found(message.id, message.method)
+                result = results.finish(await self._read_resources(caller, message), modern=True)
         return http.answer(request, jsonrpc.result_response(message.id, result))
 
     async def _tools_list(self, caller: Caller, request_id: Any) -> dict[str, Any]:
@@ -361,7 +432,7 @@ class McpServer:
         found = await self._session(request, caller)
         if isinstance(found, web.Response):
             return found
-        session, _caller = found
+        session, caller = found
         assert session is not None and self.sessions is not None
         if self.streams.full:
             return http.busy(f"This hub node has {self.options.max_streams} streams open")
@@ -374,14 +445,23 @@ class McpServer:
                 return True
 
         notice = jsonrpc.sse_event(jsonrpc.notification(LIST_CHANGED))
+        resources = self._resources()
         return await self.streams.serve(
             request,
             headers={"Mcp-Session-Id": session.id},
             first=None,
             notice=lambda: notice,
             session_id=session.id,
+            caller=caller,
             alive=alive,
+            on_open=lambda: self._opened(session.id),
+            on_close=lambda: resources.stream_closed(session.id),
+            on_tick=lambda: resources.refresh(session.id),
         )
+
+    async def _opened(self, session_id: str) -> None:
+        self._stream_opened.set()
+        await self._resources().stream_opened(session_id)
 
     async def _delete(self, request: web.Request) -> web.StreamResponse:
         caller = await self._caller(request)
@@ -396,6 +476,7 @@ class McpServer:
         assert session is not None and self.sessions is not None
         try:
             await self.sessions.end(session.id)
+            await self._resources().session_ended(session.id)
         except BackplaneUnavailable:
             return http.busy("The hub is unavailable")
         self.streams.end_session(session.id)

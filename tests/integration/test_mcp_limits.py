@@ -48,7 +48,7 @@ MALFORMED = [
     (b'{"jsonrpc":"2.0","id":1}', 400, -32600),
     (b'{"jsonrpc":"2.0","id":[1],"method":"ping"}', 400, -32600),
     (b'{"jsonrpc":"2.0","id":1,"method":"nope/nope"}', 200, -32601),
-    (b'{"jsonrpc":"2.0","id":1,"method":"resources/list"}', 200, -32601),
+    (b'{"jsonrpc":"2.0","id":1,"method":"prompts/list"}', 200, -32601),
     (b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":[]}', 200, -32602),
     (b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}', 200, -32602),
     (b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":7}}', 200, -32602),
