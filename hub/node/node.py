@@ -190,7 +190,7 @@ class Node:
         # ── the faces: WebSocket connections, the HTTP port, adapters
         self.lifecycle = ConnectionLifecycle(
             s, self.node_id, auth=self.auth, ids=self.ids, registry=self.registry,
-            agent_ids=self.agent_ids, presence=self.presence, membership=self.membership,
+            agent_ids=self.agent_ids, claims=self.presence, membership=self.membership,
             dispatcher=self.dispatcher, limits=self.limits, counters=self.counters,
             reserved_ids=self.reserved_ids, log=self.log,
         )  # fmt: skip
@@ -244,7 +244,7 @@ class Node:
         )  # fmt: skip
         self.sweeper = Sweeper(
             s, self.registry, self.dispatcher, preframe=preframe, log=self.log,
-            presence=self.presence,
+            claims=self.presence,
         )  # fmt: skip
         self._sweeper: asyncio.Task[None] | None = None
         self._beat: asyncio.Task[None] | None = None
