@@ -46,7 +46,7 @@ from hub.net.bodies import (
     read_at_most,
     read_body,
 )
-from hub.net.http import client_gone
+from hub.net.http import client_gone, until_client_gone
 from hub.node.virtual import MessageHandler, RequestFailed, VirtualMember
 
 __all__ = [
@@ -77,6 +77,7 @@ __all__ = [
     "parse_json",
     "read_at_most",
     "read_body",
+    "until_client_gone",
 ]
 
 

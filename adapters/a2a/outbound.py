@@ -19,7 +19,7 @@ itself is answered ``{status, task_id, state: "canceled"}``.
 
 Exactly one node of a cluster holds ``agent_id``; the others stand by and
 retry the claim, and the node that takes over answers with a failure what the
-lost holder left unanswered (:mod:`adapters.takeover`). Calls per bridge,
+lost holder left unanswered (:mod:`adapters.kit.takeover`). Calls per bridge,
 events waiting for one, bodies and stream events are bounded.
 """
 
@@ -36,10 +36,10 @@ from adapters.a2a.calls import Answer, Call, CallTable, Request
 from adapters.a2a.cardwatch import CardWatch
 from adapters.a2a.contexts import BridgeMemory
 from adapters.a2a.remote import RemoteAgent, RemoteFailure
-from adapters.holding import Holding
-from adapters.intake import RequestIntake
-from adapters.replies import in_reply_to
-from adapters.takeover import answer_unanswered
+from adapters.kit.holding import Holding
+from adapters.kit.intake import RequestIntake
+from adapters.kit.replies import in_reply_to
+from adapters.kit.takeover import answer_unanswered
 from hub.adapter_host import (
     AdapterHost,
     BackplaneUnavailable,

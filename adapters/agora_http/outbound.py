@@ -35,10 +35,10 @@ import structlog
 
 from adapters.agora_http.conversations import OutboundConversations, RemoteConversation
 from adapters.agora_http.remote import RemoteEndpoint, failed
-from adapters.holding import Holding
-from adapters.intake import RequestIntake
-from adapters.replies import in_reply_to
-from adapters.takeover import answer_unanswered
+from adapters.kit.holding import Holding
+from adapters.kit.intake import RequestIntake
+from adapters.kit.replies import in_reply_to
+from adapters.kit.takeover import answer_unanswered
 from hub.adapter_host import (
     AdapterHost,
     BackplaneUnavailable,

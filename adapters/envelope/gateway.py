@@ -48,7 +48,7 @@ from adapters.envelope.common import (
     too_large,
 )
 from adapters.envelope.waits import Waits
-from adapters.shares import ShareExceeded, Shares
+from adapters.kit.shares import ShareExceeded, Shares
 from hub.adapter_host import (
     Act,
     AdapterHost,

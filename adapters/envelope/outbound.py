@@ -32,8 +32,8 @@ import structlog
 
 from adapters.envelope.common import read_bounded, request_of, signed_error
 from adapters.envelope.config import EnvelopeBridge
-from adapters.holding import Holding
-from adapters.takeover import answer_unanswered
+from adapters.kit.holding import Holding
+from adapters.kit.takeover import answer_unanswered
 from hub.adapter_host import (
     AdapterHost,
     HubSettings,
@@ -119,7 +119,7 @@ class EnvelopePeer:
         return self.held.holding
 
     async def _claimed(self, member: VirtualMember, seq: int) -> None:
-        """Requests a lost holder left unanswered get a 503 (:mod:`adapters.takeover`)."""
+        """Requests a lost holder left unanswered get a 503 (:mod:`adapters.kit.takeover`)."""
         fmt = self.format
 
         async def moved(event: dict[str, Any]) -> None:

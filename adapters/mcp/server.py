@@ -32,6 +32,7 @@ from typing import Any
 
 from aiohttp import web
 
+from adapters.kit.shares import ShareExceeded, Shares
 from adapters.mcp import http
 from adapters.mcp.agent import MCP_AGENT, McpAgent, ToolFailure
 from adapters.mcp.calllog import CALLS_SPACE, CallLog
@@ -41,7 +42,6 @@ from adapters.mcp.options import McpOptions
 from adapters.mcp.resources import SpaceResources
 from adapters.mcp.sessions import McpSession, Sessions
 from adapters.mcp.streams import NotificationStreams
-from adapters.shares import ShareExceeded, Shares
 from hub.adapter_host import (
     AdapterHost,
     AgentIdTaken,

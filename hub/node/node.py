@@ -81,7 +81,7 @@ from hub.node.sweep import Sweeper
 from hub.ops.api import NodeReadings, OperatorFaces
 from hub.ops.api.operations import API_SENDER
 from hub.ops.health import health_routes
-from hub.ops.metrics import Gauges, HubCollector, build_registry
+from hub.ops.metrics import Gauges, HubCollector, ViewFactory, build_registry
 from protocol.errors import CloseCode, ErrorCode
 
 
@@ -95,6 +95,8 @@ class Node:
         backplane: Backplane | None = None,
         presence: Presence | None = None,
         adapters: Iterable[Adapter] = (),
+        workers_view: ViewFactory | None = None,
+        worker: int | None = None,
     ):
         s = self.settings = settings
         self.node_id = s.node_id
@@ -188,7 +190,7 @@ class Node:
         # ── the faces: WebSocket connections, the HTTP port, adapters
         self.lifecycle = ConnectionLifecycle(
             s, self.node_id, auth=self.auth, ids=self.ids, registry=self.registry,
-            agent_ids=self.agent_ids, presence=self.presence, membership=self.membership,
+            agent_ids=self.agent_ids, claims=self.presence, membership=self.membership,
             dispatcher=self.dispatcher, limits=self.limits, counters=self.counters,
             reserved_ids=self.reserved_ids, log=self.log,
         )  # fmt: skip
@@ -203,7 +205,9 @@ class Node:
                     backplane_lag=self._lag,
                 ),
                 self.node_id,
-            )
+            ),
+            workers_view,
+            worker,
         )
         #: The HTTP port's application; adapters mount their routes while starting.
         self.http_app = web.Application(
@@ -240,7 +244,7 @@ class Node:
         )  # fmt: skip
         self.sweeper = Sweeper(
             s, self.registry, self.dispatcher, preframe=preframe, log=self.log,
-            presence=self.presence,
+            claims=self.presence,
         )  # fmt: skip
         self._sweeper: asyncio.Task[None] | None = None
         self._beat: asyncio.Task[None] | None = None

@@ -204,6 +204,20 @@ def test_adapters_import_only_their_host_the_protocol_and_adapters():
     assert not bad, bad
 
 
+def test_the_bridge_kit_imports_no_adapter_package():
+    """``adapters.kit`` is what the adapter packages share: they import it, not the reverse."""
+    packages = ("adapters.a2a", "adapters.agora_http", "adapters.envelope", "adapters.mcp")
+    bad = [
+        f"{m} imports {t}"
+        for m, ts in GRAPH.items()
+        if m.startswith("adapters.kit")
+        for t in ts
+        if t.startswith(packages)
+    ]
+    assert any(m.startswith("adapters.kit.") for m in GRAPH)
+    assert not bad, bad
+
+
 def test_the_hub_imports_adapters_only_to_build_them():
     """The node knows adapters only as ``Adapter``s; only the process runner
     builds them from the settings."""

@@ -7,7 +7,7 @@ node holds it — stands by and tries again every ``retry`` seconds, so when the
 holder's node dies (its claim expires) or shuts down, a standby takes the
 bridge over. The new holder is handed the space's ``seq`` at its join
 (``on_claimed``): what was addressed to the bridge before it, and not
-answered, is in the space's history (:func:`adapters.takeover.answer_unanswered`).
+answered, is in the space's history (:func:`adapters.kit.takeover.answer_unanswered`).
 
 The messages the member receives go to ``handler``; what to register
 (capabilities, metadata) is asked of ``registration`` at each claim.

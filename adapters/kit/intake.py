@@ -18,7 +18,7 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from adapters.replies import StreamAssembler, in_reply_to
+from adapters.kit.replies import StreamAssembler, in_reply_to
 
 #: Serve one request (publishing its answer).
 Serve = Callable[[dict[str, Any]], Awaitable[None]]
