@@ -27,13 +27,14 @@ addressees — and it is documented (docs/mcp.md).
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 from adapters.kit.asking import AskCancelled, Asker, Asking, AskTimeout
 from adapters.kit.joined import JoiningMember, JoinRefused, NodeNotReady
-from adapters.kit.replies import Assembled, ReplyWaiters
+from adapters.kit.replies import Assembled, Piece, RelayStopped, ReplyWaiters
 from adapters.mcp.calllog import CALLS_SPACE
 from hub.adapter_host import AdapterHost, RequestFailed, VirtualMember
 
@@ -78,6 +79,7 @@ class McpAgent:
         node, and so not to be left."""
         self.pinned = frozenset(pinned)
         self.max_joined = max_joined
+        self.max_answer_bytes = max_answer_bytes
         self.waiters = ReplyWaiters(max_answer_bytes)
         self._on_members_changed = on_members_changed
         self._on_call_event = on_call_event
@@ -160,12 +162,53 @@ class McpAgent:
             self._done_asking(space)
         return asking.published, whole
 
-    async def _send(self, space: str, data: dict[str, Any], to: list[str] | None) -> Asking:
+    async def ask_streaming(
+        self,
+        space: str,
+        data: dict[str, Any],
+        to: list[str] | None,
+        timeout: float,
+        on_delta: Callable[[str], Awaitable[None]],
+    ) -> tuple[dict[str, Any], Assembled]:
+        """As :meth:`ask`, hearing a streamed reply as it comes: ``on_delta``
+        gets each delta's text (``notifications/progress``); the reply is
+        assembled too (bounded by ``max_answer_bytes``: past it the agent is
+        told to stop and the reply is lost)."""
+        asking = await self._send(space, data, to, relay=True)
+        relay = asking.relay
+        assert relay is not None
+        stream = _Streamed(self.max_answer_bytes)
+        try:
+            async with asyncio.timeout(timeout):
+                while (whole := stream.take(await relay.next())) is None:
+                    if stream.delta is not None:
+                        await on_delta(stream.delta)
+                if whole.failure is not None and stream.too_large:
+                    await asking.cancel("too_large")
+        except TimeoutError:
+            await asking.cancel("timeout")
+            raise ToolFailure("Timeout") from None
+        except RelayStopped:
+            raise ToolFailure("Cancelled") from None
+        except ConnectionError:  # the caller went away while we told it
+            await asking.cancel("caller_gone")
+            raise ToolFailure("Cancelled (caller_gone)") from None
+        except asyncio.CancelledError:
+            await self.asker.finish(asking.cancel("cancelled"))
+            raise
+        finally:
+            asking.close()
+            self._done_asking(space)
+        return asking.published, whole
+
+    async def _send(
+        self, space: str, data: dict[str, Any], to: list[str] | None, *, relay: bool = False
+    ) -> Asking:
         """Publish a request; its :class:`~adapters.kit.asking.Asking`. The
         space stays joined until :meth:`_done_asking`."""
         self._asking[space] += 1
         try:
-            return await self._call(self.asker.send(space, data, to=to))
+            return await self._call(self.asker.send(space, data, to=to, relay=relay))
         except BaseException:
             self._done_asking(space)
             raise
@@ -194,3 +237,41 @@ class McpAgent:
             raise ToolFailure("the hub is unavailable: try again") from None
         except TimeoutError:
             raise ToolFailure("the hub did not answer in time: try again") from None
+
+
+class _Streamed:
+    """A reply taken piece by piece (:meth:`McpAgent.ask_streaming`): the
+    latest delta's text, and the whole reply once it ends."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self.first: dict[str, Any] | None = None
+        self.parts: list[str] = []
+        self.size = 0
+        self.delta: str | None = None
+        self.too_large = False
+
+    def take(self, piece: Piece) -> Assembled | None:
+        """The whole reply when ``piece`` ends it, else None (:attr:`delta`
+        is then the piece's text, if it had one)."""
+        self.delta = None
+        match piece.kind:
+            case "event":
+                return Assembled(piece.msg)
+            case "delta":
+                self.first = self.first or piece.msg
+                text = piece.data.get("text")
+                if isinstance(text, str):
+                    self.size += len(text.encode("utf-8", "surrogatepass"))
+                    if self.size > self.max_bytes:
+                        self.too_large = True
+                        return Assembled(self.first, f"stream larger than {self.max_bytes} bytes")
+                    self.parts.append(text)
+                    self.delta = text
+                return None
+            case "done":
+                first = self.first or piece.msg
+                data = {**(first.get("data") or {}), "text": "".join(self.parts)}
+                return Assembled({**first, "type": "space.event", "data": data})
+        reason = str(piece.msg.get("reason"))[:128]
+        return Assembled(self.first or piece.msg, f"stream cancelled ({reason})")

@@ -30,11 +30,11 @@ from typing import Any
 
 import orjson
 
-from adapters.joined import JoinRefused, NodeNotReady
+from adapters.kit.joined import JoinRefused, NodeNotReady
+from adapters.kit.stored import json_object
 from adapters.mcp.agent import McpAgent, ToolFailure
 from adapters.mcp.sessions import McpSession
 from adapters.mcp.streams import NotificationStreams
-from adapters.stored import json_object
 from hub.adapter_host import AdapterHost, BackplaneUnavailable, Caller, RequestFailed
 from protocol.mcp import jsonrpc, resources
 from protocol.mcp.jsonrpc import JsonRpcError

@@ -39,6 +39,7 @@ from adapters.mcp.calllog import CALLS_SPACE, CallLog
 from adapters.mcp.calls import ToolRunner
 from adapters.mcp.catalog import ToolCatalog
 from adapters.mcp.options import McpOptions
+from adapters.mcp.progress import CallKey, Progress, RunningCalls, wants_progress
 from adapters.mcp.resources import SpaceResources
 from adapters.mcp.sessions import McpSession, Sessions
 from adapters.mcp.streams import NotificationStreams
@@ -50,6 +51,7 @@ from hub.adapter_host import (
     BodyRefused,
     Caller,
     SlotsFull,
+    until_client_gone,
 )
 from protocol.mcp import jsonrpc, results, revisions
 from protocol.mcp import resources as resource_uris
@@ -81,6 +83,8 @@ class McpServer:
         self.options = o = options or McpOptions()
         #: Tool calls running on this node (``caller_share`` per caller, once started).
         self.calls_running = Shares(o.max_calls, 1.0, "tool calls running")
+        #: The same calls, by who sent them (for ``notifications/cancelled``).
+        self.running = RunningCalls()
         self.agent = McpAgent(
             self.spaces, max_answer_bytes=o.max_answer_bytes, max_joined=o.max_joined_spaces,
             on_members_changed=self._members_changed, on_call_event=self._show_call,
@@ -263,10 +267,23 @@ class McpServer:
         try:
             if isinstance(message, Notification | ClientReply):
                 found = await self._session(request, caller)
-                return found if isinstance(found, web.Response) else http.accepted()
+                if isinstance(found, web.Response):
+                    return found
+                if isinstance(message, Notification):
+                    self._notified(message, *found)
+                return http.accepted()
             return await self._request(request, caller, message, modern)
         except JsonRpcError as exc:
             return self._rpc_error(request, exc, modern)
+
+    def _notified(self, message: Notification, session: McpSession | None, caller: Caller) -> None:
+        """A client's notification: ``notifications/cancelled`` stops the call it names
+        (the same caller's, in the same session, running on this node)."""
+        if message.method != "notifications/cancelled":
+            return
+        request_id = message.params.get("requestId")
+        if isinstance(request_id, str | int) and not isinstance(request_id, bool):
+            self.running.cancel((caller.agent_id, session.id if session else "", request_id))
 
     def _rpc_error(self, request: web.Request, exc: JsonRpcError, modern: bool) -> web.Response:
         status = revisions.MODERN_ERROR_STATUS.get(exc.code, 200) if modern else 200
@@ -297,7 +314,10 @@ class McpServer:
             case "tools/list":
                 result = await self._tools_list(caller, message.id)
             case "tools/call":
-                return await self._tools_call(request, caller, message, headers, modern=False)
+                session_id = session.id if session is not None else ""
+                return await self._tools_call(
+                    request, caller, message, headers, modern=False, session_id=session_id
+                )
             case "resources/subscribe":
                 result = await self._resources().subscribe(
                     session, caller, message.id, message.params
@@ -380,8 +400,8 @@ class McpServer:
         headers: dict[str, str] | None,
         *,
         modern: bool,
+        session_id: str = "",
     ) -> web.StreamResponse:
-        assert self.runner is not None
         name = message.params.get("name")
         arguments = message.params.get("arguments")
         if not isinstance(name, str):
@@ -390,16 +410,52 @@ class McpServer:
             arguments = {}
         if not isinstance(arguments, dict):
             raise jsonrpc.invalid_params(message.id, "arguments must be an object")
+        token = wants_progress(request, message.params)
+        progress = Progress(request, token, headers) if token is not None else None
         try:
             with self.calls_running.hold(caller.share_key):
-                result = await self.runner.call(caller, message.id, name, arguments)
+                key = (caller.agent_id, session_id, message.id)
+                result = await self._run_call(request, key, caller, name, arguments, progress)
         except SlotsFull:
             running = f"This hub node has {self.options.max_calls} tool calls running"
             return http.busy(running, message.id)
         except ShareExceeded as exc:
             return http.busy(str(exc), message.id, status=429)
-        result = results.finish(result, modern=modern)
-        return http.answer(request, jsonrpc.result_response(message.id, result), headers=headers)
+        answer = jsonrpc.result_response(message.id, results.finish(result, modern=modern))
+        if progress is not None:
+            return await progress.answer(answer)
+        return http.answer(request, answer, headers=headers)
+
+    async def _run_call(
+        self,
+        request: web.Request,
+        key: CallKey,
+        caller: Caller,
+        name: str,
+        arguments: dict[str, Any],
+        progress: Progress | None,
+    ) -> dict[str, Any]:
+        """Run the call in a task of its own, which the client's
+        ``notifications/cancelled`` or its going away cancels (the agent
+        answering is then told to stop); a cancelled call's result says so."""
+        assert self.runner is not None
+        report = progress.delta if progress is not None else None
+        call = asyncio.ensure_future(self.runner.call(caller, key[2], name, arguments, report))
+        self.running.add(key, call)
+        gone = until_client_gone(request)
+        try:
+            await asyncio.wait((call, gone), return_when=asyncio.FIRST_COMPLETED)
+            if not call.done():
+                call.cancel("the client went away")
+            return await call
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                call.cancel()  # this request itself is being cancelled (shutdown)
+                raise
+            return results.error_result("Cancelled: the client stopped the call.")
+        finally:
+            self.running.remove(key, call)
 
     async def _listen(self, request: web.Request, message: Request) -> web.StreamResponse:
         wanted = message.params.get("notifications")
