@@ -118,3 +118,36 @@ async def test_a_stream_on_one_node_ends_when_its_session_ends_on_another(hub, h
         async with asyncio.timeout(10):
             rest = await stream.content.read()  # ends at the next keep-alive check
         assert b"data:" not in rest and time.monotonic() - started < 10
+
+
+async def test_a_space_followed_through_one_node_notifies_on_the_other(hub, http, redis_server):
+    """The session's stream is on node two; the subscription arrives through node
+    one; the event is published on node one."""
+    from adapters.mcp import McpOptions, McpServer
+
+    settings = {"redis_url": redis_server.url}
+    one = await hub(**settings)
+    two = await hub(adapters=[McpServer(options=McpOptions(keepalive=0.2))], **settings)
+    bob = await WsClient.connect(one.url, "bob", heartbeat=True)
+    await bob.join("lab")
+    via_one = McpHttp(http, one.http_url, agent_id="alice")
+    await via_one.initialize()
+    via_two = McpHttp(http, two.http_url, agent_id="alice")
+    via_two.session_id, via_two.revision = via_one.session_id, via_one.revision
+    stream = await http.get(via_two.url, headers=via_two.headers(Accept="text/event-stream"))
+    assert stream.status == 200
+    listed = (await via_one.rpc("resources/list")).result["resources"]
+    assert "agora://spaces/lab" in {r["uri"] for r in listed}
+    assert (await via_one.rpc("resources/subscribe", {"uri": "agora://spaces/lab"})).result == {}
+    # Node two picks the subscription up at its stream's next keep-alive (0.2 s
+    # here); a member event tells when its mcp agent joined the space.
+    await bob.wait_for("space.members", timeout=30, space="lab")
+    await bob.send({"type": "space.publish", "space": "lab", "data": {"text": "news"}})
+    async with asyncio.timeout(30):
+        while True:
+            note = await next_sse(stream.content, 30)
+            if note.get("method") == "notifications/resources/updated":
+                break
+    assert note["params"] == {"uri": "agora://spaces/lab"}
+    stream.close()
+    await bob.close()
