@@ -77,6 +77,8 @@ class SpaceResources:
         self._following: defaultdict[str, set[str]] = defaultdict(set)
         #: session -> the spaces it follows (for the sessions with a stream here).
         self._of_session: dict[str, set[str]] = {}
+        #: ``subscriptions/listen`` streams (stateless revision) -> their ``_meta``.
+        self._listening: dict[str, dict[str, Any]] = {}
 
     def following(self, space: str) -> bool:
         """Does a session with a stream on this node follow ``space``?"""
@@ -186,8 +188,34 @@ class SpaceResources:
             with contextlib.suppress(BackplaneUnavailable):
                 await self._store(session_id, stored)
 
+    async def listen(
+        self, key: str, meta: dict[str, Any], caller: Caller, uris: object
+    ) -> list[str]:
+        """A ``subscriptions/listen`` stream (``key``) asks to follow ``uris``: the
+        ones honoured (spaces that exist and the caller may read, at most
+        ``max_subscriptions``); :meth:`stream_closed` ends them."""
+        if not isinstance(uris, list):
+            return []
+        honoured: list[str] = []
+        self._listening[key] = meta
+        self._of_session.setdefault(key, set())
+        for uri in uris[: self.max_subscriptions]:
+            space = resources.space_of(uri)
+            if space is None or not self.host.policy.may_read(caller, space):
+                continue
+            try:
+                if not await self.host.space_exists(space):
+                    continue
+            except BackplaneUnavailable:
+                continue
+            await self._follow(key, space)
+            if space in self._of_session[key]:
+                honoured.append(resources.space_uri(space))
+        return honoured
+
     def stream_closed(self, session_id: str) -> None:
-        """Its stream closed (the subscriptions stay stored for the next one)."""
+        """Its stream closed (a session's subscriptions stay stored for the next one)."""
+        self._listening.pop(session_id, None)
         for space in self._of_session.pop(session_id, set()):
             self._drop(session_id, space)
 
@@ -209,7 +237,12 @@ class SpaceResources:
         uri = resources.space_uri(space)
         frame = jsonrpc.sse_event(jsonrpc.notification(UPDATED, resources.updated(uri)))
         for session_id in sessions:
-            self.streams.push(session_id, uri, frame)
+            meta = self._listening.get(session_id)
+            if meta is None:
+                self.streams.push(session_id, uri, frame)
+            else:
+                note = jsonrpc.notification(UPDATED, {**resources.updated(uri), "_meta": meta})
+                self.streams.push(session_id, uri, jsonrpc.sse_event(note))
 
     def spaces_changed(self, before: set[str], after: set[str]) -> None:
         """The hub's spaces went from ``before`` to ``after``: tell each session
@@ -217,9 +250,8 @@ class SpaceResources:
         a space it may not see)."""
         moved = before ^ after
         may_read = self.host.policy.may_read
-        frame = jsonrpc.sse_event(jsonrpc.notification(LIST_CHANGED))
-        self.streams.tell_callers(
-            lambda caller: any(may_read(caller, space) for space in moved), LIST_CHANGED, frame
+        self.streams.resources_changed(
+            lambda caller: any(may_read(caller, space) for space in moved), LIST_CHANGED
         )
 
     # ── helpers ──────────────────────────────────────────────────────────

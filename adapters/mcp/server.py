@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 from collections.abc import Iterable
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -63,6 +64,7 @@ except PackageNotFoundError:  # running from a source tree that is not installed
     VERSION = "0"
 
 LIST_CHANGED = "notifications/tools/list_changed"
+RESOURCES_CHANGED = "notifications/resources/list_changed"
 
 
 class McpServer:
@@ -378,7 +380,7 @@ class McpServer:
             case "tools/call":
                 return await self._tools_call(request, caller, message, None, modern=True)
             case "subscriptions/listen":
-                return await self._listen(request, message)
+                return await self._listen(request, caller, message)
             case _:
                 result = results.finish(await self._read_resources(caller, message), modern=True)
         return http.answer(request, jsonrpc.result_response(message.id, result))
@@ -457,25 +459,56 @@ class McpServer:
         finally:
             self.running.remove(key, call)
 
-    async def _listen(self, request: web.Request, message: Request) -> web.StreamResponse:
+    async def _listen(
+        self, request: web.Request, caller: Caller, message: Request
+    ) -> web.StreamResponse:
+        """``subscriptions/listen`` (the stateless revision): a stream of tool list
+        changes, resource list changes and updates of the spaces it names, as asked
+        (the acknowledgement echoes what is honoured)."""
         wanted = message.params.get("notifications")
-        tools = isinstance(wanted, dict) and wanted.get("toolsListChanged") is True
+        wanted = wanted if isinstance(wanted, dict) else {}
+        tools = wanted.get("toolsListChanged") is True
+        spaces_changed = wanted.get("resourcesListChanged") is True
         if self.streams.full:
             return http.busy(f"This hub node has {self.options.max_streams} streams open")
         meta = {revisions.META_SUBSCRIPTION_ID: message.id}
-        honoured = {"toolsListChanged": True} if tools else {}
-        first = jsonrpc.notification(
-            "notifications/subscriptions/acknowledged", {"_meta": meta, "notifications": honoured}
-        )
-        notice = jsonrpc.sse_event(jsonrpc.notification(LIST_CHANGED, {"_meta": meta}))
-        farewell = jsonrpc.result_response(message.id, {"_meta": meta, "resultType": "complete"})
-        return await self.streams.serve(
-            request,
-            headers={},
-            first=jsonrpc.sse_event(first),
-            notice=lambda: notice if tools else b"",
-            farewell=jsonrpc.sse_event(farewell),
-        )
+        key = f"listen:{secrets.token_hex(12)}"
+        resources = self._resources()
+        try:
+            uris = wanted.get("resourceSubscriptions")
+            followed = await resources.listen(key, meta, caller, uris)
+            honoured: dict[str, Any] = {}
+            if tools:
+                honoured["toolsListChanged"] = True
+            if spaces_changed:
+                honoured["resourcesListChanged"] = True
+            if followed:
+                honoured["resourceSubscriptions"] = followed
+            first = jsonrpc.notification(
+                "notifications/subscriptions/acknowledged",
+                {"_meta": meta, "notifications": honoured},
+            )
+            notice = jsonrpc.sse_event(jsonrpc.notification(LIST_CHANGED, {"_meta": meta}))
+            changed = jsonrpc.notification(RESOURCES_CHANGED, {"_meta": meta})
+            farewell = jsonrpc.result_response(
+                message.id, {"_meta": meta, "resultType": "complete"}
+            )
+            return await self.streams.serve(
+                request,
+                headers={},
+                first=jsonrpc.sse_event(first),
+                notice=lambda: notice if tools else b"",
+                farewell=jsonrpc.sse_event(farewell),
+                session_id=key,
+                caller=caller,
+                resources_changed=jsonrpc.sse_event(changed) if spaces_changed else None,
+                on_open=self._spaces_baseline,
+            )
+        finally:
+            resources.stream_closed(key)
+
+    async def _spaces_baseline(self) -> None:
+        self._stream_opened.set()
 
     async def _get(self, request: web.Request) -> web.StreamResponse:
         caller = await self._caller(request)
@@ -509,6 +542,7 @@ class McpServer:
             notice=lambda: notice,
             session_id=session.id,
             caller=caller,
+            resources_changed=jsonrpc.sse_event(jsonrpc.notification(RESOURCES_CHANGED)),
             alive=alive,
             on_open=lambda: self._opened(session.id),
             on_close=lambda: resources.stream_closed(session.id),

@@ -38,11 +38,15 @@ KEEPALIVE = b": keep-alive\n\n"
 
 
 class _Stream:
-    __slots__ = ("caller", "pending", "session_id", "wake")
+    __slots__ = ("caller", "pending", "resources_changed", "session_id", "wake")
 
-    def __init__(self, session_id: str | None, caller: Caller | None):
+    def __init__(
+        self, session_id: str | None, caller: Caller | None, resources_changed: bytes | None
+    ):
         self.session_id = session_id
         self.caller = caller
+        #: Its ``notifications/resources/list_changed`` frame (None: not wanted).
+        self.resources_changed = resources_changed
         self.wake = asyncio.Event()
         #: Notifications for this stream alone, by key (one per key waits).
         self.pending: dict[str, bytes] = {}
@@ -76,18 +80,19 @@ class NotificationStreams:
                 stream.pending[key] = frame
                 stream.wake.set()
 
-    def tell_callers(self, concerned: Callable[[Caller], bool], key: str, frame: bytes) -> None:
-        """Send ``frame`` on every session stream whose caller it ``concerned``."""
+    def resources_changed(self, concerned: Callable[[Caller], bool], key: str) -> None:
+        """Tell every stream that wants to hear of resource list changes and whose
+        caller it ``concerned`` (its own ``list_changed`` frame)."""
         for stream in self._open:
-            if stream.caller is not None and stream.session_id is not None:
-                if concerned(stream.caller):
-                    stream.pending[key] = frame
-                    stream.wake.set()
+            frame = stream.resources_changed
+            if frame is not None and stream.caller is not None and concerned(stream.caller):
+                stream.pending[key] = frame
+                stream.wake.set()
 
     @property
     def callers(self) -> bool:
-        """Is any session stream open on this node?"""
-        return any(stream.caller is not None for stream in self._open)
+        """Is a stream that wants resource list changes open on this node?"""
+        return any(stream.resources_changed is not None for stream in self._open)
 
     def end_session(self, session_id: str) -> None:
         """The session ended: its streams on this node close now."""
@@ -112,6 +117,7 @@ class NotificationStreams:
         farewell: bytes | None = None,
         session_id: str | None = None,
         caller: Caller | None = None,
+        resources_changed: bytes | None = None,
         alive: Callable[[], Awaitable[bool]] | None = None,
         on_open: Callable[[], Awaitable[None]] | None = None,
         on_close: Callable[[], None] | None = None,
@@ -122,7 +128,7 @@ class NotificationStreams:
         the last frame when the hub ends it. ``on_open`` runs once the stream
         is open, ``on_close`` when it closes, ``on_tick`` at each keep-alive.
         The caller has checked :attr:`full`."""
-        stream = _Stream(session_id, caller)
+        stream = _Stream(session_id, caller, resources_changed)
         self._open.add(stream)
         response = web.StreamResponse(headers={**SSE_HEADERS, **headers})
         try:
