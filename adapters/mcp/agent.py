@@ -91,6 +91,9 @@ class McpAgent:
             max_joined=max_joined, busy=self._busy,
         )  # fmt: skip
         self.asker = Asker(self.joining, self.waiters)
+        #: The replies being relayed piece by piece (:meth:`ask_streaming`).
+        self._relayed: set[Asking] = set()
+        self._closing: str | None = None
 
     def _busy(self, space: str) -> bool:
         return space in self._asking or self._followed(space)
@@ -111,7 +114,11 @@ class McpAgent:
         return self.joining.member
 
     def fail_waiting(self, reason: str) -> None:
+        self._closing = reason
         self.waiters.fail_all(ToolFailure(reason))
+        for asking in self._relayed:
+            if asking.relay is not None:
+                asking.relay.stop()
 
     async def _on_message(self, msg: dict[str, Any]) -> None:
         if msg.get("space") == CALLS_SPACE:
@@ -178,6 +185,7 @@ class McpAgent:
         relay = asking.relay
         assert relay is not None
         stream = _Streamed(self.max_answer_bytes)
+        self._relayed.add(asking)
         try:
             async with asyncio.timeout(timeout):
                 while (whole := stream.take(await relay.next())) is None:
@@ -189,7 +197,7 @@ class McpAgent:
             await asking.cancel("timeout")
             raise ToolFailure("Timeout") from None
         except RelayStopped:
-            raise ToolFailure("Cancelled") from None
+            raise ToolFailure(self._closing or "Cancelled") from None
         except ConnectionError:  # the caller went away while we told it
             await asking.cancel("caller_gone")
             raise ToolFailure("Cancelled (caller_gone)") from None
@@ -197,6 +205,7 @@ class McpAgent:
             await self.asker.finish(asking.cancel("cancelled"))
             raise
         finally:
+            self._relayed.discard(asking)
             asking.close()
             self._done_asking(space)
         return asking.published, whole
