@@ -10,7 +10,9 @@ does not stream is answered as any other call (one JSON or SSE body).
 :class:`RunningCalls` holds the ``tools/call`` requests running on this node
 by who sent them (caller, session, JSON-RPC id), so that the same client's
 ``notifications/cancelled`` can cancel one: its task is cancelled, and the
-ask under it tells the answering agent to stop (``adapters.kit.asking``).
+ask under it tells the answering agent to stop (``adapters.kit.asking``). A
+cancel for a call not running on the node that got it is passed to every node
+(:meth:`~adapters.mcp.calllog.CallLog.cancel`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from adapters.mcp import http
+from adapters.mcp.calllog import call_digest
 from adapters.mcp.streams import SSE_HEADERS
 from protocol.mcp import jsonrpc
 
@@ -78,24 +81,26 @@ CallKey = tuple[str, str, str | int]
 
 
 class RunningCalls:
-    """The ``tools/call`` tasks running on this node, by (caller, session, id)."""
+    """The ``tools/call`` tasks running on this node, by (caller, session, id)
+    and by that key's digest (a cancel from another node names the digest)."""
 
     def __init__(self) -> None:
-        self._tasks: dict[CallKey, asyncio.Task[Any]] = {}
+        self._tasks: dict[str, asyncio.Task[Any]] = {}
 
     def __len__(self) -> int:
         return len(self._tasks)
 
     def add(self, key: CallKey, task: asyncio.Task[Any]) -> None:
-        self._tasks[key] = task
+        self._tasks[call_digest(*key)] = task
 
     def remove(self, key: CallKey, task: asyncio.Task[Any]) -> None:
-        if self._tasks.get(key) is task:
-            del self._tasks[key]
+        digest = call_digest(*key)
+        if self._tasks.get(digest) is task:
+            del self._tasks[digest]
 
-    def cancel(self, key: CallKey) -> bool:
-        """Cancel the call ``key`` names; whether one was running."""
-        task = self._tasks.get(key)
+    def cancel(self, digest: str) -> bool:
+        """Cancel the call whose key has this digest; whether one was running here."""
+        task = self._tasks.get(digest)
         if task is None or task.done():
             return False
         task.cancel("the client cancelled the call")

@@ -36,7 +36,7 @@ from aiohttp import web
 from adapters.kit.shares import ShareExceeded, Shares
 from adapters.mcp import http
 from adapters.mcp.agent import MCP_AGENT, McpAgent, ToolFailure
-from adapters.mcp.calllog import CALLS_SPACE, CallLog
+from adapters.mcp.calllog import CALLS_SPACE, HUB_SENDER, CallLog, call_digest
 from adapters.mcp.calls import ToolRunner
 from adapters.mcp.catalog import ToolCatalog
 from adapters.mcp.options import McpOptions
@@ -157,6 +157,11 @@ class McpServer:
         return 0 if self.catalog is None else self.catalog.version
 
     def _show_call(self, msg: dict[str, Any]) -> None:
+        data = msg.get("data")
+        if msg.get("from") == HUB_SENDER and isinstance(data, dict):
+            digest = data.get("call")
+            if data.get("event") == "cancel" and isinstance(digest, str):
+                self.running.cancel(digest)
         if self.calls is not None:
             self.calls.show(msg)
 
@@ -284,8 +289,13 @@ class McpServer:
         if message.method != "notifications/cancelled":
             return
         request_id = message.params.get("requestId")
-        if isinstance(request_id, str | int) and not isinstance(request_id, bool):
-            self.running.cancel((caller.agent_id, session.id if session else "", request_id))
+        if not isinstance(request_id, str | int) or isinstance(request_id, bool):
+            return
+        if isinstance(request_id, str) and len(request_id) > jsonrpc.MAX_ID:
+            return
+        digest = call_digest(caller.agent_id, session.id if session else "", request_id)
+        if not self.running.cancel(digest) and self.calls is not None:
+            self.calls.cancel(digest)  # running on another node, maybe
 
     def _rpc_error(self, request: web.Request, exc: JsonRpcError, modern: bool) -> web.Response:
         status = revisions.MODERN_ERROR_STATUS.get(exc.code, 200) if modern else 200
