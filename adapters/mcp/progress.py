@@ -63,8 +63,11 @@ class Progress:
         """The call's answer: the last event of the stream, when one was opened."""
         if self.response is None:
             return http.answer(self.request, message, headers=self.headers)
-        await self.response.write(jsonrpc.sse_event(message))
-        await self.response.write_eof()
+        try:
+            await self.response.write(jsonrpc.sse_event(message))
+            await self.response.write_eof()
+        except ConnectionError:
+            pass  # the client went away: nobody to answer
         return self.response
 
 

@@ -285,7 +285,7 @@ class McpServer:
 
     def _notified(self, message: Notification, session: McpSession | None, caller: Caller) -> None:
         """A client's notification: ``notifications/cancelled`` stops the call it names
-        (the same caller's, in the same session, running on this node)."""
+        (the same caller's, in the same session), here or on the node running it."""
         if message.method != "notifications/cancelled":
             return
         request_id = message.params.get("requestId")
