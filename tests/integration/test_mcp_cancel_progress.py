@@ -178,18 +178,31 @@ async def test_a_cancel_of_another_caller_or_session_is_ignored(hub, clients, ht
     task.cancel()
 
 
-async def test_a_client_that_goes_away_stops_the_agent(hub, clients, http):
-    writer = Writer(stream_first=False)
+@pytest.mark.parametrize("stream_first", [True, False], ids=["streaming", "not-started"])
+async def test_a_client_that_goes_away_stops_the_agent(hub, clients, http, stream_first):
+    writer = Writer(stream_first=stream_first)
     server, task = await serving(hub, clients, writer)
     mcp = McpHttp(http, server.http_url, agent_id="alice")
     await mcp.initialize()
     await listed(mcp, "writer.saga")
+    body = orjson.dumps(call_body(next(_ids), token="p-3"))
+    headers = {"Content-Type": "application/json", **mcp.headers()}
     async with aiohttp.ClientSession() as leaving:
-        gone = McpHttp(leaving, server.http_url, agent_id="alice")
-        gone.session_id, gone.revision = mcp.session_id, mcp.revision
-        call = asyncio.create_task(gone.post(call_body(next(_ids))))
-        await asyncio.wait_for(writer.asked.wait(), WAIT)
-        call.cancel()  # the connection closes
+        if stream_first:
+            await writer.gate.put("once upon a time ")
+            resp = await leaving.post(mcp.url, data=body, headers=headers)
+            progress = await next_sse(resp.content, WAIT)
+            assert progress["method"] == "notifications/progress"
+            resp.close()  # the connection closes mid-stream
+        else:
+            call = asyncio.create_task(leaving.post(mcp.url, data=body, headers=headers))
+            await asyncio.wait_for(writer.asked.wait(), WAIT)
+            call.cancel()  # the connection closes
     reason = await asyncio.wait_for(writer.stopped, WAIT)
-    assert reason.endswith("cancelled")
+    assert reason.endswith("receiver_cancelled" if stream_first else "cancelled")
+    # and the hub serves the next call
+    await writer.gate.put("next")
+    if stream_first:
+        await writer.gate.put(None)
+    assert text_of((await mcp.post(call_body(next(_ids)), Accept="application/json")).result)
     task.cancel()
