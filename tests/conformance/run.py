@@ -326,7 +326,7 @@ async def run_scenario(scenario: str, url: str, out: Path) -> Outcome:
     return Outcome(scenario, len(by["SUCCESS"]), len(by["FAILURE"]), len(by["WARNING"]), failures)
 
 
-async def conformance(out: Path, log: BinaryIO) -> int:
+async def conformance(out: Path, log: BinaryIO, kept: bool) -> int:
     every = scenarios()
     unknown = set(NOT_APPLICABLE) - set(every)
     if unknown:
@@ -337,10 +337,10 @@ async def conformance(out: Path, log: BinaryIO) -> int:
         for scenario in every:
             url = renamer.url if scenario in RENAMED else mcp
             results.append(await run_scenario(scenario, url, out))
-    return report(results, out)
+    return report(results, out if kept else None)
 
 
-def report(results: list[Outcome], out: Path) -> int:
+def report(results: list[Outcome], out: Path | None) -> int:
     bad = 0
     counts = {"passed": 0, "failed": 0, "not applicable": 0}
     for r in results:
@@ -363,7 +363,7 @@ def report(results: list[Outcome], out: Path) -> int:
                 print(f"       {failure[:300]}")
     print(f"\nMCP conformance: {counts['passed']} passed, {counts['failed']} failed, "
           f"{counts['not applicable']} not applicable ({len(results)} server scenarios; "
-          f"details in {out})")  # fmt: skip
+          + (f"details in {out})" if out else "--keep DIR keeps the details)"))  # fmt: skip
     return 1 if bad else 0
 
 
@@ -379,4 +379,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             out = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mcp-conformance-")))
         log = stack.enter_context(open(out / "hub.log", "wb"))
-        return asyncio.run(conformance(out, log))
+        status = asyncio.run(conformance(out, log, kept=args.keep is not None))
+        if status and args.keep is None:
+            log.flush()
+            tail = (out / "hub.log").read_text(errors="replace").splitlines()[-60:]
+            print("\nthe hub's and the agent's log, last lines:\n" + "\n".join(tail))
+        return status
