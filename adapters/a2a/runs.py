@@ -5,6 +5,10 @@ A :class:`TaskRun` lives on the node that published the turn's request event
 agents' answer piece by piece (:class:`~adapters.replies.ReplyRelay`) and turns
 it into task updates, contract §13:
 
+* a progress note (``{in_reply_to, state: "working"}``, :meth:`TaskRun.working`)
+  → ``WORKING`` with its ``text`` as the status message; the turn goes on (a
+  blocking ``SendMessage`` answers now, :attr:`TaskRun.answered`), waiting
+  ``timeout`` again for what comes next;
 * a whole reply event → at most one artifact (its ``text`` / ``body`` /
   ``data``), then the state it asks for — ``COMPLETED``, ``FAILED`` with its
   ``error``, ``INPUT_REQUIRED`` with its ``text`` as the question;
@@ -16,8 +20,9 @@ it into task updates, contract §13:
 * :meth:`TaskRun.cancel` (a ``CancelTask``) → ``CANCELED``, the reply stream
   no longer relayed; :meth:`TaskRun.stop` (shutdown) → ``FAILED``.
 
-Updates go to the run's listener (the SSE response, :meth:`TaskRun.listen`)
-as A2A stream results. A new task was stored by the gateway before its turn
+Updates go to the run's listeners (the SSE response, :meth:`TaskRun.listen`;
+``SubscribeToTask`` on this node, :meth:`TaskRun.subscribe`) as A2A stream
+results. A new task was stored by the gateway before its turn
 was published (one the store cannot keep is refused there, never
 acknowledged); a follow-up turn is stored as it starts; every turn is stored
 at its end — so ``GetTask`` on any node sees the task's state.
@@ -36,7 +41,7 @@ import structlog
 from adapters.a2a.store import TaskStore
 from adapters.replies import Piece, RelayStopped, ReplyRelay
 from hub.adapter_host import BackplaneUnavailable
-from protocol.a2a.mapping import interpret_reply, reply_state
+from protocol.a2a.mapping import interpret_reply, reply_state, working_note
 from protocol.a2a.model import TaskState, artifact, artifact_update, status_update, text_part
 from protocol.a2a.tasks import TaskRecord
 from protocol.codec import now_ms
@@ -74,8 +79,12 @@ class TaskRun:
         self.timeout = timeout
         self.max_reply_bytes = max_reply_bytes
         self.finished = asyncio.Event()
+        #: Set once a blocking ``SendMessage`` may answer: the turn ended, or
+        #: the agents said they work on it in the background.
+        self.answered = asyncio.Event()
         self._stop_stream = stop_stream
-        self._listener: asyncio.Queue[Update] | None = None
+        self._listeners: list[asyncio.Queue[Update]] = []
+        self._waiting: asyncio.Timeout | None = None
         self._interrupt: tuple[TaskState, str | None] | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -92,13 +101,38 @@ class TaskRun:
         submitted["status"] = {"state": TaskState.SUBMITTED.value}
         queue.put_nowait({"task": submitted})
         queue.put_nowait(self._status())
-        self._listener = queue
+        self._listeners.append(queue)
         return queue
 
-    def detach(self) -> None:
-        """The listener went away (the client dropped its stream): the turn
-        goes on, its outcome stored for ``GetTask``."""
-        self._listener = None
+    def subscribe(self) -> asyncio.Queue[Update]:
+        """A queue of this turn's stream results from now on, beginning with
+        the task as it is (``SubscribeToTask``); ending with None."""
+        queue: asyncio.Queue[Update] = asyncio.Queue()
+        queue.put_nowait({"task": self.record.wire()})
+        if self.finished.is_set():
+            queue.put_nowait(None)
+        else:
+            self._listeners.append(queue)
+        return queue
+
+    def detach(self, queue: asyncio.Queue[Update] | None = None) -> None:
+        """A listener went away (the client dropped its stream; None: all of
+        them): the turn goes on, its outcome stored for ``GetTask``."""
+        self._listeners = [q for q in self._listeners if queue is not None and q is not queue]
+
+    def working(self, data: dict[str, Any]) -> None:
+        """The agents sent a progress note (``state: "working"``): the task is
+        ``WORKING`` (its ``text`` the status message) and waits ``timeout``
+        again for what comes next."""
+        if self.finished.is_set() or self._interrupt is not None:
+            return
+        self.record.move(TaskState.WORKING, now_ms(), working_note(data))
+        self.record.background = True
+        self._emit(self._status())
+        self.answered.set()
+        if self._waiting is not None:
+            self._waiting.reschedule(asyncio.get_running_loop().time() + self.timeout)
+        asyncio.get_running_loop().create_task(self._save())
 
     def start(self, on_done: Callable[[TaskRun], None]) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -107,6 +141,11 @@ class TaskRun:
     def cancel(self) -> None:
         """The client cancelled the task (``CancelTask``, on any node)."""
         self._end(TaskState.CANCELED, None)
+
+    def supersede(self) -> None:
+        """A next turn of the task begins (on any node): this one ends quietly,
+        its end not stored."""
+        self._end(TaskState.WORKING, None)
 
     def stop(self, reason: str) -> None:
         """The hub is shutting down: the task fails with ``reason``."""
@@ -148,7 +187,7 @@ class TaskRun:
         size = 0
         while True:
             try:
-                async with asyncio.timeout(self.timeout):
+                async with asyncio.timeout(self.timeout) as self._waiting:
                     piece = await self.relay.next()
             except RelayStopped:
                 await self._stop_relayed_stream()
@@ -177,6 +216,8 @@ class TaskRun:
             text = _text(piece)
             if stream_state is None:
                 stream_state = reply_state(piece.data)
+                self.record.stream_id = self.relay.stream_id
+                await self._save()  # another node's SubscribeToTask follows the stream
             size += len(text.encode("utf-8", "surrogatepass"))
             if self.record.size + size > self.max_reply_bytes:
                 await self._stop_relayed_stream()
@@ -216,14 +257,28 @@ class TaskRun:
                 state, message = TaskState.CANCELED, None  # a cancel wins
         except BackplaneUnavailable:
             pass
+        self._waiting = None
+        self.record.stream_id = None
         self.record.move(state, now_ms(), message)
         await self._save()
         self._emit(self._status())
         self._emit(None)
         self.finished.set()
+        self.answered.set()
+
+    async def _superseded(self) -> bool:
+        """Has a next turn begun meanwhile (a message to a task the agents
+        said they work on)? Then this turn's end is not the task's."""
+        try:
+            return await self.store.turn_claimed(self.task_id, self.record.turn + 1)
+        except BackplaneUnavailable:
+            return False
 
     async def _save(self) -> None:
         try:
+            if self.record.turn > 1 or self.record.background:
+                if await self._superseded():
+                    return
             await self.store.save(self.record)
         except BackplaneUnavailable as exc:
             log.warning("a2a task not stored", task_id=self.task_id, reason=str(exc))
@@ -232,8 +287,8 @@ class TaskRun:
         return status_update(self.task_id, self.record.context_id, self.record.status())
 
     def _emit(self, update: Update) -> None:
-        if self._listener is not None:
-            self._listener.put_nowait(update)
+        for listener in self._listeners:
+            listener.put_nowait(update)
 
 
 def _text(piece: Piece) -> str:

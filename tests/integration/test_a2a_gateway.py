@@ -244,8 +244,16 @@ async def test_a_client_that_drops_its_stream_mid_answer(hub, clients):
          b'{"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]}, '
          b'"configuration": {"taskPushNotificationConfig": {"url": "http://x"}}}}', -32003, 200),
         (b'{"jsonrpc": "2.0", "id": 1, "method": "CreateTaskPushNotificationConfig"}', -32003, 200),
-        (b'{"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}}', -32004, 200),
-        (b'{"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {}}', -32004, 200),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {"pageSize": 0}}',
+         -32602, 200),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {"pageToken": "x"}}',
+         -32602, 200),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {}}', -32602, 200),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": "x"}}',
+         -32001, 200),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x", '
+         b'"historyLength": -1}}', -32602, 200),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "GetExtendedAgentCard"}', -32004, 200),
         (b'{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}, "d": '
          + b"[" * 100 + b"]" * 100 + b"}", -32600, 400),
     ],
