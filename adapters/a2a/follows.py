@@ -73,10 +73,15 @@ class Follow:
     # ── what arrives through the space ───────────────────────────────────
 
     def _admits(self, msg: dict[str, Any]) -> bool:
-        sender = msg.get("from")
-        if msg.get("space") != self.record.space or sender == VIA:
+        """May ``msg`` answer the task's request (contract §18)? A stream's
+        later frames carry no sender: its id (the publisher's, namespaced by
+        the hub) names it."""
+        if msg.get("space") != self.record.space:
             return False
-        return self.record.to is None or sender == self.record.to
+        if self.stream_id is not None and msg.get("event_id") == self.stream_id:
+            return True
+        sender = msg.get("from")
+        return sender != VIA and (self.record.to is None or sender == self.record.to)
 
     def feed(self, msg: dict[str, Any]) -> None:
         """Every message the ``a2a`` member receives on this node."""
@@ -85,7 +90,7 @@ class Follow:
         kind = msg.get("type")
         data = msg.get("data")
         data = data if isinstance(data, dict) else {}
-        answering = data.get("in_reply_to") == self.record.event_id
+        answering = data.get("in_reply_to") == self.record.event_id and msg.get("from") != VIA
         if kind == "space.event" and answering and self.stream_id is None:
             self._whole(data)
         elif kind == "space.event.delta":

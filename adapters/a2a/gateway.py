@@ -382,6 +382,7 @@ class A2aGateway:
                     request, rpc.id, queue, keepalive=self.options.keepalive,
                     gone=lambda: run.detach(queue),
                 )  # fmt: skip
+            await self.member.join(space, rpc.id)  # the answer comes through the space
             follow = Follow(
                 record, self.tasks.store, poll=self.options.cancel_poll, timeout=self.timeout
             )

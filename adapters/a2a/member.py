@@ -67,6 +67,15 @@ class GatewayMember:
             raise Refused(answers.unavailable(rpc_id)) from None
         return str(published["event_id"])
 
+    async def join(self, space: str, rpc_id: RequestId) -> None:
+        """Be in ``space`` on this node (to follow a task served on another)."""
+        try:
+            await self.joining.join(space)
+        except JoinRefused as exc:
+            raise await self._refused(exc, space, None, rpc_id) from None
+        except (TimeoutError, NodeNotReady):
+            raise Refused(answers.unavailable(rpc_id)) from None
+
     async def stop_stream(self, space: str, stream_id: str) -> None:
         """Stop receiving a reply stream on this node (a receiver cancel)."""
         assert self.member is not None

@@ -22,10 +22,8 @@ Mirrored, by the TCK's files:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
-import aiohttp
 import orjson
 
 from adapters.a2a import A2aGateway, InboundOptions, SpaceCard
@@ -207,3 +205,109 @@ async def test_list_tasks_shows_the_callers_own_tasks_only(hub, clients, tmp_pat
     others = (await a2a.call(base, "ListTasks", {}, headers=bob))["result"]
     assert others["tasks"] == [] and others["totalSize"] == 0
     await helper.aclose()
+
+
+# ── history ─────────────────────────────────────────────────────────────────
+
+
+async def test_history_and_history_length(hub, clients, a2a_peer):
+    _server, _gw, helper, base = await started(hub, clients)
+    steps: list[dict[str, Any]] = [{"op": "send", "text": "work from here"}]
+    # Follow-ups to a task the agent works on in the background are its next turns.
+    steps += [{"op": "send", "text": f"work more {i}", "task_id": {"from": 0}} for i in range(3)]
+    steps += [
+        {"op": "get", "task_id": {"from": 0}},
+        {"op": "get", "task_id": {"from": 0}, "history_length": 2},
+        {"op": "get", "task_id": {"from": 0}, "history_length": 1},
+        {"op": "get", "task_id": {"from": 0}, "history_length": 0},
+        {"op": "send", "text": "hello", "history_length": 1},
+        {"op": "get", "task_id": {"from": 0}, "history_length": -1},
+    ]
+    results = await a2a_peer.client(base, steps)
+    assert all("error" not in r for r in results[:-1]), results
+    full, two, one, none, sent = (task_of(r) for r in results[4:9])
+    texts = [m["parts"][0]["text"] for m in full["history"]]
+    users = [m for m in full["history"] if m["role"] == "ROLE_USER"]
+    assert [m["parts"][0]["text"] for m in users] == [
+        "work from here", "work more 0", "work more 1", "work more 2",
+    ]  # fmt: skip
+    assert all(m["taskId"] == full["id"] for m in full["history"])
+    assert "on it" in texts  # the agents' progress notes are in it too
+    assert two["history"] == full["history"][-2:] and one["history"] == full["history"][-1:]
+    assert "history" not in none
+    assert [m["role"] for m in sent["history"]] == ["ROLE_USER"]
+    assert results[-1]["error"]["type"] == "InvalidParamsError"
+    error = await error_of(base, "GetTask", {"id": full["id"], "historyLength": -1})
+    assert (error["code"], error["message"]) == (-32602, "history length must be non-negative")
+    await helper.aclose()
+
+
+# ── SubscribeToTask ─────────────────────────────────────────────────────────
+
+
+async def subscribed(
+    gw: A2aGateway, task_id: str, following: asyncio.Future[Any], count: int = 1
+) -> None:
+    """Until ``count`` subscribers follow the task on this node (or the
+    client is done: it failed)."""
+    async with asyncio.timeout(15):
+        while not following.done():
+            run = gw.tasks.runs.get(task_id)
+            here = len(run._listeners) if run is not None else 0
+            if here + sum(f.record.id == task_id for f in gw._follows) >= count:
+                return
+            await asyncio.sleep(0.02)
+
+
+async def test_subscribe_to_a_working_task(hub, clients, a2a_peer):
+    _server, gw, helper, base = await started(hub, clients)
+    task = await a2a.send(base, "work on it")
+    assert a2a.state(task) == WORKING
+    following = asyncio.ensure_future(
+        a2a_peer.client(base, [{"op": "subscribe", "streaming": True, "task_id": task["id"]}])
+    )
+    await subscribed(gw, task["id"], following)
+    await helper.finish(task["id"], ("one ", "two"))
+    (result,) = await following
+    assert "error" not in result, result
+    events = result["events"]
+    # The task as it is first, then its updates, ending with its final state.
+    assert events[0]["task"]["id"] == task["id"]
+    assert events[0]["task"]["status"]["state"] == WORKING
+    text = "".join(
+        p.get("text", "") for e in events if "artifactUpdate" in e
+        for p in e["artifactUpdate"]["artifact"]["parts"]
+    )  # fmt: skip
+    assert text == "one two"
+    assert events[-1]["statusUpdate"]["status"]["state"] == COMPLETED
+    # Over: -32004 as a2a-sdk; unknown: -32001.
+    results = await a2a_peer.client(
+        base,
+        [
+            {"op": "subscribe", "streaming": True, "task_id": task["id"]},
+            {"op": "subscribe", "streaming": True, "task_id": "nope"},
+        ],
+    )
+    assert results[0]["error"]["type"] == "UnsupportedOperationError"
+    assert results[1]["error"]["type"] == "TaskNotFoundError"
+    over = await error_of(base, "SubscribeToTask", {"id": task["id"]})
+    assert over["code"] == -32004 and "terminal state" in over["message"]
+    assert (await error_of(base, "SubscribeToTask", {"id": "nope"}))["code"] == -32001
+    await helper.aclose()
+
+
+# ── the hub's own card ──────────────────────────────────────────────────────
+
+
+async def test_the_hub_card_at_the_root(hub, clients, a2a_peer):
+    gw = gateway(lab=SpaceCard("Lab agents", "The lab"), ops=SpaceCard())
+    server = await hub(adapters=[gw])
+    (result,) = await a2a_peer.client(server.http_url, [{"op": "card"}])
+    assert "error" not in result, result
+    card = result["card"]
+    assert card["name"] == "Agora Hub" and card["capabilities"]["streaming"] is True
+    assert [s["id"] for s in card["skills"]] == ["lab", "ops"]
+    assert card["skills"][0]["name"] == "Lab agents"
+    urls = [i["url"] for i in card["supportedInterfaces"]]
+    assert urls == [f"{server.http_url}/a2a/lab", f"{server.http_url}/a2a/ops"]
+    assert all(i["protocolBinding"] == "JSONRPC" for i in card["supportedInterfaces"])
