@@ -571,14 +571,15 @@ class A2aGateway:
         """Publish the turn's request event; the run that will follow its answer."""
         with self.waiters.publishing():
             event_id = await self.member.publish(record.space, data, record.to, rpc.id)
-            relay = self.waiters.relay(Asked.of(record.space, event_id, record.to))
+            asked = Asked.of(record.space, event_id, record.to)
+            relay = self.waiters.relay(asked)
         record.event_id = event_id
         record.move(TaskState.WORKING, codec.now_ms())
         return TaskRun(
             record, relay, self.tasks.store,
             timeout=self.timeout, max_reply_bytes=self.options.max_reply_bytes,
             stop_stream=lambda stream_id: self.member.stop_stream(record.space, stream_id),
-            key=key, stored=record.turn == 1,
+            key=key, stored=record.turn == 1, rearm=lambda: self.waiters.relay(asked),
         )  # fmt: skip
 
     def _run_done(self, run: TaskRun) -> None:

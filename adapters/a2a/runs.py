@@ -41,7 +41,7 @@ import structlog
 from adapters.a2a.store import TaskStore
 from adapters.replies import Piece, RelayStopped, ReplyRelay
 from hub.adapter_host import BackplaneUnavailable
-from protocol.a2a.mapping import interpret_reply, reply_state, working_note
+from protocol.a2a.mapping import interpret_reply, is_working, reply_state, working_note
 from protocol.a2a.model import TaskState, artifact, artifact_update, status_update, text_part
 from protocol.a2a.tasks import TaskRecord
 from protocol.codec import now_ms
@@ -65,12 +65,15 @@ class TaskRun:
         stop_stream: Callable[[str], Awaitable[None]],
         key: str = "",
         stored: bool = False,
+        rearm: Callable[[], ReplyRelay] | None = None,
     ):
         """``stop_stream(stream_id)`` stops the delivery of a reply stream to
         this node (a receiver cancel) once the run no longer wants it.
         ``key``: whose share of the node's open tasks the run counts against.
         ``stored``: the record is in the store as it starts (a new task, stored
-        by the gateway before it was published)."""
+        by the gateway before it was published). ``rearm()``: a fresh relay
+        for the same request, after a progress note the relay took for the
+        answer (one that overtook the request's own publish)."""
         self.record = record
         self.key = key
         self._stored = stored
@@ -83,6 +86,7 @@ class TaskRun:
         #: the agents said they work on it in the background.
         self.answered = asyncio.Event()
         self._stop_stream = stop_stream
+        self._rearm = rearm
         self._listeners: list[asyncio.Queue[Update]] = []
         self._waiting: asyncio.Timeout | None = None
         self._interrupt: tuple[TaskState, str | None] | None = None
@@ -130,7 +134,7 @@ class TaskRun:
         self.record.background = True
         self._emit(self._status())
         self.answered.set()
-        if self._waiting is not None:
+        if self._waiting is not None:  # waiting now: the wait starts again
             self._waiting.reschedule(asyncio.get_running_loop().time() + self.timeout)
         asyncio.get_running_loop().create_task(self._save())
 
@@ -187,8 +191,11 @@ class TaskRun:
         size = 0
         while True:
             try:
-                async with asyncio.timeout(self.timeout) as self._waiting:
-                    piece = await self.relay.next()
+                try:
+                    async with asyncio.timeout(self.timeout) as self._waiting:
+                        piece = await self.relay.next()
+                finally:
+                    self._waiting = None
             except RelayStopped:
                 await self._stop_relayed_stream()
                 assert self._interrupt is not None
@@ -196,6 +203,10 @@ class TaskRun:
             except TimeoutError:
                 await self._stop_relayed_stream()
                 return TaskState.FAILED, TIMEOUT
+            if piece.kind == "event" and is_working(piece.data) and self._rearm is not None:
+                self.working(piece.data)
+                self.relay = self._rearm()
+                continue
             if piece.kind == "event":
                 return self._whole(piece)
             if piece.kind == "cancel":

@@ -180,6 +180,9 @@ def _checked(model: type[_Model], params: dict[str, Any], request_id: RequestId)
     return checked
 
 
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
 def parse_timestamp(text: str) -> int | None:
     """An ISO 8601 timestamp (``Z`` or an offset; naive means UTC) in ms; None if it is not one."""
     try:
@@ -188,7 +191,7 @@ def parse_timestamp(text: str) -> int | None:
         return None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=datetime.UTC)
-    return int(moment.timestamp() * 1000)
+    return (moment - _EPOCH) // datetime.timedelta(milliseconds=1)
 
 
 def send_params(params: dict[str, Any], request_id: RequestId, *, max_parts: int) -> SendParams:

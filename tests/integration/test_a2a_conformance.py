@@ -311,3 +311,43 @@ async def test_the_hub_card_at_the_root(hub, clients, a2a_peer):
     urls = [i["url"] for i in card["supportedInterfaces"]]
     assert urls == [f"{server.http_url}/a2a/lab", f"{server.http_url}/a2a/ops"]
     assert all(i["protocolBinding"] == "JSONRPC" for i in card["supportedInterfaces"])
+
+
+# ── CancelTask ──────────────────────────────────────────────────────────────
+
+
+async def test_cancel_a_working_task(hub, clients, a2a_peer):
+    _server, _gw, helper, base = await started(hub, clients)
+    results = await a2a_peer.client(
+        base,
+        [
+            {"op": "send", "text": "work for a while"},
+            {"op": "cancel", "task_id": {"from": 0}},
+            {"op": "cancel", "task_id": {"from": 0}},
+            {"op": "get", "task_id": {"from": 0}},
+            {"op": "cancel", "task_id": "nonexistent"},
+        ],
+    )
+    working, cancelled, again, got, unknown = results
+    task_id = task_of(working)["id"]
+    assert (task_of(cancelled)["id"], task_of(cancelled)["status"]["state"]) == (
+        task_id, "TASK_STATE_CANCELED",
+    )  # fmt: skip
+    assert again["error"]["type"] == "TaskNotCancelableError"
+    assert task_of(got)["status"]["state"] == "TASK_STATE_CANCELED"
+    assert unknown["error"]["type"] == "TaskNotFoundError"
+    # The agent hears it: the cancel names its request (contract §19).
+    told = await helper.wait_for(lambda d: d.get("cancel") is True)
+    assert told["task_id"] == task_id and told["in_reply_to"] == helper.working[task_id]
+    await helper.aclose()
+
+
+async def test_after_a_progress_note_silence_still_times_out(hub, clients):
+    _server, gw, helper, base = await started(hub, clients, bridge_timeout=1)
+    task = await a2a.send(base, "work and then nothing")
+    assert a2a.state(task) == WORKING
+    await asyncio.wait_for(gw.tasks.runs[task["id"]].finished.wait(), 10)
+    got = (await a2a.call(base, "GetTask", {"id": task["id"]}))["result"]
+    assert a2a.state(got) == "TASK_STATE_FAILED"
+    assert got["status"]["message"]["parts"] == [{"text": "Timeout"}]
+    await helper.aclose()
