@@ -24,7 +24,8 @@ no existence oracle); sending needs publish there (403). With auth on,
 cards too want a token unless ``a2a_cards_public`` is set.
 
 Bounded (:class:`InboundOptions`): request bodies (413), parts per message,
-turns per task, tasks open on this node and SSE streams on this node (503
+turns per task, tasks open on this node (and, apart, those the agents work on
+in the background) and SSE streams on this node (503
 with ``Retry-After``; a caller holding its ``caller_share`` of them: 429),
 the reply kept per task, and every wait (``bridge_timeout`` →
 ``TASK_STATE_FAILED`` "Timeout"). A task is stored before its message is
@@ -114,6 +115,9 @@ class InboundOptions:
     max_parts: int = 64
     #: Tasks with a turn in progress on this node (waiting for their answer).
     max_open_tasks: int = 256
+    #: Of those, tasks the agents said they work on in the background (after a
+    #: progress note they count here, no longer against ``max_open_tasks``).
+    max_background_tasks: int = 4096
     #: ``SendStreamingMessage`` responses open on this node.
     max_streams: int = 128
     #: Reply text and data kept per task (all turns); more fails the task.
@@ -142,6 +146,7 @@ class A2aGateway:
         #: (made anew with the hub's ``caller_share`` at start).
         self.task_slots = Shares(o.max_open_tasks, 1.0, "A2A tasks open")
         self.stream_slots = Shares(o.max_streams, 1.0, "A2A streams open")
+        self.background_slots = Shares(o.max_background_tasks, 1.0, "A2A background tasks")
         #: Every JSON-RPC method the gateway answers, and what answers it.
         self.methods: dict[str, Method] = {
             "SendMessage": self._send_message,
@@ -172,6 +177,9 @@ class A2aGateway:
         o = self.options
         self.task_slots = Shares(o.max_open_tasks, s.caller_share, "A2A tasks open")
         self.stream_slots = Shares(o.max_streams, s.caller_share, "A2A streams open")
+        self.background_slots = Shares(
+            o.max_background_tasks, s.caller_share, "A2A background tasks"
+        )
         self._tasks = NodeTasks(TaskStore(host.kv, s.history_ttl))
         await self.member.start(host, self._on_message)
         watch = self._tasks.watch_cancels(self.options.cancel_poll)
@@ -575,16 +583,29 @@ class A2aGateway:
             relay = self.waiters.relay(asked)
         record.event_id = event_id
         record.move(TaskState.WORKING, codec.now_ms())
-        return TaskRun(
+        run = TaskRun(
             record, relay, self.tasks.store,
             timeout=self.timeout, max_reply_bytes=self.options.max_reply_bytes,
             stop_stream=lambda stream_id: self.member.stop_stream(record.space, stream_id),
             key=key, stored=record.turn == 1, rearm=lambda: self.waiters.relay(asked),
         )  # fmt: skip
+        run.on_background = self._backgrounded
+        return run
+
+    def _backgrounded(self, run: TaskRun) -> None:
+        """The agents work on the run's task in the background: it counts
+        against the (larger) bound of such tasks from now on, if there is room."""
+        try:
+            self.background_slots.take(run.key)
+        except (SlotsFull, ShareExceeded):
+            return  # it keeps its open task's slot
+        self.task_slots.give_back(run.key)
+        run.slot = "background"
 
     def _run_done(self, run: TaskRun) -> None:
         self.tasks.discard(run)
-        self.task_slots.give_back(run.key)
+        slots = self.background_slots if run.slot == "background" else self.task_slots
+        slots.give_back(run.key)
         if run.record.event_id is not None:
             self.waiters.forget(run.record.event_id)
 

@@ -87,6 +87,11 @@ class TaskRun:
         self.answered = asyncio.Event()
         self._stop_stream = stop_stream
         self._rearm = rearm
+        #: Called once, at the first progress note (the gateway moves the run
+        #: to its bound of tasks working in the background).
+        self.on_background: Callable[[TaskRun], None] | None = None
+        #: Which of the node's bounds the run counts against (the gateway's to set).
+        self.slot = "open"
         self._listeners: list[asyncio.Queue[Update]] = []
         self._waiting: asyncio.Timeout | None = None
         self._interrupt: tuple[TaskState, str | None] | None = None
@@ -131,6 +136,8 @@ class TaskRun:
         if self.finished.is_set() or self._interrupt is not None:
             return
         self.record.move(TaskState.WORKING, now_ms(), working_note(data))
+        if not self.record.background and self.on_background is not None:
+            self.on_background(self)
         self.record.background = True
         self._emit(self._status())
         self.answered.set()

@@ -328,6 +328,23 @@ async def test_open_tasks_and_streams_per_node_are_bounded(hub, clients):
     await helper.aclose()
 
 
+async def test_tasks_in_the_background_have_their_own_bound(hub, clients):
+    """Tasks the agent works on in the background (after a progress note) no
+    longer hold a slot of the open tasks, up to their own bound."""
+    _server, helper, base = await started(
+        hub, clients, bridge_timeout=30, caller_share=1.0,
+        options={"max_open_tasks": 2, "max_background_tasks": 3},
+    )  # fmt: skip
+    for n in range(5):  # three in the background, then two that keep their open slot
+        assert a2a.state(await a2a.send(base, f"work {n}")) == "TASK_STATE_WORKING"
+    status, busy = await a2a.post(
+        base, {"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+               "params": {"message": a2a.message("work more")}},
+    )  # fmt: skip
+    assert status == 503 and busy["error"]["code"] == -32603
+    await helper.aclose()
+
+
 async def test_one_stream_per_node(hub, clients):
     _server, helper, base = await started(
         hub, clients, options={"max_streams": 1, "max_open_tasks": 10}
