@@ -365,15 +365,21 @@ class A2aGateway:
     ) -> web.StreamResponse:
         """``SubscribeToTask``: the task as it is, then its updates until its
         turn ends — from the run if this node serves it, else followed
-        through the space and the store (:class:`Follow`). A task that is
-        over: ``-32004``, as a2a-sdk."""
-        query = task_query(rpc.params, rpc.id)
-        record = await self.tasks.visible(query.id, space, self._owner(caller))
-        if record.terminal:
-            raise RpcError(
-                jsonrpc.UNSUPPORTED_OPERATION,
-                f"Task {record.id} is in terminal state: {record.state.value}",
-                rpc.id,
+        through the space and the store (:class:`Follow`). Unknown:
+        ``-32001``; a task that is over: ``-32004``, as a2a-sdk — each
+        answered as a stream of that one error (:func:`answers.stream_error`)."""
+        try:
+            query = task_query(rpc.params, rpc.id)
+            record = await self.tasks.visible(query.id, space, self._owner(caller))
+            if record.terminal:
+                raise RpcError(
+                    jsonrpc.UNSUPPORTED_OPERATION,
+                    f"Task {record.id} is in terminal state: {record.state.value}",
+                    rpc.id,
+                )
+        except RpcError as error:
+            return answers.stream_error(
+                error if error.rpc_id is not None else error.with_id(rpc.id)
             )
         key = caller.share_key
         try:

@@ -290,9 +290,13 @@ async def test_subscribe_to_a_working_task(hub, clients, a2a_peer):
     )
     assert results[0]["error"]["type"] == "UnsupportedOperationError"
     assert results[1]["error"]["type"] == "TaskNotFoundError"
-    over = await error_of(base, "SubscribeToTask", {"id": task["id"]})
-    assert over["code"] == -32004 and "terminal state" in over["message"]
-    assert (await error_of(base, "SubscribeToTask", {"id": "nope"}))["code"] == -32001
+    # On the wire, a streaming method's error is its stream's one event (what the TCK reads).
+    (over,) = await a2a.stream(base, {"id": task["id"]}, "SubscribeToTask")
+    assert over["error"]["code"] == -32004 and "terminal state" in over["error"]["message"]
+    (unknown,) = await a2a.stream(base, {"id": "nope"}, "SubscribeToTask")
+    assert unknown["error"]["code"] == -32001 and "not found" in unknown["error"]["message"]
+    (bad,) = await a2a.stream(base, {"id": 5}, "SubscribeToTask")
+    assert bad["error"]["code"] == -32602
     await helper.aclose()
 
 

@@ -248,9 +248,6 @@ async def test_a_client_that_drops_its_stream_mid_answer(hub, clients):
          -32602, 200),
         (b'{"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {"pageToken": "x"}}',
          -32602, 200),
-        (b'{"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {}}', -32602, 200),
-        (b'{"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": "x"}}',
-         -32001, 200),
         (b'{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x", '
          b'"historyLength": -1}}', -32602, 200),
         (b'{"jsonrpc": "2.0", "id": 1, "method": "GetExtendedAgentCard"}', -32004, 200),
