@@ -355,3 +355,57 @@ async def test_after_a_progress_note_silence_still_times_out(hub, clients):
     assert a2a.state(got) == "TASK_STATE_FAILED"
     assert got["status"]["message"]["parts"] == [{"text": "Timeout"}]
     await helper.aclose()
+
+
+async def test_cancel_task_reaches_the_answering_agent(hub, clients):
+    """Contract §19: a CancelTask cancels the agent's handler (the SDK's
+    ``serve``) — before its reply started (an event ``{cancel: true,
+    in_reply_to}`` to it) and while its reply streams (a receiver cancel)."""
+    gw = gateway()
+    server = await hub(adapters=[gw])
+    agent = await clients(server, "worker")
+    await agent.join(SPACE)
+    started_, cancelled = asyncio.Queue(), asyncio.Queue()
+
+    async def streaming(event):  # a streamed reply whose rest never comes
+        started_.put_nowait(event.data["task_id"])
+        try:
+            yield "first "
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.put_nowait(event.data["task_id"])
+            raise
+
+    async def thinking(event):  # no reply yet
+        started_.put_nowait(event.data["task_id"])
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.put_nowait(event.data["task_id"])
+            raise
+
+    def route(event):
+        return thinking(event) if event.data.get("text") == "think" else streaming(event)
+
+    serving = asyncio.ensure_future(agent.serve(SPACE, route))
+    base = f"{server.http_url}/a2a/{SPACE}"
+    try:
+        for text in ("think", "stream"):
+            task = (
+                await a2a.call(
+                    base, "SendMessage",
+                    {"message": a2a.message(text), "configuration": {"returnImmediately": True}},
+                )
+            )["result"]["task"]  # fmt: skip
+            assert await asyncio.wait_for(started_.get(), 10) == task["id"]
+            if text == "stream":  # the reply has begun streaming
+                run = gw.tasks.runs[task["id"]]
+                async with asyncio.timeout(10):
+                    while run.record.stream_id is None:  # noqa: ASYNC110 (no event to wait on)
+                        await asyncio.sleep(0.02)
+            done = (await a2a.call(base, "CancelTask", {"id": task["id"]}))["result"]
+            assert a2a.state(done) == "TASK_STATE_CANCELED"
+            assert await asyncio.wait_for(cancelled.get(), 10) == task["id"], text
+    finally:
+        serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)
