@@ -47,13 +47,13 @@ from hub.net.bodies import (
     read_body,
 )
 from hub.net.http import client_gone, until_client_gone
-from hub.node.virtual import MessageHandler, RequestFailed, VirtualMember
 
 __all__ = [
     "ANONYMOUS",
     "Act",
     "Adapter",
     "AdapterHost",
+    "AdapterMember",
     "AgentIdTaken",
     "AgentRecord",
     "AuthError",
@@ -70,7 +70,6 @@ __all__ = [
     "RequestFailed",
     "SlotsFull",
     "SpacePolicy",
-    "VirtualMember",
     "WaitingSlots",
     "check_json",
     "client_gone",
@@ -79,6 +78,75 @@ __all__ = [
     "read_body",
     "until_client_gone",
 ]
+
+
+MessageHandler = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class RequestFailed(Exception):
+    """A virtual member's request was answered with an ``error`` event."""
+
+    def __init__(self, error: dict[str, Any]):
+        super().__init__(f"{error.get('code')}: {error.get('message')}")
+        self.code = str(error.get("code"))
+        self.error = error
+
+
+class Closed(Protocol):
+    """A one-way flag an adapter may wait for."""
+
+    def is_set(self) -> bool: ...
+
+    async def wait(self) -> None: ...
+
+
+class AdapterMember(Protocol):
+    """An adapter's agent inside the node (:meth:`AdapterHost.attach`): its
+    requests go through the same dispatcher as a WebSocket agent's, what
+    reaches it goes to the handler it was attached with."""
+
+    @property
+    def agent_id(self) -> str: ...
+
+    @property
+    def record(self) -> AgentRecord:
+        """What it registered (capabilities, metadata)."""
+        ...
+
+    @property
+    def closing(self) -> bool: ...
+
+    @property
+    def cleaned_up(self) -> Closed:
+        """Set once the hub closed it (its id replaced elsewhere) and cleaned up after it."""
+        ...
+
+    async def request(self, msg: dict[str, Any], timeout: float = 30.0) -> dict[str, Any]:
+        """Send ``msg`` and return its reply; an ``error`` reply raises :class:`RequestFailed`."""
+        ...
+
+    async def send(self, msg: dict[str, Any]) -> None:
+        """Send ``msg`` without waiting for a reply (errors reach the handler)."""
+        ...
+
+    async def join(self, space: str) -> dict[str, Any]: ...
+
+    async def leave(self, space: str) -> dict[str, Any]: ...
+
+    async def publish(
+        self,
+        space: str,
+        data: dict[str, Any],
+        *,
+        to: str | list[str] | None = None,
+        echo: bool = True,
+    ) -> dict[str, Any]:
+        """Publish; the ``space.published`` reply (or the event as delivered)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Leave every space and let go of the agent id. Idempotent."""
+        ...
 
 
 class HostSettings(Protocol):
@@ -171,8 +239,8 @@ class AdapterHost(Protocol):
         type: str | None = None,
         capabilities: tuple[str, ...] = (),
         metadata: dict[str, Any] | None = None,
-    ) -> VirtualMember:
-        """A virtual member for the adapter (see :class:`~hub.node.virtual.VirtualMember`).
+    ) -> AdapterMember:
+        """A virtual member for the adapter (an :class:`AdapterMember`).
 
         ``shared``: every node hosts one under the same id (inbound bridges);
         the id is reserved (connections with it are refused), not claimed.

@@ -22,10 +22,10 @@ from adapters.a2a.answers import Refused
 from adapters.kit.joined import JoiningMember, JoinRefused, NodeNotReady
 from hub.adapter_host import (
     AdapterHost,
+    AdapterMember,
     BackplaneUnavailable,
     MessageHandler,
     RequestFailed,
-    VirtualMember,
 )
 from protocol.a2a import jsonrpc
 from protocol.a2a.jsonrpc import RequestId, RpcError
@@ -42,7 +42,7 @@ class GatewayMember:
         self._host: AdapterHost | None = None
 
     @property
-    def member(self) -> VirtualMember | None:
+    def member(self) -> AdapterMember | None:
         return self.joining.member
 
     async def start(self, host: AdapterHost, handler: MessageHandler) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 
 import structlog
 
-from hub.adapter_host import AdapterHost, MessageHandler, RequestFailed, VirtualMember
+from hub.adapter_host import AdapterHost, AdapterMember, MessageHandler, RequestFailed
 
 log = structlog.get_logger("adapters")
 
@@ -64,7 +64,7 @@ class JoiningMember:
         self.served = tuple(served)
         self.capabilities = capabilities
         self.max_joined = max_joined
-        self.member: VirtualMember | None = None
+        self.member: AdapterMember | None = None
         self._label = label
         self._busy = busy
         self._host: AdapterHost | None = None

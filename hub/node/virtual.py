@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import structlog
 
+from hub.adapter_host import MessageHandler, RequestFailed
 from hub.core.frames import OutFrame
 from hub.core.peer import CleanedUp, PeerKind
 from protocol.errors import CloseCode, ErrorCode
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
     from hub.core.peer import Peer
     from hub.core.session import Session
 
-MessageHandler = Callable[[dict[str, Any]], Awaitable[None]]
 Receive = Callable[["Peer", str, float], Awaitable[None]]
 
 # Replies that answer a request by their ``id``.
@@ -54,15 +54,6 @@ _ID_REPLIES = frozenset(
         "space.event.cancel",
     }
 )
-
-
-class RequestFailed(Exception):
-    """A virtual member's request was answered with an ``error`` event."""
-
-    def __init__(self, error: dict[str, Any]):
-        super().__init__(f"{error.get('code')}: {error.get('message')}")
-        self.code = str(error.get("code"))
-        self.error = error
 
 
 class VirtualMember:

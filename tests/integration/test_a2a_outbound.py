@@ -197,7 +197,7 @@ async def test_a_remote_down_at_start_is_read_once_it_is_up(hub, remotes):
     await remote.stop()
     outbound = bridge(remote.url)
     server = await hub(adapters=[outbound])
-    await asyncio.wait_for(outbound.holding.wait(), 10)
+    await asyncio.wait_for(outbound.held.wait(), 10)
     alice = await member(server)
     early = await ask(alice, {"text": "hello"})
     assert early["data"]["error"].startswith("Remote A2A agent unavailable")

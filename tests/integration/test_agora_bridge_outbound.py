@@ -385,11 +385,11 @@ async def test_standby_takes_over_when_the_holder_goes(hub, remote, agents, redi
     first, second = bridge(target.url, retry_interval=0.2), bridge(target.url, retry_interval=0.2)
     one = await hub(adapters=[first], **settings)
     two = await hub(adapters=[second], **settings)
-    assert first.holding.is_set() and not second.holding.is_set()
+    assert first.held.is_set() and not second.held.is_set()
     alice = await agents(two, "alice")  # on the standby's node
     assert (await ask(alice, {"body": "before"}))["data"]["body"] == "echo:before"
     await one.aclose()
-    await asyncio.wait_for(second.holding.wait(), 15)
+    await asyncio.wait_for(second.held.wait(), 15)
     assert (await ask(alice, {"body": "after"}))["data"]["body"] == "echo:after"
 
 
