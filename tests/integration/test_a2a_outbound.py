@@ -291,6 +291,43 @@ async def test_a_senders_cancel_of_the_reply_stream_cancels_the_remote_task(hub,
     await alice.close()
 
 
+async def test_the_bridge_holds_its_agent_id_once_started(hub, remotes):
+    """Claimed at start, as every outbound bridge (adapters/kit/bridge.py)."""
+    remote = await remotes()
+    server = await hub()
+    outbound = bridge(remote.url)
+    await outbound.start(server.node.host)
+    try:
+        assert outbound.held.is_set() and outbound.member is not None
+    finally:
+        await outbound.aclose()
+
+
+async def test_a_sender_that_stops_waiting_cancels_the_remote_task(hub, remotes):
+    """Contract §19: ``{cancel: true, in_reply_to}`` (what the hub's inbound faces
+    send when their caller goes away) → the call stops, ``CancelTask`` on the remote."""
+    remote = await remotes()
+    outbound = bridge(remote.url, timeout=20)
+    server = await hosting(hub, outbound)
+    alice = await member(server)
+    request = await send(alice, {"text": "hang"})
+    first = await alice._until(
+        lambda m: m.get("from") == BRIDGE and (m.get("data") or {}).get("in_reply_to") == request,
+        15,
+    )
+    assert first["type"] == "space.event.delta"
+    await send(alice, {"cancel": True, "in_reply_to": request})
+    cut = await alice._until(lambda m: m.get("event_id") == first["event_id"]
+                             and m["type"] == "space.event.cancel", 15)  # fmt: skip
+    assert "Cancelled" in cut["reason"]
+    async with asyncio.timeout(15):
+        while "CancelTask" not in remote.methods():
+            remote.called.clear()
+            if "CancelTask" not in remote.methods():
+                await remote.called.wait()
+    await alice.close()
+
+
 async def test_bounds_on_queue_and_bodies(hub, remotes):
     remote = await remotes()
     outbound = bridge(
