@@ -149,7 +149,7 @@ class Node:
         self.gaps = GapFiller(self.backplane, self.registry, fan_out, self._spawn)
         recovery = Recovery(
             s, self.registry, self.backplane, self.subscriptions,
-            filling=self.gaps.holding.__contains__,
+            filling=self.gaps.filling.__contains__,
         )  # fmt: skip
         self.publishing = Publishing(
             s, self.backplane, self.presence, self.registry, self.ids, self.counters,
@@ -162,7 +162,7 @@ class Node:
         #: Producers hear when nobody receives their stream any more.
         self.stream_stops = StreamStops(
             self.node_id, self.registry, self.backplane, self.publishing,
-            filling=self.gaps.holding.__contains__,
+            filling=self.gaps.filling.__contains__,
         )  # fmt: skip
         holders = LocalHolders(s, self.registry)
         self.cluster = ClusterLink(
