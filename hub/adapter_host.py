@@ -54,6 +54,7 @@ __all__ = [
     "Adapter",
     "AdapterHost",
     "AdapterMember",
+    "AgentHosting",
     "AgentIdTaken",
     "AgentRecord",
     "AuthError",
@@ -63,6 +64,7 @@ __all__ = [
     "ConfigError",
     "EnvelopeCheck",
     "HostSettings",
+    "HttpFaces",
     "HubIdentity",
     "HubSettings",
     "KeyValueStore",
@@ -70,6 +72,8 @@ __all__ = [
     "RequestFailed",
     "SlotsFull",
     "SpacePolicy",
+    "SpaceReads",
+    "SystemSpaces",
     "WaitingSlots",
     "check_json",
     "client_gone",
@@ -192,42 +196,16 @@ class Caller:
         return self.key or self.agent_id
 
 
-class AdapterHost(Protocol):
-    """The node as its adapters see it."""
+class AgentHosting(Protocol):
+    """Where an adapter's agents come from, and whether the node can act."""
 
     @property
     def settings(self) -> HostSettings: ...
 
     @property
-    def identity(self) -> HubIdentity:
-        """The hub's own Ed25519 identity (hub-signed envelopes, ``/identity``)."""
-        ...
-
-    @property
-    def kv(self) -> KeyValueStore:
-        """Small shared state with expiry: in memory on one node, in Redis in a cluster."""
-        ...
-
-    @property
-    def envelopes(self) -> EnvelopeCheck:
-        """Signed-envelope verification rules and the cluster-wide replay cache."""
-        ...
-
-    @property
     def ready(self) -> bool:
         """The node is ready (``/readyz``): its cluster link is up and settled.
         Joins and publishes made while it is not fail with ``UNAVAILABLE``."""
-        ...
-
-    @property
-    def auth_required(self) -> bool:
-        """Whether HTTP callers must present a bearer token (auth is on)."""
-        ...
-
-    @property
-    def policy(self) -> SpacePolicy:
-        """The one policy: may a caller read (:attr:`Act.READ`: join, read,
-        discover) or publish (:attr:`Act.PUBLISH`) in a space."""
         ...
 
     async def attach(
@@ -248,6 +226,10 @@ class AdapterHost(Protocol):
         :class:`AgentIdTaken` is raised while a live holder has it.
         """
         ...
+
+
+class HttpFaces(Protocol):
+    """The HTTP port, and who calls it as judged by the hub's one policy."""
 
     def mount(
         self,
@@ -276,10 +258,25 @@ class AdapterHost(Protocol):
         bridge's virtual agents) raises :class:`~hub.errors.AgentIdTaken`."""
         ...
 
+    @property
+    def auth_required(self) -> bool:
+        """Whether HTTP callers must present a bearer token (auth is on)."""
+        ...
+
+    @property
+    def policy(self) -> SpacePolicy:
+        """The one policy: may a caller read (:attr:`Act.READ`: join, read,
+        discover) or publish (:attr:`Act.PUBLISH`) in a space."""
+        ...
+
     def signer(self, did: str) -> Caller | None:
         """The identity the operator mapped an envelope signer's did:key to
         (``[[signers]]``), or None."""
         ...
+
+
+class SpaceReads(Protocol):
+    """Cluster-wide reads of spaces and agents, without being a member."""
 
     async def agents(
         self, caller: Caller, *, capability: str | None, space: str | None, limit: int
@@ -308,6 +305,10 @@ class AdapterHost(Protocol):
         Raises :class:`BackplaneUnavailable`."""
         ...
 
+
+class SystemSpaces(Protocol):
+    """Hub-generated events in the system spaces an adapter provides."""
+
     async def publish_system(
         self, space: str, data: dict[str, Any], *, to: tuple[str, ...] | None = None
     ) -> None:
@@ -325,6 +326,26 @@ class AdapterHost(Protocol):
         What a system space shows each observer, when that depends on the
         observer (``mcp.calls``), is decided here on every node, where each
         observer's credentials are."""
+        ...
+
+
+class AdapterHost(AgentHosting, HttpFaces, SpaceReads, SystemSpaces, Protocol):
+    """The node as its adapters see it: the parts above, the shared store and the
+    hub's signing identity. Each part of the kit takes the part it uses."""
+
+    @property
+    def identity(self) -> HubIdentity:
+        """The hub's own Ed25519 identity (hub-signed envelopes, ``/identity``)."""
+        ...
+
+    @property
+    def kv(self) -> KeyValueStore:
+        """Small shared state with expiry: in memory on one node, in Redis in a cluster."""
+        ...
+
+    @property
+    def envelopes(self) -> EnvelopeCheck:
+        """Signed-envelope verification rules and the cluster-wide replay cache."""
         ...
 
 

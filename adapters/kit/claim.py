@@ -22,8 +22,8 @@ from typing import Any
 import structlog
 
 from hub.adapter_host import (
-    AdapterHost,
     AdapterMember,
+    AgentHosting,
     AgentIdTaken,
     BackplaneUnavailable,
     MessageHandler,
@@ -61,7 +61,7 @@ class AgentIdClaim:
         self._on_claimed = on_claimed
         self._label = label
 
-    async def keep(self, host: AdapterHost, retry: float) -> None:
+    async def keep(self, host: AgentHosting, retry: float) -> None:
         """Hold the agent id, or stand by and retry the claim until it is free."""
         while True:
             member = self.member
@@ -101,7 +101,7 @@ class AgentIdClaim:
         if member is not None:
             await member.aclose()
 
-    async def claim(self, host: AdapterHost) -> bool:
+    async def claim(self, host: AgentHosting) -> bool:
         """Try to hold the agent id now; False: another node holds it, or
         this one cannot (it stands by)."""
         capabilities, metadata = self._registration()
