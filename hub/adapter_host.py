@@ -17,9 +17,16 @@ own reading of tokens or claims.
 
 Adapters import this module, :mod:`protocol` and their own package — nothing
 else of ``hub`` (``tests/unit/repo/test_layers.py``). So everything they need is
-named here: the host and adapter protocols, the virtual member, the errors
-they catch, the records they read, and the bounded body reads and waiting slots
-of the HTTP port (read the whole body, check it, then take a slot).
+named here: the host (:class:`AdapterHost`, made of the small protocols
+:class:`AgentHosting`, :class:`HttpFaces`, :class:`SpaceReads` and
+:class:`SystemSpaces`, each helper taking the one it uses), the member it
+attaches (:class:`AdapterMember`), the adapter protocol, the errors they
+catch, the records they read, and the bounded body reads and waiting slots of
+the HTTP port (read the whole body, check it, then take a slot).
+
+The node implements these protocols (:mod:`hub.node.hosting`,
+:mod:`hub.node.virtual`) and imports this module; this module imports
+nothing of :mod:`hub.node`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 An adapter (a bridge to another protocol) is hosted by the node
 (:class:`Adapter`: ``start(host)`` / ``aclose()``, closed in reverse order)
 and acts in spaces through a :class:`VirtualMember` the node gives it
-(:meth:`hub.node.node.Node.attach`). A virtual member has a session like a
+(:meth:`hub.node.hosting.NodeHost.attach`); adapters see it as an
+:class:`~hub.adapter_host.AdapterMember`, without the node's side of it
+(``push``, ``close_for``, ``abort``…). A virtual member has a session like a
 WebSocket connection and its requests go through the same dispatcher, so
 seq, order, addressed delivery, membership events, limits and cluster fan-out
 hold for it exactly as for any agent.
