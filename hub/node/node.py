@@ -81,7 +81,7 @@ from hub.node.sweep import Sweeper
 from hub.ops.api import NodeReadings, OperatorFaces
 from hub.ops.api.operations import API_SENDER
 from hub.ops.health import health_routes
-from hub.ops.metrics import Gauges, HubCollector, build_registry
+from hub.ops.metrics import Gauges, HubCollector, ViewFactory, build_registry
 from protocol.errors import CloseCode, ErrorCode
 
 
@@ -95,6 +95,8 @@ class Node:
         backplane: Backplane | None = None,
         presence: Presence | None = None,
         adapters: Iterable[Adapter] = (),
+        workers_view: ViewFactory | None = None,
+        worker: int | None = None,
     ):
         s = self.settings = settings
         self.node_id = s.node_id
@@ -203,7 +205,9 @@ class Node:
                     backplane_lag=self._lag,
                 ),
                 self.node_id,
-            )
+            ),
+            workers_view,
+            worker,
         )
         #: The HTTP port's application; adapters mount their routes while starting.
         self.http_app = web.Application(
