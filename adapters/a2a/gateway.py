@@ -54,8 +54,8 @@ from adapters.a2a.member import GatewayMember
 from adapters.a2a.runs import TaskRun
 from adapters.a2a.store import TaskStore
 from adapters.a2a.tasks import NodeTasks
-from adapters.replies import Asked, ReplyWaiters
-from adapters.shares import ShareExceeded, Shares
+from adapters.kit.replies import Asked, ReplyWaiters
+from adapters.kit.shares import ShareExceeded, Shares
 from hub.adapter_host import (
     AdapterHost,
     AgentIdTaken,

@@ -4,7 +4,7 @@ It is *shared* (every node hosts one under the reserved id ``a2a``), so any
 node behind a load balancer can publish a request and every node's copy
 receives the replies. Joining needs the backplane (a Redis node is ready only
 once subscribed): spaces that cannot be joined at start are joined in the
-background, and by the first request that needs them (:mod:`adapters.joined`).
+background, and by the first request that needs them (:mod:`adapters.kit.joined`).
 A publish refused by the hub becomes the HTTP answer a client can act on
 (:mod:`adapters.a2a.answers`).
 """
@@ -19,13 +19,13 @@ import structlog
 
 from adapters.a2a import answers
 from adapters.a2a.answers import Refused
-from adapters.joined import JoiningMember, JoinRefused, NodeNotReady
+from adapters.kit.joined import JoiningMember, JoinRefused, NodeNotReady
 from hub.adapter_host import (
     AdapterHost,
+    AdapterMember,
     BackplaneUnavailable,
     MessageHandler,
     RequestFailed,
-    VirtualMember,
 )
 from protocol.a2a import jsonrpc
 from protocol.a2a.jsonrpc import RequestId, RpcError
@@ -42,7 +42,7 @@ class GatewayMember:
         self._host: AdapterHost | None = None
 
     @property
-    def member(self) -> VirtualMember | None:
+    def member(self) -> AdapterMember | None:
         return self.joining.member
 
     async def start(self, host: AdapterHost, handler: MessageHandler) -> None:

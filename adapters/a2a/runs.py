@@ -2,7 +2,7 @@
 
 A :class:`TaskRun` lives on the node that published the turn's request event
 (the node holding the client's HTTP request or SSE stream). It reads the
-agents' answer piece by piece (:class:`~adapters.replies.ReplyRelay`) and turns
+agents' answer piece by piece (:class:`~adapters.kit.replies.ReplyRelay`) and turns
 it into task updates, contract §13:
 
 * a progress note (``{in_reply_to, state: "working"}``, :meth:`TaskRun.working`)
@@ -39,7 +39,7 @@ from typing import Any
 import structlog
 
 from adapters.a2a.store import TaskStore
-from adapters.replies import Piece, RelayStopped, ReplyRelay
+from adapters.kit.replies import Piece, RelayStopped, ReplyRelay
 from hub.adapter_host import BackplaneUnavailable
 from protocol.a2a.mapping import interpret_reply, is_working, reply_state, working_note
 from protocol.a2a.model import TaskState, artifact, artifact_update, status_update, text_part

@@ -7,9 +7,9 @@ other spaces when a caller first publishes or asks there; it stays, so the
 next call costs no join, up to ``max_joined`` spaces per node, past which
 the least recently used one is left on this node (the membership of a
 shared agent is cluster-wide and outlives one node's copy: the space keeps
-``mcp`` among its members). The joining is :mod:`adapters.joined`'s.
+``mcp`` among its members). The joining is :mod:`adapters.kit.joined`'s.
 
-Replies reach every node's copy; :class:`~adapters.replies.ReplyWaiters`
+Replies reach every node's copy; :class:`~adapters.kit.replies.ReplyWaiters`
 resolves the one request this node is waiting for — only with a reply from
 the space it asked in, by the agents it asked (contract §18) — a streamed
 reply assembled first (bounded by ``max_answer_bytes``).
@@ -27,18 +27,20 @@ addressees — and it is documented (docs/mcp.md).
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
 
-from adapters.joined import JoiningMember, JoinRefused, NodeNotReady
+from adapters.kit.asking import AskCancelled, Asker, Asking, AskTimeout
+from adapters.kit.joined import JoiningMember, JoinRefused, NodeNotReady
+from adapters.kit.replies import Assembled, ReplyWaiters
 from adapters.mcp.calllog import CALLS_SPACE
-from adapters.replies import Asked, Assembled, ReplyWaiters
-from hub.adapter_host import AdapterHost, RequestFailed, VirtualMember
+from hub.adapter_host import AdapterHost, AdapterMember, RequestFailed
 
 #: The shared virtual agent MCP calls come from.
 MCP_AGENT = "mcp"
+
+T = TypeVar("T")
 
 
 class ToolFailure(Exception):
@@ -79,6 +81,7 @@ class McpAgent:
             MCP_AGENT, [*sorted(self.pinned), CALLS_SPACE], capabilities=("mcp",), label="mcp",
             max_joined=max_joined, busy=self._asking.__contains__,
         )  # fmt: skip
+        self.asker = Asker(self.joining, self.waiters)
 
     # ── lifecycle ────────────────────────────────────────────────────────
 
@@ -87,10 +90,11 @@ class McpAgent:
         await self.joining.start(host, self._on_message)
 
     async def aclose(self) -> None:
+        await self.asker.aclose()
         await self.joining.aclose()
 
     @property
-    def member(self) -> VirtualMember | None:
+    def member(self) -> AdapterMember | None:
         """The shared ``mcp`` member (on this node)."""
         return self.joining.member
 
@@ -130,31 +134,45 @@ class McpAgent:
         self, space: str, data: dict[str, Any], to: list[str] | None, timeout: float
     ) -> tuple[dict[str, Any], Assembled]:
         """Publish a request and wait for the first reply to it: the request's
-        ``space.published`` and the reply (:class:`ToolFailure` on timeout)."""
+        ``space.published`` and the reply (:class:`ToolFailure` on timeout).
+        Cancelling the task that waits tells the agent to stop
+        (:mod:`adapters.kit.asking`)."""
+        asking = await self._send(space, data, to)
+        try:
+            whole = await asking.answer(timeout)
+        except AskTimeout:
+            raise ToolFailure("Timeout") from None
+        except AskCancelled as exc:
+            raise ToolFailure(f"Cancelled ({exc.reason})") from None
+        finally:
+            asking.close()
+            self._done_asking(space)
+        return asking.published, whole
+
+    async def _send(self, space: str, data: dict[str, Any], to: list[str] | None) -> Asking:
+        """Publish a request; its :class:`~adapters.kit.asking.Asking`. The
+        space stays joined until :meth:`_done_asking`."""
         self._asking[space] += 1
         try:
-            with self.waiters.publishing():
-                published = await self._publish(space, data, to)
-                event_id = str(published["event_id"])
-                future = self.waiters.expect(Asked.of(space, event_id, to))
-            try:
-                async with asyncio.timeout(timeout):
-                    whole = await future
-            except TimeoutError:
-                raise ToolFailure("Timeout") from None
-            finally:
-                self.waiters.forget(event_id)
-            return published, whole
-        finally:
-            self._asking[space] -= 1
-            if not self._asking[space]:
-                del self._asking[space]
+            return await self._call(self.asker.send(space, data, to=to))
+        except BaseException:
+            self._done_asking(space)
+            raise
+
+    def _done_asking(self, space: str) -> None:
+        self._asking[space] -= 1
+        if not self._asking[space]:
+            del self._asking[space]
 
     async def _publish(
         self, space: str, data: dict[str, Any], to: list[str] | None
     ) -> dict[str, Any]:
+        return await self._call(self.joining.publish(space, data, to=to))
+
+    async def _call(self, publishing: Awaitable[T]) -> T:
+        """Publish, the hub's refusals worded as tool failures."""
         try:
-            return await self.joining.publish(space, data, to=to)
+            return await publishing
         except JoinRefused as exc:
             raise refusal(exc) from None
         except RequestFailed as exc:

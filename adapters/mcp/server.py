@@ -31,6 +31,7 @@ from typing import Any
 
 from aiohttp import web
 
+from adapters.kit.shares import ShareExceeded, Shares
 from adapters.mcp import http
 from adapters.mcp.agent import MCP_AGENT, McpAgent
 from adapters.mcp.calllog import CALLS_SPACE, CallLog
@@ -39,7 +40,6 @@ from adapters.mcp.catalog import ToolCatalog
 from adapters.mcp.options import McpOptions
 from adapters.mcp.sessions import McpSession, Sessions
 from adapters.mcp.streams import NotificationStreams
-from adapters.shares import ShareExceeded, Shares
 from hub.adapter_host import (
     AdapterHost,
     AgentIdTaken,
