@@ -54,7 +54,8 @@ from adapters.a2a.member import GatewayMember
 from adapters.a2a.runs import TaskRun
 from adapters.a2a.store import TaskStore
 from adapters.a2a.tasks import NodeTasks
-from adapters.kit.replies import Asked, ReplyWaiters
+from adapters.kit.asking import Asker
+from adapters.kit.replies import ReplyWaiters
 from adapters.kit.shares import ShareExceeded, Shares
 from hub.adapter_host import (
     AdapterHost,
@@ -159,6 +160,8 @@ class A2aGateway:
             **dict.fromkeys(UNSUPPORTED_METHODS, self._unsupported),
         }
         self.member = GatewayMember(self.spaces, member_scan_limit=self.options.member_scan_limit)
+        #: Publishes each turn's request and tells the agent to stop (adapters.kit.asking).
+        self.asker = Asker(self.member.joining, self.waiters)
         self._tasks: NodeTasks | None = None
         self.timeout = 30.0
         self.max_body_bytes = self.options.max_body_bytes or 1024 * 1024
@@ -217,6 +220,7 @@ class A2aGateway:
         for task in self._background:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self.asker.aclose()
         await self.member.aclose()
 
     async def _on_message(self, msg: dict[str, Any]) -> None:
@@ -583,17 +587,13 @@ class A2aGateway:
         self, record: TaskRecord, data: dict[str, Any], rpc: RpcRequest, key: str
     ) -> TaskRun:
         """Publish the turn's request event; the run that will follow its answer."""
-        with self.waiters.publishing():
-            event_id = await self.member.publish(record.space, data, record.to, rpc.id)
-            asked = Asked.of(record.space, event_id, record.to)
-            relay = self.waiters.relay(asked)
-        record.event_id = event_id
+        asking = await self.member.ask(self.asker, record.space, data, record.to, rpc.id)
+        record.event_id = asking.event_id
         record.move(TaskState.WORKING, codec.now_ms())
         run = TaskRun(
-            record, relay, self.tasks.store,
+            record, asking, self.tasks.store,
             timeout=self.timeout, max_reply_bytes=self.options.max_reply_bytes,
-            stop_stream=lambda stream_id: self.member.stop_stream(record.space, stream_id),
-            key=key, stored=record.turn == 1, rearm=lambda: self.waiters.relay(asked),
+            key=key, stored=record.turn == 1, rearm=lambda: self.waiters.relay(asking.asked),
         )  # fmt: skip
         run.on_background = self._backgrounded
         return run
@@ -612,8 +612,7 @@ class A2aGateway:
         self.tasks.discard(run)
         slots = self.background_slots if run.slot == "background" else self.task_slots
         slots.give_back(run.key)
-        if run.record.event_id is not None:
-            self.waiters.forget(run.record.event_id)
+        run.asking.close()
 
     # ── GetTask / CancelTask ─────────────────────────────────────────────
 

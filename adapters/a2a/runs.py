@@ -17,8 +17,14 @@ it into task updates, contract §13:
   ``done``, then the state its first delta asked for;
 * a reply stream cancelled by its publisher or the hub → ``FAILED``;
 * nothing for ``timeout`` seconds → ``FAILED`` ("Timeout");
-* :meth:`TaskRun.cancel` (a ``CancelTask``) → ``CANCELED``, the reply stream
-  no longer relayed; :meth:`TaskRun.stop` (shutdown) → ``FAILED``.
+* :meth:`TaskRun.cancel` (a ``CancelTask``) → ``CANCELED``;
+  :meth:`TaskRun.stop` (shutdown) → ``FAILED``.
+
+Whenever the run gives up on an answer still coming (cancel, timeout, a reply
+too big, shutdown) the answering agent is told to stop through the turn's
+:class:`~adapters.kit.asking.Asking` (contract §19): a receiver cancel of its
+reply stream once that started — the hub tells the producer — else an event
+``{cancel: true, in_reply_to}`` to it.
 
 Updates go to the run's listeners (the SSE response, :meth:`TaskRun.listen`;
 ``SubscribeToTask`` on this node, :meth:`TaskRun.subscribe`) as A2A stream
@@ -33,12 +39,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import structlog
 
 from adapters.a2a.store import TaskStore
+from adapters.kit.asking import Asking
 from adapters.kit.replies import Piece, RelayStopped, ReplyRelay
 from hub.adapter_host import BackplaneUnavailable
 from protocol.a2a.mapping import interpret_reply, is_working, reply_state, working_note
@@ -57,19 +64,19 @@ class TaskRun:
     def __init__(
         self,
         record: TaskRecord,
-        relay: ReplyRelay,
+        asking: Asking,
         store: TaskStore,
         *,
         timeout: float,
         max_reply_bytes: int,
-        stop_stream: Callable[[str], Awaitable[None]],
         key: str = "",
         stored: bool = False,
         rearm: Callable[[], ReplyRelay] | None = None,
     ):
-        """``stop_stream(stream_id)`` stops the delivery of a reply stream to
-        this node (a receiver cancel) once the run no longer wants it.
-        ``key``: whose share of the node's open tasks the run counts against.
+        """``asking``: the turn's request (:mod:`adapters.kit.asking`), its
+        answer relayed piece by piece; through it the agent is told to stop
+        when the run no longer wants the answer. ``key``: whose share of the
+        node's open tasks the run counts against.
         ``stored``: the record is in the store as it starts (a new task, stored
         by the gateway before it was published). ``rearm()``: a fresh relay
         for the same request, after a progress note the relay took for the
@@ -77,7 +84,8 @@ class TaskRun:
         self.record = record
         self.key = key
         self._stored = stored
-        self.relay = relay
+        self.asking = asking
+        self.relay: ReplyRelay = asking.relay  # type: ignore[assignment]
         self.store = store
         self.timeout = timeout
         self.max_reply_bytes = max_reply_bytes
@@ -85,7 +93,6 @@ class TaskRun:
         #: Set once a blocking ``SendMessage`` may answer: the turn ended, or
         #: the agents said they work on it in the background.
         self.answered = asyncio.Event()
-        self._stop_stream = stop_stream
         self._rearm = rearm
         #: Called once, at the first progress note (the gateway moves the run
         #: to its bound of tasks working in the background).
@@ -204,15 +211,15 @@ class TaskRun:
                 finally:
                     self._waiting = None
             except RelayStopped:
-                await self._stop_relayed_stream()
                 assert self._interrupt is not None
+                await self._tell_stop(self._interrupt[0].name.lower())
                 return self._interrupt
             except TimeoutError:
-                await self._stop_relayed_stream()
+                await self._tell_stop("timeout")
                 return TaskState.FAILED, TIMEOUT
             if piece.kind == "event" and is_working(piece.data) and self._rearm is not None:
                 self.working(piece.data)
-                self.relay = self._rearm()
+                self.relay = self.asking.relay = self._rearm()
                 continue
             if piece.kind == "event":
                 return self._whole(piece)
@@ -238,7 +245,7 @@ class TaskRun:
                 await self._save()  # another node's SubscribeToTask follows the stream
             size += len(text.encode("utf-8", "surrogatepass"))
             if self.record.size + size > self.max_reply_bytes:
-                await self._stop_relayed_stream()
+                await self._tell_stop("too_big")
                 return TaskState.FAILED, f"The reply exceeds {self.max_reply_bytes} bytes"
             texts.append(text)
             self._emit(
@@ -264,10 +271,20 @@ class TaskRun:
             )  # fmt: skip
         return outcome.state, outcome.message
 
-    async def _stop_relayed_stream(self) -> None:
-        stream_id = self.relay.stream_id
-        if stream_id is not None and not self.relay.ended:
-            await self._stop_stream(stream_id)
+    async def _tell_stop(self, reason: str) -> None:
+        """The run no longer wants the answer: the agent is told to stop
+        (contract §19 — a receiver cancel of its reply stream, or an event
+        ``{cancel: true, in_reply_to}``). Not for a ``CancelTask`` before any
+        reply (the gateway's own cancel event tells it, with the task's ids),
+        nor for a turn the next one superseded (the agent works on in the
+        background)."""
+        state = self._interrupt[0] if self._interrupt is not None else None
+        if state is TaskState.WORKING or (
+            state is TaskState.CANCELED and self.relay.stream_id is None
+        ):
+            self.asking.close()
+            return
+        await self.asking.cancel(reason)
 
     async def _finish(self, state: TaskState, message: str | None) -> None:
         try:
