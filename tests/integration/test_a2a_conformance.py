@@ -409,3 +409,26 @@ async def test_cancel_task_reaches_the_answering_agent(hub, clients):
     finally:
         serving.cancel()
         await asyncio.gather(serving, return_exceptions=True)
+
+
+async def test_a_timed_out_task_stops_the_agent(hub, clients):
+    server = await hub(adapters=[gateway()], bridge_timeout=1)
+    agent = await clients(server, "worker")
+    await agent.join(SPACE)
+    cancelled: asyncio.Queue[str] = asyncio.Queue()
+
+    async def thinking(event):
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.put_nowait(event.data["task_id"])
+            raise
+
+    serving = asyncio.ensure_future(agent.serve(SPACE, thinking))
+    try:
+        task = await a2a.send(f"{server.http_url}/a2a/{SPACE}", "think")
+        assert a2a.state(task) == "TASK_STATE_FAILED"
+        assert await asyncio.wait_for(cancelled.get(), 10) == task["id"]
+    finally:
+        serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)
