@@ -101,6 +101,7 @@ class TaskRun:
         self.slot = "open"
         self._listeners: list[asyncio.Queue[Update]] = []
         self._waiting: asyncio.Timeout | None = None
+        self._saving: set[asyncio.Task[None]] = set()
         self._interrupt: tuple[TaskState, str | None] | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -150,7 +151,9 @@ class TaskRun:
         self.answered.set()
         if self._waiting is not None:  # waiting now: the wait starts again
             self._waiting.reschedule(asyncio.get_running_loop().time() + self.timeout)
-        asyncio.get_running_loop().create_task(self._save())
+        saving = asyncio.get_running_loop().create_task(self._save())
+        self._saving.add(saving)  # held until done (the loop keeps only a weak reference)
+        saving.add_done_callback(self._saving.discard)
 
     def start(self, on_done: Callable[[TaskRun], None]) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
