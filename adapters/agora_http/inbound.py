@@ -48,6 +48,7 @@ from adapters.kit.replies import Assembled, ReplyWaiters
 from adapters.kit.shares import ShareExceeded, Shares
 from hub.adapter_host import (
     AdapterHost,
+    AdapterMember,
     AgentIdTaken,
     AuthError,
     BackplaneUnavailable,
@@ -55,7 +56,6 @@ from hub.adapter_host import (
     Caller,
     RequestFailed,
     SlotsFull,
-    VirtualMember,
     parse_json,
     read_body,
     until_client_gone,
@@ -156,7 +156,7 @@ class AgoraHttpInbound:
         await self.joining.aclose()
 
     @property
-    def member(self) -> VirtualMember | None:
+    def member(self) -> AdapterMember | None:
         """The shared ``agora-http`` member (on this node)."""
         return self.joining.member
 

@@ -6,7 +6,8 @@
   space and addressees (``Asked``), streamed ones assembled or relayed.
 - :mod:`~adapters.kit.joined` — an inbound face's shared member, joined to
   spaces as it needs them.
-- :mod:`~adapters.kit.holding` — an outbound bridge's agent id, held by one node.
+- :mod:`~adapters.kit.bridge` — an outbound bridge's lifecycle, once: a bridge is its mapping.
+- :mod:`~adapters.kit.claim` — an outbound bridge's agent id, held by one node.
 - :mod:`~adapters.kit.intake` — the requests addressed to an outbound bridge,
   served by bounded tasks.
 - :mod:`~adapters.kit.takeover` — what a lost holder left unanswered, answered.

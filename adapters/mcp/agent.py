@@ -36,7 +36,7 @@ from adapters.kit.asking import AskCancelled, Asker, Asking, AskTimeout
 from adapters.kit.joined import JoiningMember, JoinRefused, NodeNotReady
 from adapters.kit.replies import Assembled, Piece, RelayStopped, ReplyWaiters
 from adapters.mcp.calllog import CALLS_SPACE
-from hub.adapter_host import AdapterHost, RequestFailed, VirtualMember
+from hub.adapter_host import AdapterHost, AdapterMember, RequestFailed
 
 #: The shared virtual agent MCP calls come from.
 MCP_AGENT = "mcp"
@@ -109,7 +109,7 @@ class McpAgent:
         await self.joining.aclose()
 
     @property
-    def member(self) -> VirtualMember | None:
+    def member(self) -> AdapterMember | None:
         """The shared ``mcp`` member (on this node)."""
         return self.joining.member
 

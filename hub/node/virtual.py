@@ -3,7 +3,9 @@
 An adapter (a bridge to another protocol) is hosted by the node
 (:class:`Adapter`: ``start(host)`` / ``aclose()``, closed in reverse order)
 and acts in spaces through a :class:`VirtualMember` the node gives it
-(:meth:`hub.node.node.Node.attach`). A virtual member has a session like a
+(:meth:`hub.node.hosting.NodeHost.attach`); adapters see it as an
+:class:`~hub.adapter_host.AdapterMember`, without the node's side of it
+(``push``, ``close_for``, ``abort``…). A virtual member has a session like a
 WebSocket connection and its requests go through the same dispatcher, so
 seq, order, addressed delivery, membership events, limits and cluster fan-out
 hold for it exactly as for any agent.
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import structlog
 
+from hub.adapter_host import MessageHandler, RequestFailed
 from hub.core.frames import OutFrame
 from hub.core.peer import CleanedUp, PeerKind
 from protocol.errors import CloseCode, ErrorCode
@@ -36,7 +39,6 @@ if TYPE_CHECKING:
     from hub.core.peer import Peer
     from hub.core.session import Session
 
-MessageHandler = Callable[[dict[str, Any]], Awaitable[None]]
 Receive = Callable[["Peer", str, float], Awaitable[None]]
 
 # Replies that answer a request by their ``id``.
@@ -54,15 +56,6 @@ _ID_REPLIES = frozenset(
         "space.event.cancel",
     }
 )
-
-
-class RequestFailed(Exception):
-    """A virtual member's request was answered with an ``error`` event."""
-
-    def __init__(self, error: dict[str, Any]):
-        super().__init__(f"{error.get('code')}: {error.get('message')}")
-        self.code = str(error.get("code"))
-        self.error = error
 
 
 class VirtualMember:

@@ -159,3 +159,19 @@ async def test_a_reply_that_came_whole_is_not_cancelled(hub, clients):
         assert [d.get("cancel") for d in seen] == [None]
     finally:
         task.cancel()
+
+
+async def test_a_caller_whose_wait_timed_out_stops_the_agent_too(hub, clients):
+    """``bridge_timeout``: the caller gets ``Timeout`` and the agent is told to
+    stop — it costs nothing more once nobody waits for it."""
+    inbound, _ = inbound_with_delta_seen()
+    server = await hub(adapters=[inbound], bridge_timeout=0.5)
+    writer = Writer(stream_first=False)
+    task = await serving(clients, server, writer)
+    try:
+        status, reply = await call("POST", f"{http_url(server)}/agora/{SPACE}", {"body": "slow"})
+        assert (status, reply) == (200, {"status": "failure", "error": "Timeout"})
+        reason = await asyncio.wait_for(writer.stopped, WAIT)
+        assert reason.endswith("cancelled")
+    finally:
+        task.cancel()

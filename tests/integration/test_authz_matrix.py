@@ -516,6 +516,15 @@ async def a2a_face(m: Matrix) -> None:
     missing_rows = methods - set(A2A_METHODS)
     assert not missing_rows, f"A2A methods without a row in the matrix: {sorted(missing_rows)}"
     for identity in m.identities:
+        # The hub's own card at the root: its skills are the A2A spaces the caller may read.
+        got = await m.request("GET", f"/{CARD}", identity)
+        want = expected(identity, Act.READ, OPEN)
+        m.check(f"a2a {identity} GET /{CARD}", http_outcome(got[0]), want)
+        if got[0] == 200:
+            shown = {skill["id"] for skill in orjson.loads(got[1])["skills"]}
+            may = {s for s in (OPEN, VAULT) if expected(identity, Act.READ, s) is Outcome.OK}
+            m.check(f"a2a {identity} /{CARD} skills {sorted(shown)}", ok_if(shown == may),
+                    Outcome.OK)  # fmt: skip
         for space in SPACES:
             for path, names in ((f"/a2a/{space}/{CARD}", (space,)),
                                 (f"/a2a/{space}/keeper/{CARD}", (space, "keeper"))):  # fmt: skip
@@ -630,6 +639,7 @@ FACE_ROUTES = {
     "/mcp": "mcp",
     "/a2a/{space}": "a2a", "/a2a/{space}/{agent_id}": "a2a",
     f"/a2a/{{space}}/{CARD}": "a2a", f"/a2a/{{space}}/{{agent_id}}/{CARD}": "a2a",
+    f"/{CARD}": "a2a",
     "/agora/{space}": "agora", "/agora/{space}/conversations/{id}": "agora",
     "/agora/{space}/wellknown": "agora", "/agora{tail}": "agora",
     "/envelope/{space}": "envelope", "/agentprotocol/{space}": "envelope",
