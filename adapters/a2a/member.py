@@ -4,7 +4,7 @@ It is *shared* (every node hosts one under the reserved id ``a2a``), so any
 node behind a load balancer can publish a request and every node's copy
 receives the replies. Joining needs the backplane (a Redis node is ready only
 once subscribed): spaces that cannot be joined at start are joined in the
-background, and by the first request that needs them (:mod:`adapters.joined`).
+background, and by the first request that needs them (:mod:`adapters.kit.joined`).
 A publish refused by the hub becomes the HTTP answer a client can act on
 (:mod:`adapters.a2a.answers`).
 """
@@ -19,14 +19,15 @@ import structlog
 
 from adapters.a2a import answers
 from adapters.a2a.answers import Refused
-from adapters.joined import JoiningMember, JoinRefused, NodeNotReady
+from adapters.kit.asking import Asker, Asking
+from adapters.kit.joined import JoiningMember, JoinRefused, NodeNotReady
 from hub.adapter_host import (
     AdapterHost,
+    AdapterMember,
     BackplaneUnavailable,
     MessageHandler,
     RequestFailed,
     Take,
-    VirtualMember,
 )
 from protocol.a2a import jsonrpc
 from protocol.a2a.jsonrpc import RequestId, RpcError
@@ -43,7 +44,7 @@ class GatewayMember:
         self._host: AdapterHost | None = None
 
     @property
-    def member(self) -> VirtualMember | None:
+    def member(self) -> AdapterMember | None:
         return self.joining.member
 
     async def start(
@@ -62,20 +63,38 @@ class GatewayMember:
         Raises :class:`Refused` or :class:`RpcError` when the hub refuses."""
         try:
             published = await self.joining.publish(space, data, to=to)
-        except JoinRefused as exc:
-            raise await self._refused(exc, space, None, rpc_id) from None
-        except RequestFailed as exc:
-            raise await self._refused(exc, space, to, rpc_id) from None
-        except (TimeoutError, NodeNotReady):
-            raise Refused(answers.unavailable(rpc_id)) from None
+        except (JoinRefused, RequestFailed, TimeoutError, NodeNotReady) as exc:
+            raise await self.refusal(exc, space, to, rpc_id) from None
         return str(published["event_id"])
 
-    async def stop_stream(self, space: str, stream_id: str) -> None:
-        """Stop receiving a reply stream on this node (a receiver cancel)."""
-        assert self.member is not None
-        msg = {"type": "space.event.cancel", "space": space, "event_id": stream_id}
-        with contextlib.suppress(RequestFailed, TimeoutError):
-            await self.member.request(msg, timeout=5.0)
+    async def ask(
+        self, asker: Asker, space: str, data: dict[str, Any], to: str | None, rpc_id: RequestId
+    ) -> Asking:
+        """Publish a request through ``asker`` (its answer relayed piece by
+        piece); refusals as :meth:`publish` raises them."""
+        try:
+            return await asker.send(space, data, to=to, relay=True)
+        except (JoinRefused, RequestFailed, TimeoutError, NodeNotReady) as exc:
+            raise await self.refusal(exc, space, to, rpc_id) from None
+
+    async def refusal(
+        self, exc: Exception, space: str, to: str | None, rpc_id: RequestId
+    ) -> Exception:
+        """What to answer for a publish the hub or the node refused."""
+        if isinstance(exc, JoinRefused):
+            return await self._refused(exc, space, None, rpc_id)
+        if isinstance(exc, RequestFailed):
+            return await self._refused(exc, space, to, rpc_id)
+        return Refused(answers.unavailable(rpc_id))
+
+    async def join(self, space: str, rpc_id: RequestId) -> None:
+        """Be in ``space`` on this node (to follow a task served on another)."""
+        try:
+            await self.joining.join(space)
+        except JoinRefused as exc:
+            raise await self._refused(exc, space, None, rpc_id) from None
+        except (TimeoutError, NodeNotReady):
+            raise Refused(answers.unavailable(rpc_id)) from None
 
     async def _refused(
         self, exc: RequestFailed, space: str, to: str | None, rpc_id: RequestId

@@ -42,11 +42,13 @@ from aiohttp import web
 
 from adapters.agora_http.conversations import Conversation, InboundConversations
 from adapters.agora_http.protocols import SpaceProtocols
-from adapters.joined import JoiningMember, NodeNotReady
-from adapters.replies import Asked, Assembled, ReplyWaiters
-from adapters.shares import ShareExceeded, Shares
+from adapters.kit.asking import AskCancelled, Asker, AskTimeout
+from adapters.kit.joined import JoiningMember, NodeNotReady
+from adapters.kit.replies import Assembled, ReplyWaiters
+from adapters.kit.shares import ShareExceeded, Shares
 from hub.adapter_host import (
     AdapterHost,
+    AdapterMember,
     AgentIdTaken,
     AuthError,
     BackplaneUnavailable,
@@ -54,9 +56,9 @@ from hub.adapter_host import (
     Caller,
     RequestFailed,
     SlotsFull,
-    VirtualMember,
     parse_json,
     read_body,
+    until_client_gone,
 )
 from protocol.agora_http import (
     DEFAULT_LIMITS,
@@ -109,6 +111,7 @@ class AgoraHttpInbound:
         self.joining = JoiningMember(
             INBOUND_AGENT, self.spaces, capabilities=("agora-http",), label="agora-http"
         )
+        self.asker = Asker(self.joining, self.waiters)
         self.conversations: InboundConversations | None = None
         self.protocols: SpaceProtocols | None = None
         self.timeout = 30.0
@@ -149,10 +152,11 @@ class AgoraHttpInbound:
         ]
 
     async def aclose(self) -> None:
+        await self.asker.aclose()
         await self.joining.aclose()
 
     @property
-    def member(self) -> VirtualMember | None:
+    def member(self) -> AdapterMember | None:
         """The shared ``agora-http`` member (on this node)."""
         return self.joining.member
 
@@ -198,7 +202,9 @@ class AgoraHttpInbound:
         try:
             agora = await self._read(request)
             with self.slots.hold(caller.share_key):
-                answer = await self._exchange(agora, space, request.match_info.get("id"), caller)
+                conversation_id = request.match_info.get("id")
+                gone = until_client_gone(request)
+                answer = await self._exchange(agora, space, conversation_id, caller, gone)
                 return _respond(*answer)
         except SlotsFull:
             return _respond(503, failure("Too many requests waiting: try again"), retry=True)
@@ -270,7 +276,12 @@ class AgoraHttpInbound:
         return parse_request(obj, limits)
 
     async def _exchange(
-        self, agora: AgoraRequest, space: str, conversation_id: str | None, caller: Caller
+        self,
+        agora: AgoraRequest,
+        space: str,
+        conversation_id: str | None,
+        caller: Caller,
+        gone: asyncio.Future[None],
     ) -> tuple[int, dict[str, Any]]:
         assert self.conversations is not None and self.protocols is not None
         opened = conversation = None
@@ -290,7 +301,7 @@ class AgoraHttpInbound:
         if not caller.anonymous:
             data["caller"] = caller.agent_id
         try:
-            answer = await self._ask(space, data)
+            answer = await self._ask(space, data, gone)
         except BaseException:
             if opened is not None:
                 await _quietly(self.conversations.discard(opened))
@@ -300,28 +311,20 @@ class AgoraHttpInbound:
             conversation = None
         return 200, _reply(answer, conversation)
 
-    async def _ask(self, space: str, data: dict[str, Any]) -> Any:
-        """Publish the request event and wait for its answer."""
-        with self.waiters.publishing():
-            event_id = await self._publish(space, data)
-            future = self.waiters.expect(Asked.of(space, event_id))
+    async def _ask(self, space: str, data: dict[str, Any], gone: asyncio.Future[None]) -> Any:
+        """Publish the request event and wait for its answer; a caller that goes
+        away stops the answering agent (:mod:`adapters.kit.asking`)."""
         try:
-            async with asyncio.timeout(self.timeout):
-                whole: Assembled = await future
-        except TimeoutError:
-            raise AgoraHttpError.failure(TIMEOUT) from None
-        finally:
-            self.waiters.forget(event_id)
-        return _interpret(whole)
-
-    async def _publish(self, space: str, data: dict[str, Any]) -> str:
-        try:
-            published = await self.joining.publish(space, data)
+            _, whole = await self.asker.ask(space, data, timeout=self.timeout, gone=gone)
         except RequestFailed as exc:
             raise _refused(exc) from None
         except (TimeoutError, NodeNotReady):
             raise AgoraHttpError.transport(503, "Hub unavailable: try again") from None
-        return str(published["event_id"])
+        except AskTimeout:
+            raise AgoraHttpError.failure(TIMEOUT) from None
+        except AskCancelled:
+            raise AgoraHttpError.transport(499, "Client gone") from None
+        return _interpret(whole)
 
     async def _announce_end(self, space: str, conversation_id: str) -> None:
         """Tell the space a conversation ended, so agents can drop its state."""

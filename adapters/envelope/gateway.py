@@ -48,10 +48,11 @@ from adapters.envelope.common import (
     too_large,
 )
 from adapters.envelope.waits import Waits
-from adapters.shares import ShareExceeded, Shares
+from adapters.kit.shares import ShareExceeded, Shares
 from hub.adapter_host import (
     Act,
     AdapterHost,
+    AdapterMember,
     AgentIdTaken,
     AuthError,
     BackplaneUnavailable,
@@ -60,7 +61,6 @@ from hub.adapter_host import (
     HubSettings,
     RequestFailed,
     SlotsFull,
-    VirtualMember,
     check_json,
     client_gone,
     read_body,
@@ -120,7 +120,7 @@ class EnvelopeGateway:
         #: Spaces taking envelopes from any valid signer.
         self.public_spaces = frozenset(d.id for d in settings.spaces if d.envelope_public)
         self.host: AdapterHost | None = None
-        self.member: VirtualMember | None = None
+        self.member: AdapterMember | None = None
         self._joined: set[str] = set()
         self._joining: dict[str, asyncio.Lock] = {}
         self._attaching = asyncio.Lock()
@@ -264,7 +264,7 @@ class EnvelopeGateway:
         except TimeoutError:
             raise Refused(AgoraErrorCode.UNAVAILABLE, "the hub did not answer in time") from None
 
-    async def _join(self, space: str) -> VirtualMember:
+    async def _join(self, space: str) -> AdapterMember:
         """The gateway's member, in ``space``: attached on first use (a hub
         nobody posts envelopes to has no such member), joined once per space
         and node; it then stays a member (see docs/envelopes.md)."""

@@ -18,6 +18,12 @@ hub's policy lets read that space (:meth:`~hub.adapter_host.AdapterHost.show_rea
 credentials. (So ``mcp.calls`` keeps no history an observer can read back:
 its events are live.)
 
+A ``notifications/cancelled`` that reaches a node not running the call it
+names goes through here too: an event ``{"event": "cancel", "call": KEY}``
+(``KEY`` a digest of the caller, session and request id — never the session
+id itself) that every node's relay hears and none shows to observers: the
+node running the call stops it.
+
 The events are published by one background task, in order, so a call does
 not wait for its own record; when more than ``max_pending`` are waiting (the
 backplane is slow or down) new ones are dropped and counted rather than held
@@ -26,8 +32,9 @@ without bound.
 Nobody watching, nothing published: the relay is a member of ``mcp.calls``
 and hears its ``space.members`` events (``member_count`` is cluster-wide), and
 the node knows its own members at once, so while the relay is the only member
-a call's events are not made at all — two system publishes per call that
-nobody could receive. An observer on the node serving a call sees it as soon
+a call's ``call`` and ``result`` events are not made at all — two system
+publishes per call that nobody could receive (a ``cancel`` is for the nodes:
+always published). An observer on the node serving a call sees it as soon
 as it has joined; one on another node once its join reached this node's relay
 (at once on a quiet space, within ``member_events_interval`` while joins and
 leaves there are being coalesced). Until the count is known (the first read
@@ -38,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import secrets
 from collections import deque
 from typing import Any
@@ -58,6 +66,12 @@ log = structlog.get_logger("adapters.mcp")
 
 def new_call_id() -> str:
     return secrets.token_hex(8)
+
+
+def call_digest(caller: str, session_id: str, request_id: str | int) -> str:
+    """Names a running call across nodes without showing its session id."""
+    raw = orjson.dumps([caller, session_id, request_id])
+    return hashlib.sha256(raw).hexdigest()[:32]
 
 
 class CallLog:
@@ -127,6 +141,10 @@ class CallLog:
         event["duration_ms"] = round(seconds * 1000, 1)
         self._add(event)
 
+    def cancel(self, key: str) -> None:
+        """Ask every node to stop the call ``key`` (a :func:`call_digest`)."""
+        self._add({"event": "cancel", "call": key, "node": self.node_id})
+
     def _head(self, call_id: str, tool: str, caller: str, space: str | None) -> dict[str, Any]:
         return {
             "call_id": call_id, "tool": tool, "caller": caller, "node": self.node_id,
@@ -148,6 +166,8 @@ class CallLog:
         data = msg.get("data")
         if msg.get("from") != HUB_SENDER or not isinstance(data, dict):
             return
+        if data.get("event") == "cancel":
+            return  # for the nodes, not for observers
         space = data.get("space")
         self._host.show_readers(
             CALLS_SPACE, msg, space if isinstance(space, str) else None, relay=self.relay

@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from hub.adapter_host import ANONYMOUS, Caller
+from hub.adapter_host import ANONYMOUS, Caller, MessageHandler, Take
 from hub.auth import Authenticator
 from hub.cluster.backplane import Delivery
 from hub.cluster.kvstore import KeyValueStore
@@ -43,7 +43,7 @@ from hub.handlers.envelope_check import EnvelopeCheck
 from hub.handlers.membership import Membership
 from hub.handlers.recovery import visible
 from hub.net.proxies import TrustedProxies
-from hub.node.virtual import MessageHandler, Take, VirtualMember
+from hub.node.virtual import VirtualMember
 from protocol import codec
 from protocol.names import is_valid_agent_id
 

@@ -3,7 +3,9 @@
 An adapter (a bridge to another protocol) is hosted by the node
 (:class:`Adapter`: ``start(host)`` / ``aclose()``, closed in reverse order)
 and acts in spaces through a :class:`VirtualMember` the node gives it
-(:meth:`hub.node.node.Node.attach`). A virtual member has a session like a
+(:meth:`hub.node.hosting.NodeHost.attach`); adapters see it as an
+:class:`~hub.adapter_host.AdapterMember`, without the node's side of it
+(``push``, ``close_for``, ``abort``…). A virtual member has a session like a
 WebSocket connection and its requests go through the same dispatcher, so
 seq, order, addressed delivery, membership events, limits and cluster fan-out
 hold for it exactly as for any agent.
@@ -36,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import structlog
 
+from hub.adapter_host import MessageHandler, RequestFailed, Take
 from hub.core.frames import OutFrame
 from hub.core.peer import CleanedUp, PeerKind
 from protocol.errors import CloseCode, ErrorCode
@@ -45,9 +48,6 @@ if TYPE_CHECKING:
     from hub.core.peer import Peer
     from hub.core.session import Session
 
-MessageHandler = Callable[[dict[str, Any]], Awaitable[None]]
-#: Deals with a message in its delivery (True) or leaves it to the handler.
-Take = Callable[[dict[str, Any]], bool]
 Receive = Callable[["Peer", str, float], Awaitable[None]]
 
 # Replies that answer a request by their ``id``.
@@ -65,15 +65,6 @@ _ID_REPLIES = frozenset(
         "space.event.cancel",
     }
 )
-
-
-class RequestFailed(Exception):
-    """A virtual member's request was answered with an ``error`` event."""
-
-    def __init__(self, error: dict[str, Any]):
-        super().__init__(f"{error.get('code')}: {error.get('message')}")
-        self.code = str(error.get("code"))
-        self.error = error
 
 
 class VirtualMember:

@@ -13,7 +13,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from hub.adapter_host import AdapterHost, AuthError, Caller, VirtualMember
+from hub.adapter_host import AdapterHost, AdapterMember, AuthError, Caller
 from tests.support.wsclient import WsClient
 
 
@@ -25,7 +25,7 @@ class ShoutAdapter:
 
     def __init__(self) -> None:
         self.host: AdapterHost | None = None
-        self.member: VirtualMember | None = None
+        self.member: AdapterMember | None = None
         self.shut_down = asyncio.Event()
 
     async def start(self, host: AdapterHost) -> None:

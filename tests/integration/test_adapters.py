@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from hub.adapter_host import AdapterHost, AgentIdTaken, RequestFailed, VirtualMember
+from hub.adapter_host import AdapterHost, AdapterMember, AgentIdTaken, RequestFailed
 from tests.support.wsclient import WsClient
 
 SPACE = "lab"
@@ -28,7 +28,7 @@ class EchoAgent:
     def __init__(self, agent_id: str = "echo", space: str = SPACE):
         self.agent_id = agent_id
         self.space = space
-        self.member: VirtualMember | None = None
+        self.member: AdapterMember | None = None
         self.seen: list[dict[str, Any]] = []
         self._arrived = asyncio.Event()
 

@@ -1,4 +1,4 @@
-"""adapters.joined: the inbound gateways' shared member, on a real hub.
+"""adapters.kit.joined: the inbound gateways' shared member, on a real hub.
 
 The HTTP Agora, A2A and MCP gateways publish through it; here it is driven
 directly: it joins a space again when its membership was lost behind its
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from adapters.joined import JoiningMember, JoinRefused, NodeNotReady
+from adapters.kit.joined import JoiningMember, JoinRefused, NodeNotReady
 from hub.adapter_host import RequestFailed
 
 SPACE = "lab"

@@ -28,7 +28,7 @@ from typing import Any
 
 import structlog
 
-from hub.adapter_host import AdapterHost, MessageHandler, RequestFailed, Take, VirtualMember
+from hub.adapter_host import AdapterMember, AgentHosting, MessageHandler, RequestFailed, Take
 
 log = structlog.get_logger("adapters")
 
@@ -64,18 +64,18 @@ class JoiningMember:
         self.served = tuple(served)
         self.capabilities = capabilities
         self.max_joined = max_joined
-        self.member: VirtualMember | None = None
+        self.member: AdapterMember | None = None
         self._label = label
         self._busy = busy
-        self._host: AdapterHost | None = None
+        self._host: AgentHosting | None = None
         self._joined: OrderedDict[str, None] = OrderedDict()
         self._joiner: asyncio.Task[None] | None = None
 
     async def start(
-        self, host: AdapterHost, handler: MessageHandler, take: Take | None = None
+        self, host: AgentHosting, handler: MessageHandler, take: Take | None = None
     ) -> None:
         """``take``: the member's synchronous first try on each message (see
-        :meth:`~hub.adapter_host.AdapterHost.attach`)."""
+        :meth:`~hub.adapter_host.AgentHosting.attach`)."""
         self.member = await host.attach(
             self.agent_id, handler, shared=True, type="bridge", capabilities=self.capabilities,
             take=take,

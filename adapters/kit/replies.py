@@ -278,6 +278,11 @@ class ReplyWaiters:
                 if not self._route(msg):
                     self._stash.append(msg)
 
+    def stream_of(self, event_id: str) -> str | None:
+        """The id (as received) of the stream answering the request
+        ``event_id``, once its first delta came and until it ends."""
+        return self._stream_of.get(event_id)
+
     def fail_all(self, error: BaseException) -> None:
         """Every waiting request gets ``error`` raised (the hub is shutting down)."""
         for future in self._pending.values():
