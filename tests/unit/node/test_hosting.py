@@ -23,7 +23,14 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from hub.adapter_host import ANONYMOUS
+from hub.adapter_host import (
+    ANONYMOUS,
+    AdapterHost,
+    AgentHosting,
+    HttpFaces,
+    SpaceReads,
+    SystemSpaces,
+)
 from hub.cluster.backplane import Draft
 from hub.config.settings import load_settings
 from hub.core.stream_audiences import StreamOp
@@ -47,6 +54,28 @@ async def make_node() -> AsyncIterator[Callable[..., Any]]:
     yield start
     for node in nodes:
         await node.aclose()
+
+
+# ── the host ─────────────────────────────────────────────────────────────────
+
+
+def _members(protocol: type) -> set[str]:
+    return {name for name in vars(protocol) if not name.startswith("_")}
+
+
+async def test_the_host_is_a_bundle_of_parts_each_one_small_protocol(make_node: Any) -> None:
+    node = await make_node()
+    host = node.host
+    bundle = {"settings", "hosting", "http", "spaces", "system", "kv", "identity", "envelopes"}
+    assert _members(AdapterHost) == bundle
+    parts = {"hosting": AgentHosting, "http": HttpFaces, "spaces": SpaceReads,
+             "system": SystemSpaces}  # fmt: skip
+    for name, protocol in parts.items():
+        part = getattr(host, name)
+        assert _members(protocol) <= set(dir(part)), name
+        for other in set(parts.values()) - {protocol}:
+            assert not _members(other) & set(dir(part)), f"{name} is only {protocol.__name__}"
+    assert (host.settings, host.kv, host.identity) == (node.settings, node.kv, node.identity)
 
 
 # ── virtual members ──────────────────────────────────────────────────────────
