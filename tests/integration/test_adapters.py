@@ -39,7 +39,7 @@ class EchoAgent:
                 await self._arrived.wait()
 
     async def start(self, host: AdapterHost) -> None:
-        self.member = await host.attach(
+        self.member = await host.hosting.attach(
             self.agent_id, self.on_message, type="echo", capabilities=("urn:echo",)
         )
         await self.member.join(self.space)
