@@ -18,6 +18,12 @@ hub's policy lets read that space (:meth:`~hub.adapter_host.AdapterHost.show_rea
 credentials. (So ``mcp.calls`` keeps no history an observer can read back:
 its events are live.)
 
+A ``notifications/cancelled`` that reaches a node not running the call it
+names goes through here too: an event ``{"event": "cancel", "call": KEY}``
+(``KEY`` a digest of the caller, session and request id — never the session
+id itself) that every node's relay hears and none shows to observers: the
+node running the call stops it.
+
 The events are published by one background task, in order, so a call does
 not wait for its own record; when more than ``max_pending`` are waiting (the
 backplane is slow or down) new ones are dropped and counted rather than held
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import secrets
 from collections import deque
 from typing import Any
@@ -48,6 +55,12 @@ log = structlog.get_logger("adapters.mcp")
 
 def new_call_id() -> str:
     return secrets.token_hex(8)
+
+
+def call_digest(caller: str, session_id: str, request_id: str | int) -> str:
+    """Names a running call across nodes without showing its session id."""
+    raw = orjson.dumps([caller, session_id, request_id])
+    return hashlib.sha256(raw).hexdigest()[:32]
 
 
 class CallLog:
@@ -98,6 +111,10 @@ class CallLog:
         event["duration_ms"] = round(seconds * 1000, 1)
         self._add(event)
 
+    def cancel(self, key: str) -> None:
+        """Ask every node to stop the call ``key`` (a :func:`call_digest`)."""
+        self._add({"event": "cancel", "call": key, "node": self.node_id})
+
     def _head(self, call_id: str, tool: str, caller: str, space: str | None) -> dict[str, Any]:
         return {
             "call_id": call_id, "tool": tool, "caller": caller, "node": self.node_id,
@@ -112,6 +129,8 @@ class CallLog:
         data = msg.get("data")
         if msg.get("from") != HUB_SENDER or not isinstance(data, dict):
             return
+        if data.get("event") == "cancel":
+            return  # for the nodes, not for observers
         space = data.get("space")
         self._host.show_readers(
             CALLS_SPACE, msg, space if isinstance(space, str) else None, relay=self.relay

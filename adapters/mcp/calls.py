@@ -17,12 +17,15 @@ told in ``mcp.calls``, to the observers who may read the space it targets.
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 import structlog
 
+from adapters.kit.replies import Assembled
 from adapters.mcp.agent import McpAgent, ToolFailure
 from adapters.mcp.calllog import CallLog, new_call_id
 from adapters.mcp.catalog import ToolCatalog
@@ -51,6 +54,9 @@ from protocol.mcp.tools import (
     is_user_space,
     parse_arguments,
 )
+
+#: Hears each delta of a streamed reply (``notifications/progress``).
+Progress = Callable[[str], Awaitable[None]]
 
 #: What an MCP request's data says about where it came from.
 VIA = "mcp"
@@ -84,9 +90,15 @@ class ToolRunner:
         ]
 
     async def call(
-        self, caller: Caller, request_id: Any, name: str, arguments: dict[str, Any]
+        self,
+        caller: Caller,
+        request_id: Any,
+        name: str,
+        arguments: dict[str, Any],
+        progress: Progress | None = None,
     ) -> dict[str, Any]:
-        """The result of tool ``name``; ``JsonRpcError`` for an unknown tool."""
+        """The result of tool ``name``; ``JsonRpcError`` for an unknown tool.
+        ``progress`` hears each delta of a streamed reply (agent tools, ``space_ask``)."""
         agent_tool = None
         if name not in HUB_TOOL_NAMES:
             try:
@@ -107,12 +119,16 @@ class ToolRunner:
         started = time.monotonic()
         try:
             if agent_tool is not None:
-                result = await self._agent_tool(caller, agent_tool, arguments)
+                result = await self._agent_tool(caller, agent_tool, arguments, progress)
             elif isinstance(call, ToolArgumentError):
                 raise call
             else:
                 assert call is not None
-                result = await self._hub_tool(caller, call)
+                result = await self._hub_tool(caller, call, progress)
+        except asyncio.CancelledError:
+            self.calls.result(call_id, name, caller.agent_id, space, "Cancelled",
+                              time.monotonic() - started)  # fmt: skip
+            raise
         except (ToolFailure, ToolArgumentError) as exc:
             result = error_result(str(exc))
         except BackplaneUnavailable:
@@ -131,7 +147,9 @@ class ToolRunner:
 
     # ── the hub's tools ──────────────────────────────────────────────────
 
-    async def _hub_tool(self, caller: Caller, call: HubCall) -> dict[str, Any]:
+    async def _hub_tool(
+        self, caller: Caller, call: HubCall, progress: Progress | None
+    ) -> dict[str, Any]:
         match call:
             case SpacesList():
                 reply = await self.agent.request({"type": "space.list"})
@@ -164,7 +182,7 @@ class ToolRunner:
                 await self._check_write(caller, space)
                 data = self._stamped({"text": text}, caller)
                 wait = timeout or self.host.settings.bridge_timeout
-                published, whole = await self.agent.ask(space, data, to, wait)
+                published, whole = await self._ask(space, data, to, wait, progress)
                 if whole.failure is not None:
                     raise ToolFailure(f"The reply was lost: {whole.failure}.")
                 if is_failure(whole.data):
@@ -202,14 +220,26 @@ class ToolRunner:
     # ── agents' tools ────────────────────────────────────────────────────
 
     async def _agent_tool(
-        self, caller: Caller, tool: AgentTool, arguments: dict[str, Any]
+        self, caller: Caller, tool: AgentTool, arguments: dict[str, Any], progress: Progress | None
     ) -> dict[str, Any]:
         data = self._stamped({"tool": tool.name, "arguments": arguments}, caller)
         wait = self.host.settings.bridge_timeout
-        _published, whole = await self.agent.ask(tool.space, data, [tool.agent_id], wait)
+        _published, whole = await self._ask(tool.space, data, [tool.agent_id], wait, progress)
         if whole.failure is not None:
             raise ToolFailure(f"The reply was lost: {whole.failure}.")
         return reply_result(whole.data)
+
+    async def _ask(
+        self,
+        space: str,
+        data: dict[str, Any],
+        to: list[str] | None,
+        wait: float,
+        progress: Progress | None,
+    ) -> tuple[dict[str, Any], Assembled]:
+        if progress is None:
+            return await self.agent.ask(space, data, to, wait)
+        return await self.agent.ask_streaming(space, data, to, wait, progress)
 
 
 def _absent(space: str) -> str:

@@ -1,7 +1,8 @@
 """``/mcp`` on the HTTP port: MCP's Streamable HTTP transport, every revision at once.
 
     POST   /mcp   one JSON-RPC message: initialize, server/discover, ping,
-                  tools/list, tools/call, subscriptions/listen, notifications
+                  tools/list, tools/call, resources/*, subscriptions/listen,
+                  notifications
     GET    /mcp   a session's notification stream (405 without a session)
     DELETE /mcp   ends a session (its next request → 404)
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 from collections.abc import Iterable
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -33,11 +35,13 @@ from aiohttp import web
 
 from adapters.kit.shares import ShareExceeded, Shares
 from adapters.mcp import http
-from adapters.mcp.agent import MCP_AGENT, McpAgent
-from adapters.mcp.calllog import CALLS_SPACE, CallLog
+from adapters.mcp.agent import MCP_AGENT, McpAgent, ToolFailure
+from adapters.mcp.calllog import CALLS_SPACE, HUB_SENDER, CallLog, call_digest
 from adapters.mcp.calls import ToolRunner
 from adapters.mcp.catalog import ToolCatalog
 from adapters.mcp.options import McpOptions
+from adapters.mcp.progress import CallKey, Progress, RunningCalls, wants_progress
+from adapters.mcp.resources import SpaceResources
 from adapters.mcp.sessions import McpSession, Sessions
 from adapters.mcp.streams import NotificationStreams
 from hub.adapter_host import (
@@ -48,8 +52,10 @@ from hub.adapter_host import (
     BodyRefused,
     Caller,
     SlotsFull,
+    until_client_gone,
 )
 from protocol.mcp import jsonrpc, results, revisions
+from protocol.mcp import resources as resource_uris
 from protocol.mcp.jsonrpc import ClientReply, JsonRpcError, Notification, Request
 
 try:
@@ -58,6 +64,7 @@ except PackageNotFoundError:  # running from a source tree that is not installed
     VERSION = "0"
 
 LIST_CHANGED = "notifications/tools/list_changed"
+RESOURCES_CHANGED = "notifications/resources/list_changed"
 
 
 class McpServer:
@@ -78,18 +85,26 @@ class McpServer:
         self.options = o = options or McpOptions()
         #: Tool calls running on this node (``caller_share`` per caller, once started).
         self.calls_running = Shares(o.max_calls, 1.0, "tool calls running")
+        #: The same calls, by who sent them (for ``notifications/cancelled``).
+        self.running = RunningCalls()
         self.agent = McpAgent(
             self.spaces, max_answer_bytes=o.max_answer_bytes, max_joined=o.max_joined_spaces,
             on_members_changed=self._members_changed, on_call_event=self._show_call,
+            on_space_message=self._space_message, followed=self._followed,
         )  # fmt: skip
         self.streams = NotificationStreams(o.max_streams, o.keepalive, self._tools_version)
         self.catalog: ToolCatalog | None = None
         self.sessions: Sessions | None = None
         self.calls: CallLog | None = None
         self.runner: ToolRunner | None = None
+        self.resources: SpaceResources | None = None
         self._host: AdapterHost | None = None
         self._members_moved = asyncio.Event()
         self._watcher: asyncio.Task[None] | None = None
+        self._space_watcher: asyncio.Task[None] | None = None
+        #: A session stream opened: the spaces are read at once (the baseline
+        #: its list changes are told against).
+        self._stream_opened = asyncio.Event()
 
     # ── lifecycle ────────────────────────────────────────────────────────
 
@@ -107,10 +122,16 @@ class McpServer:
         self.calls_running = Shares(o.max_calls, host.settings.caller_share, "tool calls running")
         self.calls = CallLog(host.settings.node_id, o.max_call_events, MCP_AGENT)
         self.runner = ToolRunner(host, self.agent, self.catalog, self.calls, o)
+        self.resources = SpaceResources(
+            host, self.agent, self.streams, max_listed=o.max_listed,
+            max_subscriptions=o.max_subscriptions, session_ttl=o.session_ttl,
+        )  # fmt: skip
         await self.agent.start(host)
         self.calls.start(host)
+        loop = asyncio.get_running_loop()
         if self.spaces:
-            self._watcher = asyncio.get_running_loop().create_task(self._watch())
+            self._watcher = loop.create_task(self._watch())
+        self._space_watcher = loop.create_task(self._watch_spaces())
         host.mount(
             [web.post("/mcp", self._post), web.get("/mcp", self._get),
              web.delete("/mcp", self._delete)],
@@ -118,10 +139,11 @@ class McpServer:
         )  # fmt: skip
 
     async def aclose(self) -> None:
-        if self._watcher is not None:
-            self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watcher
+        for watcher in (self._watcher, self._space_watcher):
+            if watcher is not None:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
         if self.calls is not None:
             await self.calls.aclose()
         await self.agent.aclose()
@@ -135,8 +157,20 @@ class McpServer:
         return 0 if self.catalog is None else self.catalog.version
 
     def _show_call(self, msg: dict[str, Any]) -> None:
+        data = msg.get("data")
+        if msg.get("from") == HUB_SENDER and isinstance(data, dict):
+            digest = data.get("call")
+            if data.get("event") == "cancel" and isinstance(digest, str):
+                self.running.cancel(digest)
         if self.calls is not None:
             self.calls.show(msg)
+
+    def _space_message(self, msg: dict[str, Any]) -> None:
+        if self.resources is not None:
+            self.resources.heard(msg)
+
+    def _followed(self, space: str) -> bool:
+        return self.resources is not None and self.resources.following(space)
 
     def _members_changed(self, space: str) -> None:
         assert self.catalog is not None
@@ -155,6 +189,30 @@ class McpServer:
             if len(self.streams) and self.catalog.stale:
                 with contextlib.suppress(BackplaneUnavailable):
                     await self.catalog.refresh()
+
+    async def _watch_spaces(self) -> None:
+        """While a session stream is open on this node, read the hub's spaces
+        every ``spaces_interval``; when they change, the streams of the callers
+        who may see a space that came or went hear
+        ``notifications/resources/list_changed``."""
+        assert self.resources is not None
+        known: set[str] | None = None
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.options.spaces_interval):
+                    await self._stream_opened.wait()
+            self._stream_opened.clear()
+            if not self.streams.callers:
+                known = None
+                continue
+            try:
+                reply = await self.agent.request({"type": "space.list"})
+            except ToolFailure:
+                continue
+            now = {str(s["id"]) for s in reply.get("spaces", []) if isinstance(s, dict)}
+            if known is not None and now != known:
+                self.resources.spaces_changed(known, now)
+            known = now
 
     # ── routes ───────────────────────────────────────────────────────────
 
@@ -216,10 +274,28 @@ class McpServer:
         try:
             if isinstance(message, Notification | ClientReply):
                 found = await self._session(request, caller)
-                return found if isinstance(found, web.Response) else http.accepted()
+                if isinstance(found, web.Response):
+                    return found
+                if isinstance(message, Notification):
+                    self._notified(message, *found)
+                return http.accepted()
             return await self._request(request, caller, message, modern)
         except JsonRpcError as exc:
             return self._rpc_error(request, exc, modern)
+
+    def _notified(self, message: Notification, session: McpSession | None, caller: Caller) -> None:
+        """A client's notification: ``notifications/cancelled`` stops the call it names
+        (the same caller's, in the same session), here or on the node running it."""
+        if message.method != "notifications/cancelled":
+            return
+        request_id = message.params.get("requestId")
+        if not isinstance(request_id, str | int) or isinstance(request_id, bool):
+            return
+        if isinstance(request_id, str) and len(request_id) > jsonrpc.MAX_ID:
+            return
+        digest = call_digest(caller.agent_id, session.id if session else "", request_id)
+        if not self.running.cancel(digest) and self.calls is not None:
+            self.calls.cancel(digest)  # running on another node, maybe
 
     def _rpc_error(self, request: web.Request, exc: JsonRpcError, modern: bool) -> web.Response:
         status = revisions.MODERN_ERROR_STATUS.get(exc.code, 200) if modern else 200
@@ -250,10 +326,37 @@ class McpServer:
             case "tools/list":
                 result = await self._tools_list(caller, message.id)
             case "tools/call":
-                return await self._tools_call(request, caller, message, headers, modern=False)
+                session_id = session.id if session is not None else ""
+                return await self._tools_call(
+                    request, caller, message, headers, modern=False, session_id=session_id
+                )
+            case "resources/subscribe":
+                result = await self._resources().subscribe(
+                    session, caller, message.id, message.params
+                )
+            case "resources/unsubscribe":
+                result = await self._resources().unsubscribe(
+                    session, caller, message.id, message.params
+                )
             case _:
-                raise jsonrpc.method_not_found(message.id, message.method)
+                result = await self._read_resources(caller, message)
         return http.answer(request, jsonrpc.result_response(message.id, result), headers=headers)
+
+    def _resources(self) -> SpaceResources:
+        assert self.resources is not None
+        return self.resources
+
+    async def _read_resources(self, caller: Caller, message: Request) -> dict[str, Any]:
+        """``resources/list``, ``resources/templates/list``, ``resources/read``
+        (every revision); any other method is not found."""
+        match message.method:
+            case "resources/list":
+                return await self._resources().listing(caller, message.id)
+            case "resources/templates/list":
+                return resource_uris.templates_list_result()
+            case "resources/read":
+                return await self._resources().read(caller, message.id, message.params)
+        raise jsonrpc.method_not_found(message.id, message.method)
 
     async def _initialize(
         self, request: web.Request, caller: Caller, message: Request
@@ -287,9 +390,9 @@ class McpServer:
             case "tools/call":
                 return await self._tools_call(request, caller, message, None, modern=True)
             case "subscriptions/listen":
-                return await self._listen(request, message)
+                return await self._listen(request, caller, message)
             case _:
-                raise jsonrpc.method_not_found(message.id, message.method)
+                result = results.finish(await self._read_resources(caller, message), modern=True)
         return http.answer(request, jsonrpc.result_response(message.id, result))
 
     async def _tools_list(self, caller: Caller, request_id: Any) -> dict[str, Any]:
@@ -309,8 +412,8 @@ class McpServer:
         headers: dict[str, str] | None,
         *,
         modern: bool,
+        session_id: str = "",
     ) -> web.StreamResponse:
-        assert self.runner is not None
         name = message.params.get("name")
         arguments = message.params.get("arguments")
         if not isinstance(name, str):
@@ -319,36 +422,103 @@ class McpServer:
             arguments = {}
         if not isinstance(arguments, dict):
             raise jsonrpc.invalid_params(message.id, "arguments must be an object")
+        token = wants_progress(request, message.params)
+        progress = Progress(request, token, headers) if token is not None else None
         try:
             with self.calls_running.hold(caller.share_key):
-                result = await self.runner.call(caller, message.id, name, arguments)
+                key = (caller.agent_id, session_id, message.id)
+                result = await self._run_call(request, key, caller, name, arguments, progress)
         except SlotsFull:
             running = f"This hub node has {self.options.max_calls} tool calls running"
             return http.busy(running, message.id)
         except ShareExceeded as exc:
             return http.busy(str(exc), message.id, status=429)
-        result = results.finish(result, modern=modern)
-        return http.answer(request, jsonrpc.result_response(message.id, result), headers=headers)
+        answer = jsonrpc.result_response(message.id, results.finish(result, modern=modern))
+        if progress is not None:
+            return await progress.answer(answer)
+        return http.answer(request, answer, headers=headers)
 
-    async def _listen(self, request: web.Request, message: Request) -> web.StreamResponse:
+    async def _run_call(
+        self,
+        request: web.Request,
+        key: CallKey,
+        caller: Caller,
+        name: str,
+        arguments: dict[str, Any],
+        progress: Progress | None,
+    ) -> dict[str, Any]:
+        """Run the call in a task of its own, which the client's
+        ``notifications/cancelled`` or its going away cancels (the agent
+        answering is then told to stop); a cancelled call's result says so."""
+        assert self.runner is not None
+        report = progress.delta if progress is not None else None
+        call = asyncio.ensure_future(self.runner.call(caller, key[2], name, arguments, report))
+        self.running.add(key, call)
+        gone = until_client_gone(request)
+        try:
+            await asyncio.wait((call, gone), return_when=asyncio.FIRST_COMPLETED)
+            if not call.done():
+                call.cancel("the client went away")
+            return await call
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                call.cancel()  # this request itself is being cancelled (shutdown)
+                raise
+            return results.error_result("Cancelled: the client stopped the call.")
+        finally:
+            self.running.remove(key, call)
+
+    async def _listen(
+        self, request: web.Request, caller: Caller, message: Request
+    ) -> web.StreamResponse:
+        """``subscriptions/listen`` (the stateless revision): a stream of tool list
+        changes, resource list changes and updates of the spaces it names, as asked
+        (the acknowledgement echoes what is honoured)."""
         wanted = message.params.get("notifications")
-        tools = isinstance(wanted, dict) and wanted.get("toolsListChanged") is True
+        wanted = wanted if isinstance(wanted, dict) else {}
+        tools = wanted.get("toolsListChanged") is True
+        spaces_changed = wanted.get("resourcesListChanged") is True
         if self.streams.full:
             return http.busy(f"This hub node has {self.options.max_streams} streams open")
         meta = {revisions.META_SUBSCRIPTION_ID: message.id}
-        honoured = {"toolsListChanged": True} if tools else {}
-        first = jsonrpc.notification(
-            "notifications/subscriptions/acknowledged", {"_meta": meta, "notifications": honoured}
-        )
-        notice = jsonrpc.sse_event(jsonrpc.notification(LIST_CHANGED, {"_meta": meta}))
-        farewell = jsonrpc.result_response(message.id, {"_meta": meta, "resultType": "complete"})
-        return await self.streams.serve(
-            request,
-            headers={},
-            first=jsonrpc.sse_event(first),
-            notice=lambda: notice if tools else b"",
-            farewell=jsonrpc.sse_event(farewell),
-        )
+        key = f"listen:{secrets.token_hex(12)}"
+        resources = self._resources()
+        try:
+            uris = wanted.get("resourceSubscriptions")
+            followed = await resources.listen(key, meta, caller, uris)
+            honoured: dict[str, Any] = {}
+            if tools:
+                honoured["toolsListChanged"] = True
+            if spaces_changed:
+                honoured["resourcesListChanged"] = True
+            if followed:
+                honoured["resourceSubscriptions"] = followed
+            first = jsonrpc.notification(
+                "notifications/subscriptions/acknowledged",
+                {"_meta": meta, "notifications": honoured},
+            )
+            notice = jsonrpc.sse_event(jsonrpc.notification(LIST_CHANGED, {"_meta": meta}))
+            changed = jsonrpc.notification(RESOURCES_CHANGED, {"_meta": meta})
+            farewell = jsonrpc.result_response(
+                message.id, {"_meta": meta, "resultType": "complete"}
+            )
+            return await self.streams.serve(
+                request,
+                headers={},
+                first=jsonrpc.sse_event(first),
+                notice=lambda: notice if tools else b"",
+                farewell=jsonrpc.sse_event(farewell),
+                session_id=key,
+                caller=caller,
+                resources_changed=jsonrpc.sse_event(changed) if spaces_changed else None,
+                on_open=self._spaces_baseline,
+            )
+        finally:
+            resources.stream_closed(key)
+
+    async def _spaces_baseline(self) -> None:
+        self._stream_opened.set()
 
     async def _get(self, request: web.Request) -> web.StreamResponse:
         caller = await self._caller(request)
@@ -361,7 +531,7 @@ class McpServer:
         found = await self._session(request, caller)
         if isinstance(found, web.Response):
             return found
-        session, _caller = found
+        session, caller = found
         assert session is not None and self.sessions is not None
         if self.streams.full:
             return http.busy(f"This hub node has {self.options.max_streams} streams open")
@@ -374,14 +544,24 @@ class McpServer:
                 return True
 
         notice = jsonrpc.sse_event(jsonrpc.notification(LIST_CHANGED))
+        resources = self._resources()
         return await self.streams.serve(
             request,
             headers={"Mcp-Session-Id": session.id},
             first=None,
             notice=lambda: notice,
             session_id=session.id,
+            caller=caller,
+            resources_changed=jsonrpc.sse_event(jsonrpc.notification(RESOURCES_CHANGED)),
             alive=alive,
+            on_open=lambda: self._opened(session.id),
+            on_close=lambda: resources.stream_closed(session.id),
+            on_tick=lambda: resources.refresh(session.id),
         )
+
+    async def _opened(self, session_id: str) -> None:
+        self._stream_opened.set()
+        await self._resources().stream_opened(session_id)
 
     async def _delete(self, request: web.Request) -> web.StreamResponse:
         caller = await self._caller(request)
@@ -396,6 +576,7 @@ class McpServer:
         assert session is not None and self.sessions is not None
         try:
             await self.sessions.end(session.id)
+            await self._resources().session_ended(session.id)
         except BackplaneUnavailable:
             return http.busy("The hub is unavailable")
         self.streams.end_session(session.id)
