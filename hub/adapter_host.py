@@ -4,23 +4,24 @@ An adapter (``adapters/*``: a bridge or gateway to another protocol) is
 built from the settings by :func:`adapters.from_settings`, handed to the node,
 started after it with an :class:`AdapterHost` and closed before it, in
 reverse order. It acts in spaces only through the virtual members the host
-attaches for it (:meth:`AdapterHost.attach`), so seq, order, addressed
+attaches for it (:meth:`AgentHosting.attach`), so seq, order, addressed
 delivery, membership events, limits and cluster fan-out hold for it exactly
 as for a WebSocket agent. Besides that it may mount HTTP routes on the HTTP
 port, keep small shared state in the cluster's key-value store, read who is
 in a space, and authenticate HTTP callers as agents.
 
 What a caller may do in a space, every adapter asks the hub's one policy
-(:attr:`AdapterHost.policy`, :class:`~hub.core.authz.SpacePolicy`) about the
-:class:`Caller` :meth:`AdapterHost.caller` made of the request — never its
+(:attr:`HttpFaces.policy`, :class:`~hub.core.authz.SpacePolicy`) about the
+:class:`Caller` :meth:`HttpFaces.caller` made of the request — never its
 own reading of tokens or claims.
 
 Adapters import this module, :mod:`protocol` and their own package — nothing
 else of ``hub`` (``tests/unit/repo/test_layers.py``). So everything they need is
-named here: the host (:class:`AdapterHost`, made of the small protocols
+named here: the host (:class:`AdapterHost`, a bundle of the small protocols
 :class:`AgentHosting`, :class:`HttpFaces`, :class:`SpaceReads` and
-:class:`SystemSpaces`, each helper taking the one it uses), the member it
-attaches (:class:`AdapterMember`), the adapter protocol, the errors they
+:class:`SystemSpaces` with the settings, ``kv``, ``identity`` and
+``envelopes``; each part of an adapter is given only the ones it calls), the
+member it attaches (:class:`AdapterMember`), the adapter protocol, the errors they
 catch, the records they read, and the bounded body reads and waiting slots of
 the HTTP port (read the whole body, check it, then take a slot).
 
@@ -116,7 +117,7 @@ class Closed(Protocol):
 
 
 class AdapterMember(Protocol):
-    """An adapter's agent inside the node (:meth:`AdapterHost.attach`): its
+    """An adapter's agent inside the node (:meth:`AgentHosting.attach`): its
     requests go through the same dispatcher as a WebSocket agent's, what
     reaches it goes to the handler it was attached with."""
 
@@ -191,7 +192,7 @@ class Caller:
     """Who calls an HTTP gateway, as an agent (a :class:`~hub.core.authz.Principal`):
     the id its bearer token names (or, with auth off, the id it gave or one
     made up; on a public face without a token, :data:`ANONYMOUS`) and what the
-    token's claims allow, for :attr:`AdapterHost.policy` to judge.
+    token's claims allow, for :attr:`HttpFaces.policy` to judge.
 
     ``key`` is what per-caller shares of a node's bounds count against: the
     authenticated agent id, else the client's address (``ip:…``) — an id a
@@ -209,9 +210,6 @@ class Caller:
 
 class AgentHosting(Protocol):
     """Where an adapter's agents come from, and whether the node can act."""
-
-    @property
-    def settings(self) -> HostSettings: ...
 
     @property
     def ready(self) -> bool:
@@ -348,18 +346,43 @@ class SystemSpaces(Protocol):
         ...
 
 
-class AdapterHost(AgentHosting, HttpFaces, SpaceReads, SystemSpaces, Protocol):
-    """The node as its adapters see it: the parts above, the shared store and the
-    hub's signing identity. Each part of the kit takes the part it uses."""
+class AdapterHost(Protocol):
+    """What :meth:`Adapter.start` is handed: the node's parts, each a small
+    protocol, for the adapter to pass on — every part of an adapter takes only
+    the ones it calls (a bridge's claim :class:`AgentHosting`, a gateway's
+    callers :class:`HttpFaces`…), never this bundle."""
 
     @property
-    def identity(self) -> HubIdentity:
-        """The hub's own Ed25519 identity (hub-signed envelopes, ``/identity``)."""
+    def settings(self) -> HostSettings: ...
+
+    @property
+    def hosting(self) -> AgentHosting:
+        """Virtual members for the adapter, and whether the node is ready."""
+        ...
+
+    @property
+    def http(self) -> HttpFaces:
+        """Routes on the HTTP port, its callers and the hub's one policy."""
+        ...
+
+    @property
+    def spaces(self) -> SpaceReads:
+        """Cluster-wide reads of spaces and agents."""
+        ...
+
+    @property
+    def system(self) -> SystemSpaces:
+        """Hub-generated events in the adapter's system spaces."""
         ...
 
     @property
     def kv(self) -> KeyValueStore:
         """Small shared state with expiry: in memory on one node, in Redis in a cluster."""
+        ...
+
+    @property
+    def identity(self) -> HubIdentity:
+        """The hub's own Ed25519 identity (hub-signed envelopes, ``/identity``)."""
         ...
 
     @property

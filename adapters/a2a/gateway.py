@@ -63,7 +63,9 @@ from hub.adapter_host import (
     BackplaneUnavailable,
     BodyRefused,
     Caller,
+    HttpFaces,
     SlotsFull,
+    SpaceReads,
     check_json,
     read_body,
 )
@@ -164,7 +166,10 @@ class A2aGateway:
         self._tasks: NodeTasks | None = None
         self.timeout = 30.0
         self.max_body_bytes = self.options.max_body_bytes or 1024 * 1024
-        self._host: AdapterHost | None = None
+        #: The HTTP port's callers and policy, and the spaces' members (set at start).
+        self._http: HttpFaces | None = None
+        self._spaces: SpaceReads | None = None
+        self._cards_public = False
         self._background: list[asyncio.Task[None]] = []
         #: ``SubscribeToTask`` streams of this node following a task served elsewhere.
         self._follows: set[Follow] = set()
@@ -173,7 +178,7 @@ class A2aGateway:
 
     async def start(self, host: AdapterHost) -> None:
         s = host.settings
-        self._host = host
+        self._http, self._spaces, self._cards_public = host.http, host.spaces, s.a2a_cards_public
         self.timeout = s.bridge_timeout
         self.max_body_bytes = self.options.max_body_bytes or s.max_frame_bytes
         o = self.options
@@ -183,12 +188,15 @@ class A2aGateway:
             o.max_background_tasks, s.caller_share, "A2A background tasks"
         )
         self._tasks = NodeTasks(TaskStore(host.kv, s.history_ttl))
+        retry = min(1.0, s.heartbeat_interval)
         # Answers go to their waiting run in the delivery itself (_take).
-        await self.member.start(host, self._on_message, self._take)
+        await self.member.start(
+            host.hosting, host.spaces, self._on_message, self._take, retry=retry
+        )
         watch = self._tasks.watch_cancels(self.options.cancel_poll)
         self._background.append(asyncio.get_running_loop().create_task(watch))
         base, member = "/a2a/{space}", "/a2a/{space}/{agent_id}"
-        host.mount(
+        host.http.mount(
             [
                 web.get(f"/{WELL_KNOWN}", self._hub_card),
                 web.get(f"{base}/{WELL_KNOWN}", self._card),
@@ -267,37 +275,37 @@ class A2aGateway:
     async def _hub_card(self, request: web.Request) -> web.Response:
         """``/.well-known/agent-card.json`` at the port's root: the hub's own
         card, one skill (and one interface) per A2A space the caller may read."""
-        assert self._host is not None
+        assert self._http is not None
         try:
-            caller = await self._caller(request, public=self._host.settings.a2a_cards_public)
+            caller = await self._caller(request, public=self._cards_public)
         except Refused as refused:
             return refused.response
         visible = {
             space: (info.name, info.description)
             for space, info in sorted(self.spaces.items())
-            if self._host.policy.may_read(caller, space)
+            if self._http.policy.may_read(caller, space)
         }
         card = hub_card(
-            f"{self._host.public_url(request)}/a2a", visible, bearer=self._host.auth_required
+            f"{self._http.public_url(request)}/a2a", visible, bearer=self._http.auth_required
         )
         return web.Response(body=orjson.dumps(card), content_type="application/json")
 
     async def _card(self, request: web.Request) -> web.Response:
-        assert self._host is not None
+        assert self._http is not None and self._spaces is not None
         space, agent = request.match_info["space"], request.match_info.get("agent_id")
         try:
-            caller = await self._caller(request, public=self._host.settings.a2a_cards_public)
+            caller = await self._caller(request, public=self._cards_public)
         except Refused as refused:
             return refused.response
         info = self.spaces.get(space)
-        if info is None or not self._host.policy.may_read(caller, space):
+        if info is None or not self._http.policy.may_read(caller, space):
             return answers.not_found(f"No A2A agent at {request.path[:200]}")
         try:
-            members = await self._host.member_records(space, self.options.member_scan_limit)
+            members = await self._spaces.member_records(space, self.options.member_scan_limit)
         except BackplaneUnavailable:
             return answers.unavailable()
-        url = f"{self._host.public_url(request)}/a2a/{space}"
-        bearer = self._host.auth_required
+        url = f"{self._http.public_url(request)}/a2a/{space}"
+        bearer = self._http.auth_required
         if agent is None:
             card = space_card(
                 space, url, members, name=info.name, description=info.description, bearer=bearer
@@ -314,11 +322,11 @@ class A2aGateway:
         try:
             # Who first: whether a space is served is nobody's business before that.
             caller = await self._caller(request)
-            assert self._host is not None
+            assert self._http is not None
             if (
                 space not in self.spaces
                 or (agent is not None and (agent == VIA or not is_valid_agent_id(agent)))
-                or not self._host.policy.may_read(caller, space)
+                or not self._http.policy.may_read(caller, space)
             ):
                 return answers.not_found(f"No A2A agent at {request.path[:200]}")
             version = request.headers.get("A2A-Version", "1.0").strip()
@@ -459,9 +467,9 @@ class A2aGateway:
     # ── the request's envelope ───────────────────────────────────────────
 
     async def _caller(self, request: web.Request, *, public: bool = False) -> Caller:
-        assert self._host is not None
+        assert self._http is not None
         try:
-            return await self._host.caller(request, public=public, prefix="a2a-caller")
+            return await self._http.caller(request, public=public, prefix="a2a-caller")
         except AuthError:
             raise Refused(answers.unauthorized()) from None
         except AgentIdTaken as exc:
@@ -492,7 +500,7 @@ class A2aGateway:
         agent: str | None,
         caller: Caller,
     ) -> web.StreamResponse:
-        assert self._host is not None
+        assert self._http is not None
         config = params.configuration
         if config is not None and config.taskPushNotificationConfig is not None:
             raise RpcError(
@@ -500,7 +508,7 @@ class A2aGateway:
                 "Push notifications are not supported by this agent",
                 rpc.id,
             )
-        if not self._host.policy.may_publish(caller, space):
+        if not self._http.policy.may_publish(caller, space):
             error = RpcError(
                 jsonrpc.INVALID_REQUEST, f"Not allowed to send to the space {space!r}", rpc.id
             )
@@ -629,8 +637,8 @@ class A2aGateway:
 
     def _owner(self, caller: Caller) -> str | None:
         """Whose tasks a caller sees: its own with auth on, any without."""
-        assert self._host is not None
-        return caller.agent_id if self._host.auth_required else None
+        assert self._http is not None
+        return caller.agent_id if self._http.auth_required else None
 
     async def _cancel(self, task_id: str, space: str, caller: Caller) -> TaskRecord:
         record = await self.tasks.cancel(task_id, space, self._owner(caller))

@@ -22,11 +22,12 @@ from adapters.a2a.answers import Refused
 from adapters.kit.asking import Asker, Asking
 from adapters.kit.joined import JoiningMember, JoinRefused, NodeNotReady
 from hub.adapter_host import (
-    AdapterHost,
     AdapterMember,
+    AgentHosting,
     BackplaneUnavailable,
     MessageHandler,
     RequestFailed,
+    SpaceReads,
     Take,
 )
 from protocol.a2a import jsonrpc
@@ -41,17 +42,24 @@ class GatewayMember:
         self.spaces = tuple(spaces)
         self.member_scan_limit = member_scan_limit
         self.joining = JoiningMember(VIA, self.spaces, capabilities=("a2a",), label="a2a gateway")
-        self._host: AdapterHost | None = None
+        self._spaces: SpaceReads | None = None
 
     @property
     def member(self) -> AdapterMember | None:
         return self.joining.member
 
     async def start(
-        self, host: AdapterHost, handler: MessageHandler, take: Take | None = None
+        self,
+        hosting: AgentHosting,
+        spaces: SpaceReads,
+        handler: MessageHandler,
+        take: Take | None = None,
+        *,
+        retry: float,
     ) -> None:
-        self._host = host
-        await self.joining.start(host, handler, take)
+        """``take``: the member's synchronous first try on each message."""
+        self._spaces = spaces
+        await self.joining.start(hosting, handler, take, retry=retry)
 
     async def aclose(self) -> None:
         await self.joining.aclose()
@@ -105,9 +113,9 @@ class GatewayMember:
         if exc.code == "UNAVAILABLE":
             return Refused(answers.unavailable(rpc_id))
         if exc.code == "INVALID_REQUEST" and to is not None:
-            assert self._host is not None
+            assert self._spaces is not None
             with contextlib.suppress(BackplaneUnavailable):
-                members = await self._host.member_records(space, self.member_scan_limit)
+                members = await self._spaces.member_records(space, self.member_scan_limit)
                 if all(r.agent_id != to for r in members):
                     return Refused(answers.not_found(f"No agent {to!r} in the A2A space {space!r}"))
         log.warning("a2a request refused by the hub", code=exc.code, reason=str(exc))

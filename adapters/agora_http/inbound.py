@@ -54,6 +54,7 @@ from hub.adapter_host import (
     BackplaneUnavailable,
     BodyRefused,
     Caller,
+    HttpFaces,
     RequestFailed,
     SlotsFull,
     parse_json,
@@ -116,31 +117,34 @@ class AgoraHttpInbound:
         self.protocols: SpaceProtocols | None = None
         self.timeout = 30.0
         self.slots = Shares(self.options.max_waiting, 1.0, "requests waiting")
-        self._host: AdapterHost | None = None
+        #: The HTTP port's callers and policy (set at start).
+        self._http: HttpFaces | None = None
+        self._public = False
 
     # ── lifecycle ────────────────────────────────────────────────────────
 
     async def start(self, host: AdapterHost) -> None:
-        self._host = host
+        self._http, self._public = host.http, host.settings.agora_http_public
         share = host.settings.caller_share
         self.slots = Shares(self.options.max_waiting, share, "requests waiting")
         if not self.spaces:
             # No space is served, but /agora/* still answers as the spec does:
             # a JSON failure, not the HTTP server's plain-text 404.
-            host.mount(self._routes())
+            host.http.mount(self._routes())
             return
         s = host.settings
         self.timeout = s.bridge_timeout
         self.conversations = InboundConversations(host.kv, self.options.conversation_ttl)
         self.protocols = SpaceProtocols(
             self.spaces,
-            host.member_records,
+            host.spaces.member_records,
             scan_limit=self.options.member_scan_limit,
             exclude=(INBOUND_AGENT,),
         )
         # What cannot be joined now is joined in the background, and by requests.
-        await self.joining.start(host, self._on_message)
-        host.mount(self._routes(), on_shutdown=self._on_shutdown)
+        retry = min(1.0, s.heartbeat_interval)
+        await self.joining.start(host.hosting, self._on_message, retry=retry)
+        host.http.mount(self._routes(), on_shutdown=self._on_shutdown)
 
     def _routes(self) -> list[web.RouteDef]:
         return [
@@ -176,18 +180,16 @@ class AgoraHttpInbound:
     async def _caller(self, request: web.Request, space: str) -> Caller | web.Response:
         """Who calls, or the answer refusing it: 401 without a usable token, a
         space it may not read answered as one not served (404)."""
-        assert self._host is not None
+        assert self._http is not None
         try:
-            caller = await self._host.caller(
-                request, public=self._host.settings.agora_http_public, prefix="agora-caller"
-            )
+            caller = await self._http.caller(request, public=self._public, prefix="agora-caller")
         except AuthError:
             response = _respond(401, failure("Unauthorized: a valid bearer token is required"))
             response.headers["WWW-Authenticate"] = 'Bearer realm="agora-hub"'
             return response
         except AgentIdTaken as exc:
             return _respond(409, failure(str(exc)))
-        if space not in self.spaces or not self._host.policy.may_read(caller, space):
+        if space not in self.spaces or not self._http.policy.may_read(caller, space):
             return _unknown_space(space)
         return caller
 
@@ -196,8 +198,8 @@ class AgoraHttpInbound:
         caller = await self._caller(request, space)
         if isinstance(caller, web.Response):
             return caller
-        assert self._host is not None
-        if not self._host.policy.may_publish(caller, space):
+        assert self._http is not None
+        if not self._http.policy.may_publish(caller, space):
             return _respond(403, failure(f"Not allowed to send to the space {space!r}"))
         try:
             agora = await self._read(request)
@@ -220,8 +222,8 @@ class AgoraHttpInbound:
         caller = await self._caller(request, space)
         if isinstance(caller, web.Response):
             return caller
-        assert self.conversations is not None and self._host is not None
-        if not self._host.policy.may_publish(caller, space):
+        assert self.conversations is not None and self._http is not None
+        if not self._http.policy.may_publish(caller, space):
             return _respond(403, failure(f"Not allowed to send to the space {space!r}"))
         try:
             conversation_id = check_conversation_id(request.match_info["id"])

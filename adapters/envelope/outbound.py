@@ -37,6 +37,8 @@ from adapters.kit.bridge import OutboundBridge
 from adapters.kit.intake import BUSY, CLOSING
 from hub.adapter_host import (
     AdapterHost,
+    EnvelopeCheck,
+    HubIdentity,
     HubSettings,
     RequestFailed,
 )
@@ -88,6 +90,8 @@ class EnvelopePeer(OutboundBridge):
         self.max_concurrent = max_concurrent
         self.max_response_bytes = max_response_bytes
         self._http: aiohttp.ClientSession | None = None
+        self._envelopes: EnvelopeCheck | None = None
+        self._identity: HubIdentity | None = None
         self._log = structlog.get_logger("adapters.envelope").bind(
             adapter="outbound", agent_id=bridge.agent_id, space=bridge.space
         )
@@ -95,6 +99,7 @@ class EnvelopePeer(OutboundBridge):
     # ── the bridge's own resources ──────────────────────────────────────
 
     async def open(self, host: AdapterHost) -> None:
+        self._envelopes, self._identity = host.envelopes, host.identity
         self._http = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=self.timeout),
             headers={"Content-Type": "application/json"},
@@ -192,8 +197,8 @@ class EnvelopePeer(OutboundBridge):
                 f"remote agent answered HTTP {status} without a {self.format.value} envelope",
                 data,
             )
-        assert self.host is not None
-        check = self.host.envelopes
+        check = self._envelopes
+        assert check is not None
         verify(answer, now=time.time(), max_age=check.max_age, max_skew=check.max_skew)
         return answer
 
@@ -233,9 +238,9 @@ class EnvelopePeer(OutboundBridge):
         about: dict[str, Any],
         fmt: Format | None = None,
     ) -> dict[str, Any]:
-        assert self.host is not None
+        assert self._identity is not None
         return signed_error(
-            self.host.identity.signing_key, fmt or self.format, code, message, about=about
+            self._identity.signing_key, fmt or self.format, code, message, about=about
         )
 
     def _timeout(self, about: dict[str, Any]) -> dict[str, Any]:

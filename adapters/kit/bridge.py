@@ -68,7 +68,6 @@ class OutboundBridge:
         self.space = space
         self.agent_id = agent_id
         self.retry_interval = retry_interval
-        self.host: AdapterHost | None = None
         self.intake = RequestIntake(
             agent_id, space, serve=self.serve, refuse=self.refuse,
             max_request_bytes=max_request_bytes, max_concurrency=max_concurrency,
@@ -91,7 +90,8 @@ class OutboundBridge:
         raise NotImplementedError
 
     async def open(self, host: AdapterHost) -> None:
-        """The bridge's own resources (its client for the remote), before the claim."""
+        """The bridge's own resources (its client for the remote), before the
+        claim: what it keeps of ``host`` is the parts it calls."""
 
     async def shut(self) -> None:
         """Close what :meth:`open` made; the id is already let go."""
@@ -135,11 +135,10 @@ class OutboundBridge:
     # ── the lifecycle ───────────────────────────────────────────────────
 
     async def start(self, host: AdapterHost) -> None:
-        self.host = host
         await self.open(host)
-        await self.claim.claim(host)  # held from the start, or standing by
+        await self.claim.claim(host.hosting)  # held from the start, or standing by
         retry = self.retry_interval or host.settings.heartbeat_interval
-        self.spawn(self.claim.keep(host, retry))
+        self.spawn(self.claim.keep(host.hosting, retry))
 
     async def aclose(self) -> None:
         """Stop; requests still being served get a failure answer, not silence."""

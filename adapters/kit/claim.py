@@ -1,7 +1,7 @@
 """An outbound bridge's agent id, held by exactly one node of a cluster.
 
 Every outbound bridge (A2A, HTTP Agora, signed envelopes) holds its id with an
-:class:`AgentIdClaim`: it claims the id (a virtual member, :meth:`AdapterHost.attach`)
+:class:`AgentIdClaim`: it claims the id (a virtual member, :meth:`AgentHosting.attach`)
 and joins the bridge's space with it. A node that cannot claim it — another
 node holds it — stands by and tries again every ``retry`` seconds, so when the
 holder's node dies (its claim expires) or shuts down, a standby takes the
@@ -61,13 +61,13 @@ class AgentIdClaim:
         self._on_claimed = on_claimed
         self._label = label
 
-    async def keep(self, host: AgentHosting, retry: float) -> None:
+    async def keep(self, hosting: AgentHosting, retry: float) -> None:
         """Hold the agent id, or stand by and retry the claim until it is free."""
         while True:
             member = self.member
             if member is None:
                 try:
-                    claimed = await self.claim(host)
+                    claimed = await self.claim(hosting)
                 except Exception as exc:  # a standby outlives whatever one try met
                     log.warning(
                         f"{self._label} cannot claim", agent_id=self.agent_id, reason=repr(exc)
@@ -101,12 +101,12 @@ class AgentIdClaim:
         if member is not None:
             await member.aclose()
 
-    async def claim(self, host: AgentHosting) -> bool:
+    async def claim(self, hosting: AgentHosting) -> bool:
         """Try to hold the agent id now; False: another node holds it, or
         this one cannot (it stands by)."""
         capabilities, metadata = self._registration()
         try:
-            member = await host.attach(
+            member = await hosting.attach(
                 self.agent_id, self._handler, type=self._type,
                 capabilities=capabilities, metadata=metadata,
             )  # fmt: skip

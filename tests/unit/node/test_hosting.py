@@ -23,12 +23,19 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from hub.adapter_host import ANONYMOUS
+from hub.adapter_host import (
+    ANONYMOUS,
+    AdapterHost,
+    AgentHosting,
+    HttpFaces,
+    SpaceReads,
+    SystemSpaces,
+)
 from hub.cluster.backplane import Draft
 from hub.config.settings import load_settings
 from hub.core.stream_audiences import StreamOp
 from hub.errors import AgentIdTaken, AuthError, BackplaneUnavailable
-from hub.node.hosting import NodeHost, bearer_token
+from hub.node.hosting import NodeAgents, NodeHttp, bearer_token
 from hub.node.node import Node
 from protocol import codec
 from tests.support.handlers import FlakyPresence
@@ -49,12 +56,34 @@ async def make_node() -> AsyncIterator[Callable[..., Any]]:
         await node.aclose()
 
 
+# ── the host ─────────────────────────────────────────────────────────────────
+
+
+def _members(protocol: type) -> set[str]:
+    return {name for name in vars(protocol) if not name.startswith("_")}
+
+
+async def test_the_host_is_a_bundle_of_parts_each_one_small_protocol(make_node: Any) -> None:
+    node = await make_node()
+    host = node.host
+    bundle = {"settings", "hosting", "http", "spaces", "system", "kv", "identity", "envelopes"}
+    assert _members(AdapterHost) == bundle
+    parts = {"hosting": AgentHosting, "http": HttpFaces, "spaces": SpaceReads,
+             "system": SystemSpaces}  # fmt: skip
+    for name, protocol in parts.items():
+        part = getattr(host, name)
+        assert _members(protocol) <= set(dir(part)), name
+        for other in set(parts.values()) - {protocol}:
+            assert not _members(other) & set(dir(part)), f"{name} is only {protocol.__name__}"
+    assert (host.settings, host.kv, host.identity) == (node.settings, node.kv, node.identity)
+
+
 # ── virtual members ──────────────────────────────────────────────────────────
 
 
 async def test_attach_claims_the_id_cluster_wide_and_aclose_gives_it_back(make_node: Any) -> None:
     node = await make_node()
-    host: NodeHost = node.host
+    host: NodeAgents = node.host.hosting
     member = await host.attach("bridge", type="bridge", capabilities=("relay",))
     record = await node.presence.get_agent("bridge")
     assert record is not None and record.connection_id == member.connection_id
@@ -76,7 +105,7 @@ async def test_a_shared_member_is_reserved_on_the_node_and_claims_nothing(
     make_node: Any,
 ) -> None:
     node = await make_node()
-    member = await node.host.attach("gateway", shared=True)
+    member = await node.host.hosting.attach("gateway", shared=True)
     assert "gateway" in node.reserved_ids
     assert await node.presence.get_agent("gateway") is None
     assert "claim_agent" not in node.presence.switches.calls
@@ -88,7 +117,7 @@ async def test_an_unreachable_presence_fails_attach_and_leaves_nothing(make_node
     node = await make_node()
     node.presence.switches.fail.add("claim_agent")
     with pytest.raises(BackplaneUnavailable):
-        await node.host.attach("bridge")
+        await node.host.hosting.attach("bridge")
     assert node.host.attached == 0 and not node.registry.connections
 
 
@@ -97,7 +126,7 @@ async def test_an_unreachable_presence_fails_attach_and_leaves_nothing(make_node
 
 async def client_of(node: Node, **route: Any) -> TestClient:
     """The node's HTTP application with a route answering who the caller is."""
-    host: NodeHost = node.host
+    host: NodeHttp = node.host.http
 
     async def who(request: web.Request) -> web.Response:
         try:
@@ -250,21 +279,21 @@ async def test_history_is_what_the_viewer_received_a_finished_stream_as_one_even
     def texts(events: list[dict[str, Any]]) -> list[str]:
         return [e["data"]["text"] for e in events]
 
-    carol = await node.host.history("room", 10, "carol")
+    carol = await node.host.spaces.history("room", 10, "carol")
     assert texts(carol) == ["first", "Hello", "between"]
     stream = carol[1]
     assert stream["type"] == "space.event" and stream["event_id"] == "alice/s"
     assert stream["data"] == {"text": "Hello", "lang": "en"} and stream["seq"] == 4
-    assert texts(await node.host.history("room", 10, "bob")) == [
+    assert texts(await node.host.spaces.history("room", 10, "bob")) == [
         "first", "for bob", "not to carol", "Hello", "between",
     ]  # fmt: skip
-    assert texts(await node.host.history("room", 2, "bob")) == ["Hello", "between"], "newest"
+    assert texts(await node.host.spaces.history("room", 2, "bob")) == ["Hello", "between"], "newest"
 
 
 async def test_history_stays_within_about_one_largest_frame(make_node: Any) -> None:
     node = await make_node(max_frame_bytes=4096)
     for n in range(10):
         await record(node, "space.event", f"e{n}", {"text": str(n) * 1000})
-    events = await node.host.history("room", 10, "carol")
+    events = await node.host.spaces.history("room", 10, "carol")
     assert [e["event_id"] for e in events] == ["e7", "e8", "e9"], "the newest that fit"
     assert sum(len(orjson.dumps(e)) for e in events) <= 4096

@@ -298,3 +298,43 @@ def test_the_sdk_needs_only_websockets_and_orjson(module):
 def _path(module: str) -> Path:
     path = _source(module) / (module.replace(".", "/") + ".py")
     return path if path.exists() else _source(module) / module.replace(".", "/") / "__init__.py"
+
+
+#: Adapters still written against the whole host (they take its parts next).
+WHOLE_HOST_PENDING = ("adapters.mcp",)
+
+
+def test_only_an_adapters_start_sees_the_whole_host():
+    """``AdapterHost`` is the bundle handed to ``start(host)`` (and an outbound
+    bridge's ``open(host)``): they pass on its parts, and nothing keeps it or
+    takes it — every other part of an adapter is typed on the small protocols
+    it calls (``AgentHosting``, ``HttpFaces``, ``SpaceReads``, ``SystemSpaces``)."""
+    bad = []
+    for path in sorted((ROOT / "adapters").rglob("*.py")):
+        module = _module_name(path)
+        if module.startswith(WHOLE_HOST_PENDING):
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        allowed: set[int] = set()  # the ``host`` parameter of start/open
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.AsyncFunctionDef) or node.name not in ("start", "open"):
+                continue
+            if [a.arg for a in node.args.args] == ["self", "host"]:
+                allowed.add(id(node.args.args[1]))
+            bad += [
+                f"{module}:{kept.lineno} keeps the host"
+                for kept in ast.walk(node)
+                if isinstance(kept, ast.Assign | ast.AnnAssign)
+                and isinstance(kept.value, ast.Name)
+                and kept.value.id == "host"
+            ]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.arg) and id(node) in allowed:
+                continue
+            annotation = getattr(node, "annotation", None) or getattr(node, "returns", None)
+            if isinstance(node, ast.arg | ast.AnnAssign | ast.FunctionDef | ast.AsyncFunctionDef):
+                if annotation is not None and any(
+                    isinstance(n, ast.Name) and n.id == "AdapterHost" for n in ast.walk(annotation)
+                ):
+                    bad.append(f"{module}:{node.lineno} takes the whole host")
+    assert not bad, bad
