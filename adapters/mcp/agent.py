@@ -36,7 +36,7 @@ from adapters.kit.asking import AskCancelled, Asker, Asking, AskTimeout
 from adapters.kit.joined import JoiningMember, JoinRefused, NodeNotReady
 from adapters.kit.replies import Assembled, Piece, RelayStopped, ReplyWaiters
 from adapters.mcp.calllog import CALLS_SPACE
-from hub.adapter_host import AdapterHost, AdapterMember, RequestFailed
+from hub.adapter_host import AdapterMember, AgentHosting, RequestFailed
 
 #: The shared virtual agent MCP calls come from.
 MCP_AGENT = "mcp"
@@ -100,10 +100,11 @@ class McpAgent:
 
     # ── lifecycle ────────────────────────────────────────────────────────
 
-    async def start(self, host: AdapterHost) -> None:
-        # What cannot be joined now is retried in the background. Answers go
-        # to their waiting call in the delivery itself (_take).
-        await self.joining.start(host, self._on_message, self._take)
+    async def start(self, hosting: AgentHosting, *, retry: float) -> None:
+        """Attach ``mcp`` and join its spaces; what cannot be joined now is
+        retried every ``retry`` seconds in the background."""
+        # Answers go to their waiting call in the delivery itself (_take).
+        await self.joining.start(hosting, self._on_message, self._take, retry=retry)
 
     async def aclose(self) -> None:
         await self.asker.aclose()

@@ -13,7 +13,7 @@ null for ``spaces_list`` and ``agents_list`` without one). Agents may join
 there. An observer gets a call's events only if it may read (join) the space
 the call targets (contract §18): the events are published addressed to the
 ``mcp`` agent, and each node's copy shows them to that node's observers the
-hub's policy lets read that space (:meth:`~hub.adapter_host.AdapterHost.show_readers`)
+hub's policy lets read that space (:meth:`~hub.adapter_host.SystemSpaces.show_readers`)
 — the node where an observer is connected is the one that knows its
 credentials. (So ``mcp.calls`` keeps no history an observer can read back:
 its events are live.)
@@ -53,7 +53,7 @@ from typing import Any
 import orjson
 import structlog
 
-from hub.adapter_host import AdapterHost, BackplaneUnavailable
+from hub.adapter_host import BackplaneUnavailable, SpaceReads, SystemSpaces
 
 CALLS_SPACE = "mcp.calls"
 #: ``from`` of the hub's own events.
@@ -85,7 +85,8 @@ class CallLog:
         self._pending: deque[dict[str, Any]] = deque()
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._host: AdapterHost | None = None
+        self._system: SystemSpaces | None = None
+        self._spaces: SpaceReads | None = None
         #: Members of ``mcp.calls`` cluster-wide, the relay included (None: unknown).
         self._members: int | None = None
 
@@ -100,10 +101,11 @@ class CallLog:
         if self._members is None or self._members > 1:
             return True
         # A join here is known at once; its space.members may be held back.
-        return self._host is not None and self._host.local_members(CALLS_SPACE) > 1
+        return self._system is not None and self._system.local_members(CALLS_SPACE) > 1
 
-    def start(self, host: AdapterHost) -> None:
-        self._host = host
+    def start(self, system: SystemSpaces, spaces: SpaceReads) -> None:
+        """Publish through ``system``; ``spaces`` counts who watches as it starts."""
+        self._system, self._spaces = system, spaces
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def aclose(self) -> None:
@@ -161,7 +163,7 @@ class CallLog:
             if isinstance(count, int):
                 self._members = count
             return
-        if self._host is None or kind != "space.event":
+        if self._system is None or kind != "space.event":
             return
         data = msg.get("data")
         if msg.get("from") != HUB_SENDER or not isinstance(data, dict):
@@ -169,7 +171,7 @@ class CallLog:
         if data.get("event") == "cancel":
             return  # for the nodes, not for observers
         space = data.get("space")
-        self._host.show_readers(
+        self._system.show_readers(
             CALLS_SPACE, msg, space if isinstance(space, str) else None, relay=self.relay
         )
 
@@ -185,7 +187,7 @@ class CallLog:
         self._wakeup.set()
 
     async def _run(self) -> None:
-        assert self._host is not None
+        assert self._system is not None
         await self._count_members()
         while True:
             await self._wakeup.wait()
@@ -193,7 +195,7 @@ class CallLog:
             while self._pending:
                 event = self._pending.popleft()
                 try:
-                    await self._host.publish_system(CALLS_SPACE, event, to=(self.relay,))
+                    await self._system.publish_system(CALLS_SPACE, event, to=(self.relay,))
                 except BackplaneUnavailable:
                     self.dropped += 1
                 except Exception:
@@ -203,9 +205,9 @@ class CallLog:
     async def _count_members(self) -> None:
         """The members of ``mcp.calls`` as the relay starts (its events keep
         the count since); left unknown when the store cannot say."""
-        assert self._host is not None
+        assert self._spaces is not None
         try:
-            records = await self._host.member_records(CALLS_SPACE, 8)
+            records = await self._spaces.member_records(CALLS_SPACE, 8)
         except BackplaneUnavailable:
             return
         if self._members is None:  # a membership event did not tell first

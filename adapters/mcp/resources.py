@@ -35,7 +35,14 @@ from adapters.kit.stored import json_object
 from adapters.mcp.agent import McpAgent, ToolFailure
 from adapters.mcp.sessions import McpSession
 from adapters.mcp.streams import NotificationStreams
-from hub.adapter_host import AdapterHost, BackplaneUnavailable, Caller, RequestFailed
+from hub.adapter_host import (
+    BackplaneUnavailable,
+    Caller,
+    HttpFaces,
+    KeyValueStore,
+    RequestFailed,
+    SpaceReads,
+)
 from protocol.mcp import jsonrpc, resources
 from protocol.mcp.jsonrpc import JsonRpcError
 from protocol.mcp.results import json_text
@@ -59,7 +66,9 @@ def not_found(request_id: Any, uri: object) -> JsonRpcError:
 class SpaceResources:
     def __init__(
         self,
-        host: AdapterHost,
+        http: HttpFaces,
+        spaces: SpaceReads,
+        kv: KeyValueStore,
         agent: McpAgent,
         streams: NotificationStreams,
         *,
@@ -67,7 +76,11 @@ class SpaceResources:
         max_subscriptions: int,
         session_ttl: float,
     ):
-        self.host = host
+        """``http``: the hub's one policy; ``spaces``: whether a space exists
+        and its history; ``kv``: where a session's subscriptions are kept."""
+        self._http = http
+        self._spaces = spaces
+        self._kv = kv
         self.agent = agent
         self.streams = streams
         self.max_listed = max_listed
@@ -93,7 +106,7 @@ class SpaceResources:
         except ToolFailure as exc:
             raise JsonRpcError(jsonrpc.INTERNAL_ERROR, str(exc)) from None
         spaces = [s for s in reply.get("spaces", []) if isinstance(s, dict) and "id" in s]
-        mine = [s for s in spaces if self.host.policy.may_read(caller, str(s["id"]))]
+        mine = [s for s in spaces if self._http.policy.may_read(caller, str(s["id"]))]
         return mine[: self.max_listed]
 
     async def listing(self, caller: Caller, request_id: Any) -> dict[str, Any]:
@@ -106,10 +119,10 @@ class SpaceResources:
         """The space ``params.uri`` names, when the caller may read it and it exists."""
         uri = params.get("uri")
         space = resources.space_of(uri)
-        if space is None or not self.host.policy.may_read(caller, space):
+        if space is None or not self._http.policy.may_read(caller, space):
             raise not_found(request_id, uri)
         try:
-            exists = await self.host.space_exists(space)
+            exists = await self._spaces.space_exists(space)
         except BackplaneUnavailable:
             raise _unavailable(request_id) from None
         if not exists:
@@ -119,7 +132,7 @@ class SpaceResources:
     async def read(self, caller: Caller, request_id: Any, params: dict[str, Any]) -> dict[str, Any]:
         space = await self.space(caller, request_id, params)
         try:
-            events = await self.host.history(space, DEFAULT_HISTORY, caller.agent_id)
+            events = await self._spaces.history(space, DEFAULT_HISTORY, caller.agent_id)
         except BackplaneUnavailable:
             raise _unavailable(request_id) from None
         events = [{k: v for k, v in e.items() if k != "request_id"} for e in events]
@@ -201,10 +214,10 @@ class SpaceResources:
         self._of_session.setdefault(key, set())
         for uri in uris[: self.max_subscriptions]:
             space = resources.space_of(uri)
-            if space is None or not self.host.policy.may_read(caller, space):
+            if space is None or not self._http.policy.may_read(caller, space):
                 continue
             try:
-                if not await self.host.space_exists(space):
+                if not await self._spaces.space_exists(space):
                     continue
             except BackplaneUnavailable:
                 continue
@@ -221,7 +234,7 @@ class SpaceResources:
 
     async def session_ended(self, session_id: str) -> None:
         self.stream_closed(session_id)
-        await self.host.kv.delete(PREFIX + session_id)
+        await self._kv.delete(PREFIX + session_id)
 
     # ── events ───────────────────────────────────────────────────────────
 
@@ -249,7 +262,7 @@ class SpaceResources:
         stream whose caller may see a space that came or went (nobody hears of
         a space it may not see)."""
         moved = before ^ after
-        may_read = self.host.policy.may_read
+        may_read = self._http.policy.may_read
         self.streams.resources_changed(
             lambda caller: any(may_read(caller, space) for space in moved), LIST_CHANGED
         )
@@ -278,7 +291,7 @@ class SpaceResources:
                 del self._following[space]
 
     async def _stored(self, session_id: str) -> list[str]:
-        value = json_object(await self.host.kv.get(PREFIX + session_id))
+        value = json_object(await self._kv.get(PREFIX + session_id))
         spaces = value.get("spaces") if value is not None else None
         if not isinstance(spaces, list):
             return []
@@ -286,7 +299,7 @@ class SpaceResources:
 
     async def _store(self, session_id: str, spaces: list[str]) -> None:
         value = orjson.dumps({"spaces": spaces})
-        await self.host.kv.set(PREFIX + session_id, value, self.session_ttl)
+        await self._kv.set(PREFIX + session_id, value, self.session_ttl)
 
 
 def _unavailable(request_id: Any) -> JsonRpcError:

@@ -51,6 +51,7 @@ from hub.adapter_host import (
     BackplaneUnavailable,
     BodyRefused,
     Caller,
+    HttpFaces,
     SlotsFull,
     until_client_gone,
 )
@@ -98,7 +99,7 @@ class McpServer:
         self.calls: CallLog | None = None
         self.runner: ToolRunner | None = None
         self.resources: SpaceResources | None = None
-        self._host: AdapterHost | None = None
+        self._http: HttpFaces | None = None
         self._members_moved = asyncio.Event()
         self._watcher: asyncio.Task[None] | None = None
         self._space_watcher: asyncio.Task[None] | None = None
@@ -109,30 +110,31 @@ class McpServer:
     # ── lifecycle ────────────────────────────────────────────────────────
 
     async def start(self, host: AdapterHost) -> None:
-        o = self.options
-        self._host = host
+        o, s = self.options, host.settings
+        self._http = host.http
         self.catalog = ToolCatalog(
-            self.spaces, host.member_records, ttl=o.tools_ttl, scan_limit=o.member_scan_limit,
-            max_tools=o.max_agent_tools, max_bytes=o.max_agent_tools_bytes, exclude=(MCP_AGENT,),
-            on_change=self.streams.changed,
+            self.spaces, host.spaces.member_records, ttl=o.tools_ttl,
+            scan_limit=o.member_scan_limit, max_tools=o.max_agent_tools,
+            max_bytes=o.max_agent_tools_bytes, exclude=(MCP_AGENT,), on_change=self.streams.changed,
         )  # fmt: skip
-        self.sessions = Sessions(
-            host.kv, o.session_ttl, o.max_sessions, share=host.settings.caller_share
-        )
-        self.calls_running = Shares(o.max_calls, host.settings.caller_share, "tool calls running")
-        self.calls = CallLog(host.settings.node_id, o.max_call_events, MCP_AGENT)
-        self.runner = ToolRunner(host, self.agent, self.catalog, self.calls, o)
+        self.sessions = Sessions(host.kv, o.session_ttl, o.max_sessions, share=s.caller_share)
+        self.calls_running = Shares(o.max_calls, s.caller_share, "tool calls running")
+        self.calls = CallLog(s.node_id, o.max_call_events, MCP_AGENT)
+        self.runner = ToolRunner(
+            host.http, host.spaces, self.agent, self.catalog, self.calls, o,
+            max_frame_bytes=s.max_frame_bytes, bridge_timeout=s.bridge_timeout,
+        )  # fmt: skip
         self.resources = SpaceResources(
-            host, self.agent, self.streams, max_listed=o.max_listed,
+            host.http, host.spaces, host.kv, self.agent, self.streams, max_listed=o.max_listed,
             max_subscriptions=o.max_subscriptions, session_ttl=o.session_ttl,
         )  # fmt: skip
-        await self.agent.start(host)
-        self.calls.start(host)
+        await self.agent.start(host.hosting, retry=min(1.0, s.heartbeat_interval))
+        self.calls.start(host.system, host.spaces)
         loop = asyncio.get_running_loop()
         if self.spaces:
             self._watcher = loop.create_task(self._watch())
         self._space_watcher = loop.create_task(self._watch_spaces())
-        host.mount(
+        host.http.mount(
             [web.post("/mcp", self._post), web.get("/mcp", self._get),
              web.delete("/mcp", self._delete)],
             on_shutdown=self._on_shutdown,
@@ -223,14 +225,14 @@ class McpServer:
 
     async def _caller(self, request: web.Request) -> Caller | web.Response:
         """Who calls, or the response refusing the request (Origin, auth)."""
-        assert self._host is not None
+        assert self._http is not None
         origin = request.headers.get("Origin")
         if origin is not None and not http.origin_allowed(
-            origin, self.allowed_origins, self._host.public_url(request)
+            origin, self.allowed_origins, self._http.public_url(request)
         ):
             return http.refused(403, f"Origin {origin[:200]!r} is not allowed")
         try:
-            return await self._host.caller(request, prefix="mcp")
+            return await self._http.caller(request, prefix="mcp")
         except AuthError:
             return http.unauthorized()
         except AgentIdTaken as exc:
@@ -244,12 +246,12 @@ class McpServer:
         session_id = request.headers.get(revisions.SESSION_HEADER)
         if session_id is None:
             return None, caller
-        assert self.sessions is not None and self._host is not None
+        assert self.sessions is not None and self._http is not None
         try:
             session = await self.sessions.find(session_id)
         except BackplaneUnavailable:
             return http.busy("The hub is unavailable")
-        if session is None or (self._host.auth_required and session.caller != caller.agent_id):
+        if session is None or (self._http.auth_required and session.caller != caller.agent_id):
             return http.session_not_found(request_id)
         return session, Caller(session.caller, caller.grant, caller.key, caller.anonymous)
 

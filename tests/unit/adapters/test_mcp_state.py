@@ -158,7 +158,8 @@ async def test_the_catalog_reads_at_most_scan_limit_members_per_space():
 
 
 class SlowHost:
-    """publish_system blocks until released, so events pile up. ``mcp.calls``
+    """The system spaces and the space reads a call log is started with:
+    publish_system blocks until released, so events pile up. ``mcp.calls``
     has the relay and ``watchers`` as its members."""
 
     def __init__(self, watchers: tuple[str, ...] = ("observer",)) -> None:
@@ -191,7 +192,7 @@ class SlowHost:
 async def test_mcp_calls_events_past_the_backlog_bound_are_dropped():
     host = SlowHost()
     log = CallLog("node-1", max_pending=2, relay="mcp")
-    log.start(host)  # type: ignore[arg-type]
+    log.start(host, host)  # type: ignore[arg-type]
     log.call("c1", "spaces_list", "alice", None, {})
     await asyncio.sleep(0)  # the publisher takes the first and blocks on it
     log.result("c1", "spaces_list", "alice", None, None, 0.01)
@@ -216,7 +217,7 @@ async def test_mcp_calls_events_are_made_only_while_someone_may_watch():
     host = SlowHost(watchers=())
     host.release.set()
     log = CallLog("node-1", max_pending=10, relay="mcp")
-    log.start(host)  # type: ignore[arg-type]
+    log.start(host, host)  # type: ignore[arg-type]
     async with asyncio.timeout(5):
         await host.counted.wait()  # the first count: only the relay is a member
     assert not log.observed
