@@ -357,28 +357,11 @@ class NodeHost:
         )
         self.spaces = NodeReads(settings, membership=membership, presence=presence)
         self.system = NodeSystem(settings, membership=membership, registry=registry, policy=policy)
-        self._flat()
 
     @property
     def attached(self) -> int:
         """Virtual members attached now: in the registry, but not connections."""
         return self.hosting.attached
-
-    # ── flat access, for adapters/mcp until it takes its parts: remove then ──
-
-    @property
-    def ready(self) -> bool:
-        return self.hosting.ready
-
-    def _flat(self) -> None:
-        self.attach = self.hosting.attach
-        http, spaces, system = self.http, self.spaces, self.system
-        self.mount, self.public_url, self.caller = http.mount, http.public_url, http.caller
-        self.auth_required, self.policy = http.auth_required, http.policy
-        self.agents, self.space_exists = spaces.agents, spaces.space_exists
-        self.member_records, self.history = spaces.member_records, spaces.history
-        self.publish_system, self.show_readers = system.publish_system, system.show_readers
-        self.local_members = system.local_members
 
 
 #: The most recorded frames one ``history`` read looks at.

@@ -75,6 +75,8 @@ async def test_the_host_is_a_bundle_of_parts_each_one_small_protocol(make_node: 
         assert _members(protocol) <= set(dir(part)), name
         for other in set(parts.values()) - {protocol}:
             assert not _members(other) & set(dir(part)), f"{name} is only {protocol.__name__}"
+        # Only through the part: the bundle itself offers none of its members.
+        assert not _members(protocol) & set(dir(host)), f"{name}'s members on the host"
     assert (host.settings, host.kv, host.identity) == (node.settings, node.kv, node.identity)
 
 
