@@ -57,16 +57,12 @@ async def run_profile(bench: Bench, out_dir: Path, scenario: str) -> None:
         hook = attach(t.servers[0].pid)
         try:
             if scenario == "storm":
-                # py-spy attaches once the agents are away and the events
-                # published: only the reconnect storm itself is sampled.
+                # py-spy attaches once the agents are connected and joined:
+                # the drop and the storm (all at once) are sampled.
                 from tests.benchmarks import scale
 
                 return await scale.storm(
-                    t,
-                    agents=s.storm_agents,
-                    space_size=s.storm_space,
-                    concurrency=s.storm_concurrency,
-                    before_measure=hook,
+                    t, agents=s.storm_agents, space_size=s.storm_space, before_measure=hook
                 )
             if scenario == "latency":
                 return await scenarios.latency(

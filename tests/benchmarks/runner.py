@@ -171,6 +171,7 @@ async def amain(bench: Bench) -> None:
 #: The figure compared between hub variants, per scenario.
 _VARIANT_KEYS = {
     "storm": "reconnects_per_cpu_s",
+    "storm-capped": "reconnects_per_cpu_s",
     "scalejoin-2000": "server_cpu_s",
     "scalejoin-10000": "server_cpu_s",
     "capacity": "rss_per_conn_kib",
