@@ -17,6 +17,7 @@ its base). Every connection of a server is handed the node-wide parts in one
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -160,13 +161,18 @@ class HubConnection(WebSocketsConnection):
             # The line is full too: cut at once, before any read.
             transport.abort()
 
-    def _admitted(self) -> None:
-        """A slot passed on from a finished handshake: read the request now."""
+    def _admitted(self) -> bool:
+        """A slot passed on from a finished handshake: read the request now —
+        unless the client gave up while it waited (the slot then passes on and
+        the connection is cut, its request never read nor upgraded)."""
         self._in_line = False
-        self._in_handshake = True
         transport = self.transport
-        if not transport.is_closing():
-            transport.resume_reading()
+        if transport.is_closing() or client_gone(transport):
+            transport.abort()
+            return False
+        self._in_handshake = True
+        transport.resume_reading()
+        return True
 
     def handshake_timed_out(self) -> None:
         """Past ``handshake_timeout``: cut (the handshake then ends)."""
@@ -363,6 +369,28 @@ class HubConnection(WebSocketsConnection):
         finally:
             task.cancel()
         return task in done and not task.cancelled() and task.exception() is None
+
+
+_TCP_INFO = getattr(socket, "TCP_INFO", None)  # Linux
+_ESTABLISHED = 1  # tcpi_state, the first byte of struct tcp_info
+
+
+def client_gone(transport: asyncio.BaseTransport) -> bool:
+    """Has the client closed or reset a connection the hub is not reading?
+
+    A connection waiting in line is not read, so its reset or end of stream
+    is not seen: the kernel's TCP state says it (one system call, made only
+    when its turn comes). Where that is not known (no ``TCP_INFO``), it is
+    taken as still there.
+    """
+    sock = transport.get_extra_info("socket")
+    if sock is None or _TCP_INFO is None:
+        return False
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 1)
+    except (OSError, ValueError):
+        return False
+    return bool(info) and info[0] != _ESTABLISHED
 
 
 def _retrieve(task: asyncio.Task[None]) -> None:

@@ -295,8 +295,10 @@ class WebSocketsConnection(ServerConnection):
         if not self.request_rcvd.done():
             await self.request_rcvd
         request = self.request
-        if request is None:
-            return  # the connection was lost before a request came
+        if request is None or self.transport.is_closing():
+            # The connection was lost before a request came, or with it (the
+            # client gave up waiting): nothing is checked, nothing upgraded.
+            return
         if process_response is not None or process_request is None:
             await super().handshake(process_request, process_response, server_header)
             return
