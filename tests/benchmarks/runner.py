@@ -72,8 +72,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--profile",
         action="store_true",
-        help="also profile a hub with py-spy during extra fan-out, latency and cluster runs"
-        " (and a reconnect storm when storm is run)",
+        help="also profile a hub with py-spy in an extra run of each of fanout, latency,"
+        " cluster (its fan-out) and storm that is in the run",
     )
     p.add_argument(
         "--variant",

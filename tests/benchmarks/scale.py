@@ -22,16 +22,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
-from tests.benchmarks import procs, scenarios
+from tests.benchmarks import procs, scenarios, storm_fleet
 from tests.benchmarks.fleet import Fleet, split
 from tests.benchmarks.procs import machine_cpu
 from tests.benchmarks.report import Row, fig, fmt, ratio, verdict
-from tests.benchmarks.scenarios import Target, Window, self_cpu, settle
+from tests.benchmarks.scenarios import Target, Window, self_cpu
 from tests.benchmarks.wsload import LoadClient
 
 if TYPE_CHECKING:
@@ -43,6 +42,7 @@ MEMBERS = b'"space.members"'
 STORM_RATIO_TARGET = 1.0  # hub reconnects-with-resume per CPU-s / baseline bare reconnects
 STORM_TIME_SLACK = 1.2  # all back no later than the baseline's time + 20 %
 STORM_EVENTS = 5  # published in every space while its agents are away
+CONNECT_RATIO_TARGET = 1.0  # capacity: hub connects per CPU-s / baseline's
 JOIN_RATIO_TARGET = 1.0  # hub joins per CPU-s / baseline connects per CPU-s, at 2,000
 JOIN_BINDING = 2000
 JOIN_BIG = 10_000
@@ -148,15 +148,8 @@ def _nofile(pid: int) -> int | None:
 #: open timeout), then retried after a jittered backoff, at most RETRIES times.
 ATTEMPT_TIMEOUT_S = 10.0
 RETRIES = 8
-BACKOFF_BASE_S = 0.5
-BACKOFF_CAP_S = 8.0
-
-
-def backoff(attempt: int, rng: random.Random) -> float:
-    """Seconds before retry ``attempt`` (0-based): exponential, capped, "equal
-    jitter" (half fixed, half random), as client libraries back off."""
-    step = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**attempt)
-    return step / 2 + rng.uniform(0, step / 2)
+#: Load-generator processes holding the storm's agents.
+STORM_WORKERS = 4
 
 
 def listen_drops() -> tuple[int, int]:
@@ -217,55 +210,42 @@ async def storm(
     events_per_space: int = STORM_EVENTS,
     attempt_timeout: float = ATTEMPT_TIMEOUT_S,
     retries: int = RETRIES,
+    workers: int = STORM_WORKERS,
     timeout: float = 600.0,
     before_measure: scenarios.Hook = None,
 ) -> dict[str, Any]:
     """Drop ``agents`` at once, publish while they are away, reconnect them all.
 
-    Every agent reconnects at the same instant (``concurrency`` None: no cap;
-    else at most that many attempts in flight), each attempt given up after
-    ``attempt_timeout`` (connected and registered, or ready) and retried
-    after :func:`backoff`, at most ``retries`` times. A hub agent then
-    re-joins its space with ``since``. Server CPU counts from the drop until
-    the node settles (every agent back, no frame for 0.5 s, the server holds
-    only the live connections: handshakes of attempts given up are over).
+    The agents are held by ``workers`` load-generator processes
+    (:mod:`tests.benchmarks.storm_fleet`). Every agent reconnects at the same
+    instant (``concurrency`` None: no cap; else at most that many attempts in
+    flight), each attempt given up after ``attempt_timeout`` and retried after
+    a jittered backoff, at most ``retries`` times; a hub agent then re-joins
+    its space with ``since``. Server CPU counts from the drop until the node
+    settles (every agent back, no frame for 0.5 s, the server holding only the
+    live connections: handshakes of attempts given up are over).
     """
     hub = target.is_hub
-    srcs = sources(agents)
     nspaces = -(-agents // space_size)
     names = [f"storm-{k}" for k in range(nspaces)]
     sockets0 = _server_sockets(target)
     extra: list[LoadClient] = []
-    agents_now: list[LoadClient] = []
+    specs = storm_fleet.split(target.kind, target.ports[0], agents, space_size, workers)
+    fleet = storm_fleet.StormFleet(specs)
     try:
         observer = publisher = None
         if hub:
-            observer, _ = await _connect(target, "storm-observer", srcs[0])
+            source = "127.0.1.1"
+            observer, _ = await _connect(target, "storm-observer", source)
             # The publisher joins the spaces only while the agents are away:
             # it is not a second member of every space during the drop and the
             # storm, where membership traffic would cut it off as it may the
             # observer (which is what the run watches for).
-            publisher, _ = await _connect(target, "storm-publisher", srcs[0])
+            publisher, _ = await _connect(target, "storm-publisher", source)
             extra += [observer, publisher]
             await _join_all(observer, names)
-        position: list[tuple[int, str]] = [(0, "")] * agents
-        sem = asyncio.Semaphore(200)  # setup: not the measured part
-
-        async def setup(i: int) -> None:
-            async with sem:
-                client, _ = await _connect(target, f"st{i}", srcs[i % len(srcs)])
-                agents_now.append(client)
-                if hub:
-                    client.send_json(
-                        {"type": "space.join", "id": "j", "space": names[i // space_size]}
-                    )
-                    joined = await client.expect("space.joined", timeout=120)
-                    position[i] = (joined["seq"], joined["epoch"])
-                client.start_counting()
-
-        async with asyncio.timeout(timeout):
-            await asyncio.gather(*(setup(i) for i in range(agents)))
-        await settle([*agents_now, *extra], quiet=0.5, timeout=timeout)
+        await fleet.call("setup", timeout=timeout)
+        await _fleet_settle(fleet, extra, timeout=timeout)
         if before_measure is not None:
             await before_measure()
 
@@ -274,8 +254,8 @@ async def storm(
         if observer is not None:
             observer.start_counting()
         win = Window(target)
-        scenarios.close_all(agents_now)
-        agents_now.clear()
+        fleet_cpu0 = sum(_cpu(p) for p in fleet.pids)
+        await fleet.call("drop")
         departed_s = await _wait_sockets(target, sockets0 + len(extra))
         expected: dict[str, list[int]] = {name: [] for name in names}
         if publisher is not None:
@@ -294,79 +274,37 @@ async def storm(
                 await publisher.expect("space.left", timeout=120)
         drop_cpu = target.cpu() - win.user0 - win.sys0
 
-        # ── the storm ──
-        retried = timed_out = exists = 0
-        errors: list[str] = []
-        done_ns = [0] * agents
-        results: list[dict[str, Any]] = [{}] * agents
-        gate = asyncio.Semaphore(concurrency) if concurrency else contextlib.nullcontext()
+        # ── the storm: every worker starts at the same instant ──
         overflows0, drops0 = listen_drops()
-        storm_ns = time.monotonic_ns()
-
-        async def attempt(i: int) -> LoadClient:
-            async with gate, asyncio.timeout(attempt_timeout):
-                client, _ = await _connect(target, f"st{i}", srcs[i % len(srcs)])
-                return client
-
-        async def back(i: int) -> None:
-            nonlocal retried, timed_out, exists
-            rng = random.Random(i)
-            for k in range(retries + 1):
-                try:
-                    client = await attempt(i)
-                    break
-                except Exception as exc:
-                    if k == retries:
-                        raise RuntimeError(f"st{i} could not reconnect: {exc!r}") from None
-                    retried += 1
-                    if isinstance(exc, TimeoutError):
-                        timed_out += 1
-                    elif "AGENT_EXISTS" in str(exc):
-                        exists += 1
-                    if len(errors) < 5:
-                        errors.append(f"{type(exc).__name__}: {exc}")
-                await asyncio.sleep(backoff(k, rng))
-            agents_now.append(client)
-            if hub:
-                space = names[i // space_size]
-                seq, epoch = position[i]
-                client.send_json(
-                    {
-                        "type": "space.join",
-                        "id": "r",
-                        "space": space,
-                        "since": {"seq": seq, "epoch": epoch},
-                    }
-                )
-                want = set(expected[space])
-                got: list[int] = []
-                joined: dict[str, Any] | None = None
-                while joined is None or not want <= set(got):
-                    msg = await client.recv(timeout=timeout)
-                    kind = msg.get("type")
-                    if kind == "space.joined" and msg.get("space") == space:
-                        joined = msg
-                    elif kind == "space.event" and msg.get("space") == space:
-                        got.append(msg["seq"])
-                    elif kind == "error":
-                        raise RuntimeError(f"st{i}: {msg}")
-                results[i] = {"joined": joined, "got": got, "client": client}
-            done_ns[i] = time.monotonic_ns()
-
-        async with asyncio.timeout(timeout):
-            await asyncio.gather(*(back(i) for i in range(agents)))
-        all_back_s = (max(done_ns) - storm_ns) / 1e9
+        start_at = time.monotonic() + 0.5
+        cap = -(-concurrency // len(specs)) if concurrency else 0
+        answers = await fleet.call(
+            "storm",
+            timeout=timeout,
+            expected=expected,
+            start_at=start_at,
+            concurrency=cap,
+            attempt_timeout=attempt_timeout,
+            retries=retries,
+        )
+        all_back_s = max(a["done_ns"] for a in answers) / 1e9 - start_at
         overflows1, drops1 = listen_drops()
         # The node settles: no frame for 0.5 s, and only the live connections
         # left (handshakes of attempts given up have ended).
-        await settle([*agents_now, *extra], quiet=0.5, timeout=60)
+        await _fleet_settle(fleet, extra, timeout=60)
         await _wait_sockets(target, sockets0 + len(extra) + agents, timeout=60)
         out: dict[str, Any] = win.close()
+        fleet_cpu = sum(_cpu(p) for p in fleet.pids) - fleet_cpu0
+        # The workers' CPU is the load generator's too (Window counts only this process).
+        out["loadgen_cpu_pct"] += 100 * fleet_cpu / out["wall_s"]
+        out["other_cpu_pct"] = max(0.0, out["other_cpu_pct"] - 100 * fleet_cpu / out["wall_s"])
         cpu = out["server_cpu_s"]
+        retried = sum(a["retried"] for a in answers)
         out.update(
             agents=agents,
             concurrency=concurrency,
-            sources=len(srcs),
+            workers=len(specs),
+            sources=[s.source for s in specs],
             all_back_s=all_back_s,
             departed_s=departed_s,
             drop_cpu_s=drop_cpu,
@@ -374,40 +312,25 @@ async def storm(
             reconnects_per_s=agents / all_back_s,
             reconnects_per_cpu_s=agents / cpu if cpu > 0 else None,
             retried_attempts=retried,
-            timed_out_attempts=timed_out,
+            timed_out_attempts=sum(a["timed_out"] for a in answers),
             failed_connections=retried,
-            agent_exists=exists,
+            agent_exists=sum(a["exists"] for a in answers),
             listen_overflows=overflows1 - overflows0,
             listen_drops=drops1 - drops0,
-            errors=errors,
+            errors=[e for a in answers for e in a["errors"]][:5],
         )
         if hub:
             assert observer is not None
-            lost = dup = unexpected = not_recovered = 0
-            for i, r in enumerate(results):
-                space = names[i // space_size]
-                # Whatever arrived after the resume completed counts too.
-                extra_msgs = list(r["client"].inbox)
-                got = r["got"] + [
-                    m["seq"]
-                    for m in map(_loads, extra_msgs)
-                    if m.get("type") == "space.event" and m.get("space") == space
-                ]
-                want = set(expected[space])
-                lost += len(want - set(got))
-                dup += len(got) - len(set(got))
-                unexpected += len(set(got) - want)
-                if not (r["joined"] or {}).get("recovered"):
-                    not_recovered += 1
+            tallies = await fleet.call("tally")
             out.update(
                 spaces=nspaces,
                 space_size=space_size,
                 events_published=nspaces * events_per_space,
                 missed_events=sum(len(expected[names[i // space_size]]) for i in range(agents)),
-                lost_events=lost,
-                duplicate_events=dup,
-                unexpected_events=unexpected,
-                not_recovered=not_recovered,
+                lost_events=sum(t["lost"] for t in tallies),
+                duplicate_events=sum(t["dup"] for t in tallies),
+                unexpected_events=sum(t["unexpected"] for t in tallies),
+                not_recovered=sum(t["not_recovered"] for t in tallies),
                 observer_closed=observer.closed,
                 observer_close_code=observer.close_code,
                 observer_closed_before_drop=closed_before_drop,
@@ -415,13 +338,27 @@ async def storm(
             )
         return out
     finally:
-        scenarios.close_all([*agents_now, *extra])
+        scenarios.close_all(extra)
+        await fleet.aclose()
 
 
-def _loads(raw: bytes) -> dict[str, Any]:
-    import orjson
-
-    return orjson.loads(raw)
+async def _fleet_settle(
+    fleet: storm_fleet.StormFleet, extra: list[LoadClient], *, timeout: float, quiet: float = 0.5
+) -> None:
+    """Wait until no frame has reached the fleet or ``extra`` for ``quiet`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    last = -1
+    quiet_since = loop.time()
+    while loop.time() < deadline:
+        await asyncio.sleep(0.1)
+        counts = await fleet.call("frames", timeout=60)
+        total = sum(c["frames"] for c in counts) + sum(c.total_frames for c in extra)
+        now = loop.time()
+        if total != last:
+            last, quiet_since = total, now
+        elif now - quiet_since >= quiet:
+            return
 
 
 # ── the runs ────────────────────────────────────────────────────────────────
@@ -520,6 +457,7 @@ def rows(records: list[dict], comp: str) -> list[Row]:
             _pair(sc, "projected idle CPU % at 50,000", comp, hub, base,
                   "projected_50k_idle_cpu_pct", 1),
             _pair(sc, "connects/s while filling", comp, hub, base, "connects_per_s"),
+            _connects_row(sc, comp, hub, base),
             # Which side bounds the fill rate: the server's core or the load generator's.
             _pair(sc, "server CPU % while filling", comp, hub, base,
                   "server_cpu_pct_while_filling"),
@@ -588,6 +526,24 @@ def rows(records: list[dict], comp: str) -> list[Row]:
             _pair(sc, "MB sent by the server", comp, hub, base, "mb_sent", 1, with_ratio=False)
         )
     return out
+
+
+def _connects_row(sc: str, comp: str, hub: dict | None, base: dict | None) -> Row:
+    """Connections opened per server CPU-second while filling (hub: registered
+    and joined), against the baseline's bare connects."""
+    h, b = fig(hub, "server_cpu_ms_per_connect"), fig(base, "server_cpu_ms_per_connect")
+    h, b = (1000 / h if h else None), (1000 / b if b else None)
+    r = ratio(h, b)
+    return Row(
+        sc,
+        "connects (hub: registered, joined) per server CPU-s",
+        comp,
+        fmt(h),
+        fmt(b),
+        fmt(r, 2),
+        f">= {CONNECT_RATIO_TARGET:g}x",
+        verdict(None if r is None else r >= CONNECT_RATIO_TARGET, comp),
+    )
 
 
 def _storm_rows(records: list[dict], scenario: str, comp: str) -> list[Row]:
