@@ -428,9 +428,7 @@ class WebSocketsConnection(ServerConnection):
 
 def make_server(
     factory: Callable[[Server, asyncio.AbstractEventLoop], WebSocketsConnection],
-    create_server: Callable[
-        [Callable[[], WebSocketsConnection]], Coroutine[Any, Any, asyncio.Server]
-    ],
+    create_server: Callable[[Callable[[], WebSocketsConnection]], Coroutine[Any, Any, Any]],
     logger: LoggerLike,
 ) -> Server:
     """websockets' ``Server`` (its connection sets, ``close()``,
@@ -438,7 +436,7 @@ def make_server(
     protocol factory builds each connection as ``factory(server, loop)``.
     Each connection runs its own task (:meth:`WebSocketsConnection._serve`)."""
 
-    async def start() -> asyncio.Server:
+    async def start() -> Any:
         loop = asyncio.get_running_loop()
         return await create_server(lambda: factory(server, loop))
 
