@@ -11,13 +11,12 @@
   client IP holding that many connections with HTTP 429.
 - **Handshakes in progress**: at most ``max_handshakes`` TCP connections may
   be in their opening handshake at once, each for at most
-  ``handshake_timeout`` seconds (:class:`HandshakeDeadlines`); as many more
+  ``handshake_timeout`` seconds (:class:`HandshakeDeadlines`); four times as many
   wait in line (not read) for a free slot, within the same timeout; beyond
-  that the WebSocket port stops accepting (:mod:`hub.net.acceptor`): new
-  connections wait in the kernel's accept queue, so stalled (slow-loris)
+  that a new TCP connection is dropped at once, so stalled (slow-loris)
   handshakes cannot exhaust a node and a reconnect storm is absorbed, not
-  refused. One whose client gave up while it waited is dropped when its
-  turn comes, unread. Request
+  refused. One whose client gave up while it waited in line is dropped
+  when its turn comes, unread. Request
   lines and headers are bounded by websockets (8 KiB a line, 128 headers).
 """
 
@@ -121,43 +120,38 @@ class ConnectionsPerIp:
         return sum(self._open.values())
 
 
+#: The waiting line, in handshake slots (``max_handshakes``): a reconnect
+#: storm's connections beyond the slots wait here, not reset at once (each
+#: reset is a retry for its client).
+LINE_FACTOR = 4
+
+
 class HandshakeSlots:
     """TCP connections in their opening handshake, bounded, with a waiting line.
 
     At most ``limit`` connections are in their handshake at once. One beyond
     waits in line (the caller stops reading it) for a slot another frees, up
-    to ``line`` more (default ``limit``); beyond the line a connection is
-    dropped at once — or, on the WebSocket port, not accepted until there is
-    :meth:`room` (:class:`~hub.net.acceptor.Acceptor`). So a reconnect storm
-    is absorbed — its connections wait their turn, each still within its
-    ``handshake_timeout`` — while a slow-loris attack holds at most
-    ``limit + line`` connections, each for at most the timeout. A freed slot
-    skips whoever in line has gone meanwhile (its client gave up waiting):
-    that handshake is never read.
+    to ``line`` more (default ``LINE_FACTOR * limit``); only beyond the line is a connection
+    dropped at once. So a reconnect storm is absorbed — its connections wait
+    their turn, each still within its ``handshake_timeout`` — while a
+    slow-loris attack holds at most ``limit + line`` connections, each for at
+    most the timeout. A freed slot skips whoever in line has gone meanwhile
+    (its client gave up waiting): that handshake is never read.
     """
 
     def __init__(self, limit: int, line: int | None = None):
         self.limit = limit
-        self.line_limit = limit if line is None else line
+        self.line_limit = LINE_FACTOR * limit if line is None else line
         self.in_progress = 0
         self.refused = 0
         #: Connections skipped in line because their client had gone.
         self.abandoned = 0
         #: Waiting connections (insertion order is arrival order) → admit them.
         self._line: dict[object, Callable[[], bool]] = {}
-        self._on_room: Callable[[], None] | None = None
 
     @property
     def waiting(self) -> int:
         return len(self._line)
-
-    def room(self) -> int:
-        """Connections that would find a slot or a place in line now."""
-        return self.limit - self.in_progress + self.line_limit - len(self._line)
-
-    def on_room(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` whenever a handshake ends (room may have freed)."""
-        self._on_room = callback
 
     def acquire(self) -> bool:
         """A slot now, or False (then :meth:`wait` or drop)."""
@@ -178,8 +172,7 @@ class HandshakeSlots:
 
     def leave(self, key: object) -> None:
         """``key`` gave up waiting (its connection is gone)."""
-        if self._line.pop(key, None) is not None and self._on_room is not None:
-            self._on_room()
+        self._line.pop(key, None)
 
     def release(self) -> None:
         """A handshake is over: its slot passes to the first in line still
@@ -188,12 +181,9 @@ class HandshakeSlots:
         while line:
             key = next(iter(line))
             if line.pop(key)():
-                break
+                return
             self.abandoned += 1
-        else:
-            self.in_progress -= 1
-        if self._on_room is not None:
-            self._on_room()
+        self.in_progress -= 1
 
 
 class Abortable(Protocol):

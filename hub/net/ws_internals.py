@@ -428,7 +428,9 @@ class WebSocketsConnection(ServerConnection):
 
 def make_server(
     factory: Callable[[Server, asyncio.AbstractEventLoop], WebSocketsConnection],
-    create_server: Callable[[Callable[[], WebSocketsConnection]], Coroutine[Any, Any, Any]],
+    create_server: Callable[
+        [Callable[[], WebSocketsConnection]], Coroutine[Any, Any, asyncio.Server]
+    ],
     logger: LoggerLike,
 ) -> Server:
     """websockets' ``Server`` (its connection sets, ``close()``,
@@ -436,7 +438,7 @@ def make_server(
     protocol factory builds each connection as ``factory(server, loop)``.
     Each connection runs its own task (:meth:`WebSocketsConnection._serve`)."""
 
-    async def start() -> Any:
+    async def start() -> asyncio.Server:
         loop = asyncio.get_running_loop()
         return await create_server(lambda: factory(server, loop))
 

@@ -257,27 +257,23 @@ async def test_an_upgrade_in_pieces_or_with_a_frame_behind_it_goes_through_webso
 
 
 async def test_handshakes_in_progress_are_bounded(hub):
-    """20 in their handshake, 20 waiting in line; the ten beyond are not
-    accepted (they wait in the kernel's queue, not cut) until room frees."""
     server = await hub(max_handshakes=20, handshake_timeout=30)
-    slots = server.handshakes
     socks = await asyncio.to_thread(_stall, server.port, 50)
     try:
-        async with asyncio.timeout(10):
-            while slots.in_progress < 20 or slots.waiting < 20:  # noqa: ASYNC110 - the hub's count
-                await asyncio.sleep(0.02)
-        assert len(server.deadlines) == 40, "the ten beyond were not accepted"
-        for s in socks[:10]:
-            s.close()  # ten handshakes end: ten of the line move up, ten more accepted
-        async with asyncio.timeout(10):
-            while slots.waiting < 20:  # noqa: ASYNC110 - the hub's count
-                await asyncio.sleep(0.02)
-        assert slots.in_progress == 20 and slots.refused == 0
-        # None of the ten that waited in the kernel's queue was cut.
-        for s in socks[40:]:
-            s.settimeout(0)
-            with pytest.raises(BlockingIOError):
-                s.recv(1)
+
+        def closed_by_hub(s: socket.socket) -> bool:
+            s.settimeout(5)
+            try:
+                return s.recv(1) == b""
+            except (ConnectionResetError, TimeoutError, OSError) as exc:
+                return not isinstance(exc, TimeoutError)
+
+        # 20 in their handshake, 20 waiting in line; the ten beyond are dropped at once.
+        cut = await asyncio.to_thread(lambda: [closed_by_hub(s) for s in socks[40:]])
+        assert all(cut)
+        assert server.handshakes.in_progress == 20
+        assert server.handshakes.waiting == 20
+        assert server.handshakes.refused >= 10
     finally:
         for s in socks:
             s.close()
