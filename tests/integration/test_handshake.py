@@ -367,3 +367,19 @@ async def test_a_handshake_whose_client_left_while_waiting_in_line_is_never_upgr
     finally:
         for s in stalled:
             s.close()
+
+
+async def test_a_client_that_has_not_written_yet_holds_no_handshake_slot(hub):
+    """A storm's connection accepted before its client sent the request does
+    not keep one whose request is there waiting in line."""
+    server = await hub(max_handshakes=1, handshake_timeout=30)
+    silent = await asyncio.to_thread(socket.create_connection, ("127.0.0.1", server.port))
+    try:
+        async with asyncio.timeout(10):
+            while not len(server.deadlines):  # noqa: ASYNC110 - the hub's count
+                await asyncio.sleep(0.02)
+        c = await WsClient.connect(server.url, "ready-to-talk")  # not held in line for 30 s
+        assert server.handshakes.refused == 0
+        await c.close()
+    finally:
+        silent.close()
