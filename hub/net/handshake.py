@@ -12,7 +12,7 @@
 - **Handshakes in progress**: at most ``max_handshakes`` TCP connections may
   be in their opening handshake at once (from their request's first bytes:
   one whose client has not written yet holds no slot), each for at most
-  ``handshake_timeout`` seconds (:class:`HandshakeDeadlines`); as many more
+  ``handshake_timeout`` seconds (:class:`HandshakeDeadlines`); four times as many
   wait in line (not read) for a free slot, within the same timeout; beyond
   that a new TCP connection is dropped at once, so stalled (slow-loris)
   handshakes cannot exhaust a node and a reconnect storm is absorbed, not
@@ -121,13 +121,19 @@ class ConnectionsPerIp:
         return sum(self._open.values())
 
 
+#: The waiting line, in handshake slots (``max_handshakes``): connections
+#: whose request came while every slot was taken wait here, unread, rather
+#: than being cut (a reset is a failed attempt its client retries).
+LINE_FACTOR = 4
+
+
 class HandshakeSlots:
     """TCP connections in their opening handshake, bounded, with a waiting line.
 
     At most ``limit`` connections are in their handshake at once (a connection
     takes a slot with its request's first bytes). One beyond
     waits in line (the caller stops reading it, keeping those bytes) for a slot another frees, up
-    to ``line`` more (default ``limit``); only beyond the line is a connection
+    to ``line`` more (default ``LINE_FACTOR * limit``); only beyond the line is a connection
     dropped at once. So a reconnect storm is absorbed — its connections wait
     their turn, each still within its ``handshake_timeout`` — while a
     slow-loris attack holds at most ``limit + line`` connections, each for at
@@ -137,7 +143,7 @@ class HandshakeSlots:
 
     def __init__(self, limit: int, line: int | None = None):
         self.limit = limit
-        self.line_limit = limit if line is None else line
+        self.line_limit = LINE_FACTOR * limit if line is None else line
         self.in_progress = 0
         self.refused = 0
         #: Connections skipped in line because their client had gone.

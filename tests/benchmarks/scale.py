@@ -149,7 +149,7 @@ def _nofile(pid: int) -> int | None:
 ATTEMPT_TIMEOUT_S = 10.0
 RETRIES = 8
 #: Load-generator processes holding the storm's agents.
-STORM_WORKERS = 4
+STORM_WORKERS = 8
 
 
 def listen_drops() -> tuple[int, int]:

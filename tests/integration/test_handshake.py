@@ -12,6 +12,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
+from hub.net.handshake import LINE_FACTOR
 from tests.support.wsclient import WsClient
 
 TOKENS = {"alice": "tok-alice-7f3a91", "bob": "tok-bob-0c55e2"}
@@ -258,7 +259,7 @@ async def test_an_upgrade_in_pieces_or_with_a_frame_behind_it_goes_through_webso
 
 async def test_handshakes_in_progress_are_bounded(hub):
     server = await hub(max_handshakes=20, handshake_timeout=30)
-    socks = await asyncio.to_thread(_stall, server.port, 50)
+    socks = await asyncio.to_thread(_stall, server.port, 20 + 20 * LINE_FACTOR + 10)
     try:
 
         def closed_by_hub(s: socket.socket) -> bool:
@@ -268,11 +269,14 @@ async def test_handshakes_in_progress_are_bounded(hub):
             except (ConnectionResetError, TimeoutError, OSError) as exc:
                 return not isinstance(exc, TimeoutError)
 
-        # 20 in their handshake, 20 waiting in line; the ten beyond are dropped at once.
-        cut = await asyncio.to_thread(lambda: [closed_by_hub(s) for s in socks[40:]])
+        # 20 in their handshake, 80 waiting in line (LINE_FACTOR); the ten beyond are
+        # dropped at once.
+        cut = await asyncio.to_thread(
+            lambda: [closed_by_hub(s) for s in socks[20 + 20 * LINE_FACTOR :]]
+        )
         assert all(cut)
         assert server.handshakes.in_progress == 20
-        assert server.handshakes.waiting == 20
+        assert server.handshakes.waiting == 20 * LINE_FACTOR
         assert server.handshakes.refused >= 10
     finally:
         for s in socks:
