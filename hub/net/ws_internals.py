@@ -1,7 +1,7 @@
 """Everything the hub knows of websockets' private API (websockets 17), and nothing else.
 
 The hub builds and drives websockets' connections itself where that was
-measured to pay (docs/performance.md, "What each remaining piece buys"); each
+measured to pay (docs/performance.md, "What each optimisation bought"); each
 such piece relies on how websockets 17 works inside, not on its documented
 API. This module is the only one of the hub that does, and
 tests/unit/net/test_ws_internals.py checks each reliance by behaviour, so a
