@@ -5,11 +5,14 @@
   (:mod:`tests.benchmarks.fleet`) from several loopback source addresses,
   every one probe-verified; RSS per connection, the server's CPU while idle
   at that size, and both projected to 50,000.
-- ``storm``: N agents in spaces of ``space_size`` plus an observer in every
+- ``storm``: N agents in spaces of ``space_size`` (held by load-generator
+  processes, :mod:`tests.benchmarks.storm_fleet`) plus an observer in every
   space; all N dropped at once, events published while they are away, then
-  all reconnect at once and re-join with ``since``. Each must get every
-  missed event exactly once and ``recovered: true``; the observer must stay
-  connected. The baseline: the same N dropped and reconnecting bare.
+  all reconnect at the same instant — no cap (``storm-capped``: at most
+  ``storm_concurrency`` in flight), each attempt given up after 10 s and
+  retried with a jittered backoff — and re-join with ``since``. Each must get
+  every missed event exactly once and ``recovered: true``; the observer must
+  stay connected. The baseline: the same N dropped and reconnecting bare.
 - ``scalejoin``: 2,000 and 10,000 agents join one space at once, beside the
   baseline connecting as many bare connections. The 2,000 join is short (half
   a CPU-second) and its single runs scatter by a third: its figure is the
