@@ -16,7 +16,7 @@ PIP_INSTALL := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pi
 
 JS     := clients/js
 
-.PHONY: run test test-js bench fuzz fuzz-http soak lint lint-js venv clean
+.PHONY: run test test-js bench fuzz fuzz-http soak conformance lint lint-js venv clean
 
 venv: $(DEV_STAMP)
 
@@ -69,6 +69,14 @@ fuzz-http: $(DEV_STAMP)
 # Five minutes by default (ARGS="--duration 1800" for longer). Not part of `make test`.
 soak: $(DEV_STAMP)
 	$(BIN)/python -m tests.soak $(ARGS)
+
+# The official MCP conformance suite (npm @modelcontextprotocol/conformance, pinned in
+# tests/conformance/package-lock.json, on a Node 22 from npm) against a hub process on
+# its default settings with an agent offering the suite's tools; every server scenario,
+# failing on any applicable failure (tests/conformance/run.py). Needs npm (any Node).
+# Not part of `make test`: CI runs it (tests/integration/test_mcp_conformance.py).
+conformance: $(DEV_STAMP)
+	$(BIN)/python -m tests.conformance $(ARGS)
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check hub protocol adapters $(CLIENT) tests

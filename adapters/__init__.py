@@ -1,9 +1,10 @@
 """Bridges between hub spaces and other agent protocols.
 
 Each adapter is a small object with ``start(host)``/``aclose()`` hosted by the
-node (:class:`hub.adapter_host.AdapterHost`): it acts in spaces through
-virtual members, so order, membership, cluster fan-out and limits hold for it
-as for any agent. Adapters import :mod:`hub.adapter_host`, :mod:`protocol`
+node (:class:`hub.adapter_host.AdapterHost`, a bundle of small protocols;
+each part of an adapter is handed only the ones it calls): it acts in spaces
+through virtual members, so order, membership, cluster fan-out and limits
+hold for it as for any agent. Adapters import :mod:`hub.adapter_host`, :mod:`protocol`
 and their own package only. :func:`from_settings` builds the adapters a
 node's settings ask for (each package checks its own ``[[bridges.*]]``
 tables, :mod:`adapters.config`); the process runner passes them to the node.

@@ -4,22 +4,30 @@ An adapter (``adapters/*``: a bridge or gateway to another protocol) is
 built from the settings by :func:`adapters.from_settings`, handed to the node,
 started after it with an :class:`AdapterHost` and closed before it, in
 reverse order. It acts in spaces only through the virtual members the host
-attaches for it (:meth:`AdapterHost.attach`), so seq, order, addressed
+attaches for it (:meth:`AgentHosting.attach`), so seq, order, addressed
 delivery, membership events, limits and cluster fan-out hold for it exactly
 as for a WebSocket agent. Besides that it may mount HTTP routes on the HTTP
 port, keep small shared state in the cluster's key-value store, read who is
 in a space, and authenticate HTTP callers as agents.
 
 What a caller may do in a space, every adapter asks the hub's one policy
-(:attr:`AdapterHost.policy`, :class:`~hub.core.authz.SpacePolicy`) about the
-:class:`Caller` :meth:`AdapterHost.caller` made of the request — never its
+(:attr:`HttpFaces.policy`, :class:`~hub.core.authz.SpacePolicy`) about the
+:class:`Caller` :meth:`HttpFaces.caller` made of the request — never its
 own reading of tokens or claims.
 
 Adapters import this module, :mod:`protocol` and their own package — nothing
 else of ``hub`` (``tests/unit/repo/test_layers.py``). So everything they need is
-named here: the host and adapter protocols, the virtual member, the errors
-they catch, the records they read, and the bounded body reads and waiting slots
-of the HTTP port (read the whole body, check it, then take a slot).
+named here: the host (:class:`AdapterHost`, a bundle of the small protocols
+:class:`AgentHosting`, :class:`HttpFaces`, :class:`SpaceReads` and
+:class:`SystemSpaces` with the settings, ``kv``, ``identity`` and
+``envelopes``; each part of an adapter is given only the ones it calls), the
+member it attaches (:class:`AdapterMember`), the adapter protocol, the errors they
+catch, the records they read, and the bounded body reads and waiting slots of
+the HTTP port (read the whole body, check it, then take a slot).
+
+The node implements these protocols (:mod:`hub.node.hosting`,
+:mod:`hub.node.virtual`) and imports this module; this module imports
+nothing of :mod:`hub.node`.
 """
 
 from __future__ import annotations
@@ -46,14 +54,15 @@ from hub.net.bodies import (
     read_at_most,
     read_body,
 )
-from hub.net.http import client_gone
-from hub.node.virtual import MessageHandler, RequestFailed, VirtualMember
+from hub.net.http import client_gone, until_client_gone
 
 __all__ = [
     "ANONYMOUS",
     "Act",
     "Adapter",
     "AdapterHost",
+    "AdapterMember",
+    "AgentHosting",
     "AgentIdTaken",
     "AgentRecord",
     "AuthError",
@@ -63,6 +72,7 @@ __all__ = [
     "ConfigError",
     "EnvelopeCheck",
     "HostSettings",
+    "HttpFaces",
     "HubIdentity",
     "HubSettings",
     "KeyValueStore",
@@ -70,14 +80,89 @@ __all__ = [
     "RequestFailed",
     "SlotsFull",
     "SpacePolicy",
-    "VirtualMember",
+    "SpaceReads",
+    "SystemSpaces",
+    "Take",
     "WaitingSlots",
     "check_json",
     "client_gone",
     "parse_json",
     "read_at_most",
     "read_body",
+    "until_client_gone",
 ]
+
+
+MessageHandler = Callable[[dict[str, Any]], Awaitable[None]]
+#: Deals with a message in its delivery (True) or leaves it to the handler
+#: (an adapter member's ``take``: see :mod:`hub.node.virtual`).
+Take = Callable[[dict[str, Any]], bool]
+
+
+class RequestFailed(Exception):
+    """A virtual member's request was answered with an ``error`` event."""
+
+    def __init__(self, error: dict[str, Any]):
+        super().__init__(f"{error.get('code')}: {error.get('message')}")
+        self.code = str(error.get("code"))
+        self.error = error
+
+
+class Closed(Protocol):
+    """A one-way flag an adapter may wait for."""
+
+    def is_set(self) -> bool: ...
+
+    async def wait(self) -> None: ...
+
+
+class AdapterMember(Protocol):
+    """An adapter's agent inside the node (:meth:`AgentHosting.attach`): its
+    requests go through the same dispatcher as a WebSocket agent's, what
+    reaches it goes to the handler it was attached with."""
+
+    @property
+    def agent_id(self) -> str: ...
+
+    @property
+    def record(self) -> AgentRecord:
+        """What it registered (capabilities, metadata)."""
+        ...
+
+    @property
+    def closing(self) -> bool: ...
+
+    @property
+    def cleaned_up(self) -> Closed:
+        """Set once the hub closed it (its id replaced elsewhere) and cleaned up after it."""
+        ...
+
+    async def request(self, msg: dict[str, Any], timeout: float = 30.0) -> dict[str, Any]:
+        """Send ``msg`` and return its reply; an ``error`` reply raises :class:`RequestFailed`."""
+        ...
+
+    async def send(self, msg: dict[str, Any]) -> None:
+        """Send ``msg`` without waiting for a reply (errors reach the handler)."""
+        ...
+
+    async def join(self, space: str) -> dict[str, Any]: ...
+
+    async def leave(self, space: str) -> dict[str, Any]: ...
+
+    async def publish(
+        self,
+        space: str,
+        data: dict[str, Any],
+        *,
+        to: str | list[str] | None = None,
+        echo: bool = True,
+    ) -> dict[str, Any]:
+        """Publish; the ``space.published`` reply (or the event as delivered)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Leave every space and let go of the agent id. Idempotent."""
+        ...
 
 
 class HostSettings(Protocol):
@@ -107,7 +192,7 @@ class Caller:
     """Who calls an HTTP gateway, as an agent (a :class:`~hub.core.authz.Principal`):
     the id its bearer token names (or, with auth off, the id it gave or one
     made up; on a public face without a token, :data:`ANONYMOUS`) and what the
-    token's claims allow, for :attr:`AdapterHost.policy` to judge.
+    token's claims allow, for :attr:`HttpFaces.policy` to judge.
 
     ``key`` is what per-caller shares of a node's bounds count against: the
     authenticated agent id, else the client's address (``ip:…``) — an id a
@@ -123,42 +208,13 @@ class Caller:
         return self.key or self.agent_id
 
 
-class AdapterHost(Protocol):
-    """The node as its adapters see it."""
-
-    @property
-    def settings(self) -> HostSettings: ...
-
-    @property
-    def identity(self) -> HubIdentity:
-        """The hub's own Ed25519 identity (hub-signed envelopes, ``/identity``)."""
-        ...
-
-    @property
-    def kv(self) -> KeyValueStore:
-        """Small shared state with expiry: in memory on one node, in Redis in a cluster."""
-        ...
-
-    @property
-    def envelopes(self) -> EnvelopeCheck:
-        """Signed-envelope verification rules and the cluster-wide replay cache."""
-        ...
+class AgentHosting(Protocol):
+    """Where an adapter's agents come from, and whether the node can act."""
 
     @property
     def ready(self) -> bool:
         """The node is ready (``/readyz``): its cluster link is up and settled.
         Joins and publishes made while it is not fail with ``UNAVAILABLE``."""
-        ...
-
-    @property
-    def auth_required(self) -> bool:
-        """Whether HTTP callers must present a bearer token (auth is on)."""
-        ...
-
-    @property
-    def policy(self) -> SpacePolicy:
-        """The one policy: may a caller read (:attr:`Act.READ`: join, read,
-        discover) or publish (:attr:`Act.PUBLISH`) in a space."""
         ...
 
     async def attach(
@@ -170,15 +226,22 @@ class AdapterHost(Protocol):
         type: str | None = None,
         capabilities: tuple[str, ...] = (),
         metadata: dict[str, Any] | None = None,
-    ) -> VirtualMember:
-        """A virtual member for the adapter (see :class:`~hub.node.virtual.VirtualMember`).
+        take: Take | None = None,
+    ) -> AdapterMember:
+        """A virtual member for the adapter (an :class:`AdapterMember`).
 
         ``shared``: every node hosts one under the same id (inbound bridges);
         the id is reserved (connections with it are refused), not claimed.
         Otherwise the id is claimed cluster-wide like a connection's and
         :class:`AgentIdTaken` is raised while a live holder has it.
+        ``take``: tried on each message in its delivery, before ``handler``
+        (answers for waiting callers; see :mod:`hub.node.virtual`).
         """
         ...
+
+
+class HttpFaces(Protocol):
+    """The HTTP port, and who calls it as judged by the hub's one policy."""
 
     def mount(
         self,
@@ -207,10 +270,25 @@ class AdapterHost(Protocol):
         bridge's virtual agents) raises :class:`~hub.errors.AgentIdTaken`."""
         ...
 
+    @property
+    def auth_required(self) -> bool:
+        """Whether HTTP callers must present a bearer token (auth is on)."""
+        ...
+
+    @property
+    def policy(self) -> SpacePolicy:
+        """The one policy: may a caller read (:attr:`Act.READ`: join, read,
+        discover) or publish (:attr:`Act.PUBLISH`) in a space."""
+        ...
+
     def signer(self, did: str) -> Caller | None:
         """The identity the operator mapped an envelope signer's did:key to
         (``[[signers]]``), or None."""
         ...
+
+
+class SpaceReads(Protocol):
+    """Cluster-wide reads of spaces and agents, without being a member."""
 
     async def agents(
         self, caller: Caller, *, capability: str | None, space: str | None, limit: int
@@ -239,12 +317,21 @@ class AdapterHost(Protocol):
         Raises :class:`BackplaneUnavailable`."""
         ...
 
+
+class SystemSpaces(Protocol):
+    """Hub-generated events in the system spaces an adapter provides."""
+
     async def publish_system(
         self, space: str, data: dict[str, Any], *, to: tuple[str, ...] | None = None
     ) -> None:
         """Publish a hub-generated event into ``space``, a system space this
         adapter provides (:attr:`Adapter.system_spaces`), to all its members
         or only to ``to``. Raises :class:`BackplaneUnavailable`."""
+        ...
+
+    def local_members(self, space: str) -> int:
+        """Members of ``space`` connected to this node (virtual ones included),
+        known at once — a join elsewhere reaches the adapter as ``space.members``."""
         ...
 
     def show_readers(
@@ -256,6 +343,51 @@ class AdapterHost(Protocol):
         What a system space shows each observer, when that depends on the
         observer (``mcp.calls``), is decided here on every node, where each
         observer's credentials are."""
+        ...
+
+
+class AdapterHost(Protocol):
+    """What :meth:`Adapter.start` is handed: the node's parts, each a small
+    protocol, for the adapter to pass on — every part of an adapter takes only
+    the ones it calls (a bridge's claim :class:`AgentHosting`, a gateway's
+    callers :class:`HttpFaces`…), never this bundle."""
+
+    @property
+    def settings(self) -> HostSettings: ...
+
+    @property
+    def hosting(self) -> AgentHosting:
+        """Virtual members for the adapter, and whether the node is ready."""
+        ...
+
+    @property
+    def http(self) -> HttpFaces:
+        """Routes on the HTTP port, its callers and the hub's one policy."""
+        ...
+
+    @property
+    def spaces(self) -> SpaceReads:
+        """Cluster-wide reads of spaces and agents."""
+        ...
+
+    @property
+    def system(self) -> SystemSpaces:
+        """Hub-generated events in the adapter's system spaces."""
+        ...
+
+    @property
+    def kv(self) -> KeyValueStore:
+        """Small shared state with expiry: in memory on one node, in Redis in a cluster."""
+        ...
+
+    @property
+    def identity(self) -> HubIdentity:
+        """The hub's own Ed25519 identity (hub-signed envelopes, ``/identity``)."""
+        ...
+
+    @property
+    def envelopes(self) -> EnvelopeCheck:
+        """Signed-envelope verification rules and the cluster-wide replay cache."""
         ...
 
 

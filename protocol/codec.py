@@ -426,26 +426,5 @@ def cancel_notice(space: str, event_id: str, publisher: str, reason: str) -> byt
     )
 
 
-def split_utf8(text: str, size: int) -> list[str]:
-    """Split ``text`` into pieces of at most ``size`` UTF-8 bytes.
-
-    Never splits inside a character (``size`` must be at least 4, the longest
-    UTF-8 sequence); joining the pieces gives ``text`` back exactly.
-    """
-    if size < 4:
-        raise ValueError("size must be at least 4 bytes")
-    raw = text.encode()
-    pieces = []
-    start, end_all = 0, len(raw)
-    while start < end_all:
-        end = min(start + size, end_all)
-        # Back off continuation bytes (10xxxxxx) to a character boundary.
-        while end < end_all and (raw[end] & 0xC0) == 0x80:
-            end -= 1
-        pieces.append(raw[start:end].decode())
-        start = end
-    return pieces
-
-
 def complete(head: bytes, seq: int, tail: bytes) -> bytes:
     return b"%s%d%s" % (head, seq, tail)

@@ -81,6 +81,19 @@ def conflict(message: str) -> web.Response:
     return rpc_error(RpcError(jsonrpc.INVALID_REQUEST, message), 409)
 
 
+_SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+
+
+def stream_error(error: RpcError) -> web.Response:
+    """A streaming method's error as its stream: one SSE event holding the
+    JSON-RPC error (the A2A TCK reads a streaming method's answer as SSE; the
+    a2a-sdk client takes the error from either form)."""
+    return web.Response(
+        body=sse.event(jsonrpc.error_response(error)),
+        headers={"Content-Type": sse.CONTENT_TYPE, **_SSE_HEADERS},
+    )
+
+
 async def stream(
     request: web.Request,
     rpc_id: RequestId,

@@ -4,6 +4,12 @@ A space's card lists one skill per capability URI its members registered
 (``agent.register``), each tagged with the agents offering it; a member's
 card lists its own. A member that registered ``metadata.a2a = {name,
 description}`` (as the outbound A2A bridge does) is described by it.
+
+The hub's own card (:func:`hub_card`, at the HTTP port's root) points to the
+A2A spaces the caller may read: one skill per space (its id the space's name,
+its description naming the space's URL) and one JSON-RPC interface per space,
+in name order — a client that takes the first interface talks to the first
+space; to talk to another, read that space's own card.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from importlib import metadata as package_metadata
 from typing import Any
 
 from hub.adapter_host import AgentRecord
-from protocol.a2a.card import agent_card, skills
+from protocol.a2a.card import MAX_TEXT, agent_card, skills
 from protocol.a2a.mapping import VIA
 
 
@@ -73,3 +79,35 @@ def member_card(space: str, url: str, record: AgentRecord, *, bearer: bool) -> d
         skill_list=skills({cap: [record.agent_id] for cap in record.capabilities}),
         bearer=bearer,
     )
+
+
+def hub_card(
+    base: str, spaces: dict[str, tuple[str | None, str | None]], *, bearer: bool
+) -> dict[str, Any]:
+    """The hub's card: ``spaces`` (space → its ``a2a_name``, description) are
+    those the caller may read; ``base`` is ``{http}/a2a`` as the client reached it."""
+    skill_list = []
+    for space, (name, description) in spaces.items():
+        about = description or f"The agents of the space {space!r}"
+        skill_list.append(
+            {
+                "id": space,
+                "name": name or space,
+                "description": f"{about} — A2A agent at {base}/{space}"[:MAX_TEXT],
+                "tags": ["space", space],
+                "examples": [f"{base}/{space}/.well-known/agent-card.json"],
+            }
+        )
+    card = agent_card(
+        name="Agora Hub",
+        description="The A2A agents of this hub: one per space (see the skills)",
+        url=f"{base}/{next(iter(spaces))}" if spaces else base,
+        version=VERSION,
+        skill_list=skill_list,
+        bearer=bearer,
+    )
+    card["supportedInterfaces"] = [
+        {"url": f"{base}/{space}", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+        for space in spaces
+    ]
+    return card

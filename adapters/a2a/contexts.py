@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from adapters.stored import hashed_key, json_object
+from adapters.kit.stored import hashed_key, json_object
 from hub.adapter_host import BackplaneUnavailable, KeyValueStore
 
 PREFIX = "a2a:out:"

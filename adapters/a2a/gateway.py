@@ -2,6 +2,7 @@
 
 For every space declared with ``a2a = true`` the HTTP port serves::
 
+    GET  /.well-known/agent-card.json                         the hub's own card
     GET  /a2a/{space}/.well-known/agent-card.json             the space's card
     POST /a2a/{space}                                         JSON-RPC 2.0
     GET  /a2a/{space}/{agent_id}/.well-known/agent-card.json  a member's card
@@ -13,7 +14,8 @@ load balancer serves a request); the first event answering it (``data.
 in_reply_to``) makes the task's outcome (:mod:`adapters.a2a.runs`). Replies
 reach every node's copy; only the node holding the request relays them.
 Tasks live in the key-value store (:mod:`adapters.a2a.store`): ``GetTask``,
-``CancelTask`` and a multi-turn task's next message work on any node.
+``ListTasks``, ``CancelTask``, ``SubscribeToTask`` (:mod:`adapters.a2a.follows`)
+and a multi-turn task's next message work on any node.
 
 Who may do what is the hub's policy's to say, for the caller its bearer
 token names (contract §18): a space the caller may not read is answered
@@ -22,7 +24,8 @@ no existence oracle); sending needs publish there (403). With auth on,
 cards too want a token unless ``a2a_cards_public`` is set.
 
 Bounded (:class:`InboundOptions`): request bodies (413), parts per message,
-turns per task, tasks open on this node and SSE streams on this node (503
+turns per task, tasks open on this node (and, apart, those the agents work on
+in the background) and SSE streams on this node (503
 with ``Retry-After``; a caller holding its ``caller_share`` of them: 429),
 the reply kept per task, and every wait (``bridge_timeout`` →
 ``TASK_STATE_FAILED`` "Timeout"). A task is stored before its message is
@@ -34,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -43,15 +45,17 @@ import orjson
 import structlog
 from aiohttp import web
 
-from adapters.a2a import answers
+from adapters.a2a import answers, listing
 from adapters.a2a.answers import Refused
-from adapters.a2a.cards import member_card, space_card
+from adapters.a2a.cards import hub_card, member_card, space_card
+from adapters.a2a.follows import Follow
 from adapters.a2a.member import GatewayMember
 from adapters.a2a.runs import TaskRun
 from adapters.a2a.store import TaskStore
 from adapters.a2a.tasks import NodeTasks
-from adapters.replies import Asked, ReplyWaiters
-from adapters.shares import ShareExceeded, Shares
+from adapters.kit.asking import Asker
+from adapters.kit.replies import ReplyWaiters
+from adapters.kit.shares import ShareExceeded, Shares
 from hub.adapter_host import (
     AdapterHost,
     AgentIdTaken,
@@ -59,7 +63,9 @@ from hub.adapter_host import (
     BackplaneUnavailable,
     BodyRefused,
     Caller,
+    HttpFaces,
     SlotsFull,
+    SpaceReads,
     check_json,
     read_body,
 )
@@ -67,9 +73,15 @@ from protocol import codec
 from protocol.a2a import jsonrpc
 from protocol.a2a.card import WELL_KNOWN
 from protocol.a2a.jsonrpc import RpcError, RpcRequest
-from protocol.a2a.mapping import VIA, cancel_data, request_data
-from protocol.a2a.model import SendParams, TaskState, send_params, task_query
-from protocol.a2a.tasks import TaskRecord
+from protocol.a2a.mapping import VIA, cancel_data, is_working, request_data
+from protocol.a2a.model import (
+    SendParams,
+    TaskState,
+    list_query,
+    send_params,
+    task_query,
+)
+from protocol.a2a.tasks import TaskRecord, new_id
 from protocol.names import is_valid_agent_id
 
 log = structlog.get_logger("adapters.a2a")
@@ -82,7 +94,7 @@ PUSH_METHODS = frozenset(
         "DeleteTaskPushNotificationConfig",
     }
 )
-UNSUPPORTED_METHODS = frozenset({"ListTasks", "SubscribeToTask", "GetExtendedAgentCard"})
+UNSUPPORTED_METHODS = frozenset({"GetExtendedAgentCard"})
 
 Method = Callable[
     [web.Request, RpcRequest, str, "str | None", Caller], Awaitable[web.StreamResponse]
@@ -105,6 +117,9 @@ class InboundOptions:
     max_parts: int = 64
     #: Tasks with a turn in progress on this node (waiting for their answer).
     max_open_tasks: int = 256
+    #: Of those, tasks the agents said they work on in the background (after a
+    #: progress note they count here, no longer against ``max_open_tasks``).
+    max_background_tasks: int = 4096
     #: ``SendStreamingMessage`` responses open on this node.
     max_streams: int = 128
     #: Reply text and data kept per task (all turns); more fails the task.
@@ -133,39 +148,57 @@ class A2aGateway:
         #: (made anew with the hub's ``caller_share`` at start).
         self.task_slots = Shares(o.max_open_tasks, 1.0, "A2A tasks open")
         self.stream_slots = Shares(o.max_streams, 1.0, "A2A streams open")
+        self.background_slots = Shares(o.max_background_tasks, 1.0, "A2A background tasks")
         #: Every JSON-RPC method the gateway answers, and what answers it.
         self.methods: dict[str, Method] = {
             "SendMessage": self._send_message,
             "SendStreamingMessage": self._send_message,
             "GetTask": self._get_task,
             "CancelTask": self._cancel_task,
+            "ListTasks": self._list_tasks,
+            "SubscribeToTask": self._subscribe,
             **dict.fromkeys(PUSH_METHODS, self._push_config),
             **dict.fromkeys(UNSUPPORTED_METHODS, self._unsupported),
         }
         self.member = GatewayMember(self.spaces, member_scan_limit=self.options.member_scan_limit)
+        #: Publishes each turn's request and tells the agent to stop (adapters.kit.asking).
+        self.asker = Asker(self.member.joining, self.waiters)
         self._tasks: NodeTasks | None = None
         self.timeout = 30.0
         self.max_body_bytes = self.options.max_body_bytes or 1024 * 1024
-        self._host: AdapterHost | None = None
+        #: The HTTP port's callers and policy, and the spaces' members (set at start).
+        self._http: HttpFaces | None = None
+        self._spaces: SpaceReads | None = None
+        self._cards_public = False
         self._background: list[asyncio.Task[None]] = []
+        #: ``SubscribeToTask`` streams of this node following a task served elsewhere.
+        self._follows: set[Follow] = set()
 
     # ── lifecycle ────────────────────────────────────────────────────────
 
     async def start(self, host: AdapterHost) -> None:
         s = host.settings
-        self._host = host
+        self._http, self._spaces, self._cards_public = host.http, host.spaces, s.a2a_cards_public
         self.timeout = s.bridge_timeout
         self.max_body_bytes = self.options.max_body_bytes or s.max_frame_bytes
         o = self.options
         self.task_slots = Shares(o.max_open_tasks, s.caller_share, "A2A tasks open")
         self.stream_slots = Shares(o.max_streams, s.caller_share, "A2A streams open")
+        self.background_slots = Shares(
+            o.max_background_tasks, s.caller_share, "A2A background tasks"
+        )
         self._tasks = NodeTasks(TaskStore(host.kv, s.history_ttl))
-        await self.member.start(host, self._on_message)
+        retry = min(1.0, s.heartbeat_interval)
+        # Answers go to their waiting run in the delivery itself (_take).
+        await self.member.start(
+            host.hosting, host.spaces, self._on_message, self._take, retry=retry
+        )
         watch = self._tasks.watch_cancels(self.options.cancel_poll)
         self._background.append(asyncio.get_running_loop().create_task(watch))
         base, member = "/a2a/{space}", "/a2a/{space}/{agent_id}"
-        host.mount(
+        host.http.mount(
             [
+                web.get(f"/{WELL_KNOWN}", self._hub_card),
                 web.get(f"{base}/{WELL_KNOWN}", self._card),
                 web.get(f"{member}/{WELL_KNOWN}", self._card),
                 web.post(base, self._post),
@@ -188,15 +221,48 @@ class A2aGateway:
     async def aclose(self) -> None:
         for task in self._background:
             task.cancel()
+        for follow in list(self._follows):
+            follow.close()
         for run in list(self.tasks.runs.values()) if self._tasks is not None else ():
             run.abort()
         for task in self._background:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self.asker.aclose()
         await self.member.aclose()
 
     async def _on_message(self, msg: dict[str, Any]) -> None:
+        for follow in self._follows:
+            follow.feed(msg)
+        if self._working(msg):
+            return
         self.waiters.feed(msg)
+
+    def _take(self, msg: dict[str, Any]) -> bool:
+        """An answer for a run here, handed over in its delivery — unless a
+        task is followed here (every message goes to the follows) or it is a
+        progress note: those go to :meth:`_on_message`."""
+        if self._follows:
+            return False
+        data = msg.get("data")
+        if isinstance(data, dict) and is_working(data):
+            return False
+        return self.waiters.take(msg)
+
+    def _working(self, msg: dict[str, Any]) -> bool:
+        """A progress note (``{in_reply_to, state: "working"}``) for a turn served
+        here goes to its run, not to the waiters: it is not the answer."""
+        data = msg.get("data")
+        if msg.get("type") != "space.event" or not isinstance(data, dict) or not is_working(data):
+            return False
+        answered = data.get("in_reply_to")
+        run = self.tasks.by_event.get(answered) if isinstance(answered, str) else None
+        if run is None or msg.get("space") != run.record.space:
+            return False
+        if run.record.to is not None and msg.get("from") != run.record.to:
+            return False
+        run.working(data)
+        return True
 
     async def _on_shutdown(self) -> None:
         """The HTTP port is closing: open tasks fail now, so their clients get
@@ -206,22 +272,40 @@ class A2aGateway:
 
     # ── routes ───────────────────────────────────────────────────────────
 
+    async def _hub_card(self, request: web.Request) -> web.Response:
+        """``/.well-known/agent-card.json`` at the port's root: the hub's own
+        card, one skill (and one interface) per A2A space the caller may read."""
+        assert self._http is not None
+        try:
+            caller = await self._caller(request, public=self._cards_public)
+        except Refused as refused:
+            return refused.response
+        visible = {
+            space: (info.name, info.description)
+            for space, info in sorted(self.spaces.items())
+            if self._http.policy.may_read(caller, space)
+        }
+        card = hub_card(
+            f"{self._http.public_url(request)}/a2a", visible, bearer=self._http.auth_required
+        )
+        return web.Response(body=orjson.dumps(card), content_type="application/json")
+
     async def _card(self, request: web.Request) -> web.Response:
-        assert self._host is not None
+        assert self._http is not None and self._spaces is not None
         space, agent = request.match_info["space"], request.match_info.get("agent_id")
         try:
-            caller = await self._caller(request, public=self._host.settings.a2a_cards_public)
+            caller = await self._caller(request, public=self._cards_public)
         except Refused as refused:
             return refused.response
         info = self.spaces.get(space)
-        if info is None or not self._host.policy.may_read(caller, space):
+        if info is None or not self._http.policy.may_read(caller, space):
             return answers.not_found(f"No A2A agent at {request.path[:200]}")
         try:
-            members = await self._host.member_records(space, self.options.member_scan_limit)
+            members = await self._spaces.member_records(space, self.options.member_scan_limit)
         except BackplaneUnavailable:
             return answers.unavailable()
-        url = f"{self._host.public_url(request)}/a2a/{space}"
-        bearer = self._host.auth_required
+        url = f"{self._http.public_url(request)}/a2a/{space}"
+        bearer = self._http.auth_required
         if agent is None:
             card = space_card(
                 space, url, members, name=info.name, description=info.description, bearer=bearer
@@ -238,11 +322,11 @@ class A2aGateway:
         try:
             # Who first: whether a space is served is nobody's business before that.
             caller = await self._caller(request)
-            assert self._host is not None
+            assert self._http is not None
             if (
                 space not in self.spaces
                 or (agent is not None and (agent == VIA or not is_valid_agent_id(agent)))
-                or not self._host.policy.may_read(caller, space)
+                or not self._http.policy.may_read(caller, space)
             ):
                 return answers.not_found(f"No A2A agent at {request.path[:200]}")
             version = request.headers.get("A2A-Version", "1.0").strip()
@@ -290,7 +374,73 @@ class A2aGateway:
     ) -> web.StreamResponse:
         query = task_query(rpc.params, rpc.id)
         record = await self.tasks.visible(query.id, space, self._owner(caller))
-        return answers.result(rpc.id, record.wire())
+        return answers.result(rpc.id, record.wire(query.historyLength))
+
+    async def _list_tasks(
+        self, request: web.Request, rpc: RpcRequest, space: str, agent: str | None, caller: Caller
+    ) -> web.StreamResponse:
+        query = list_query(rpc.params, rpc.id)
+        records = await self.tasks.listed(space, self._owner(caller))
+        return answers.result(rpc.id, listing.page(records, query, rpc.id, to=agent))
+
+    async def _subscribe(
+        self, request: web.Request, rpc: RpcRequest, space: str, agent: str | None, caller: Caller
+    ) -> web.StreamResponse:
+        """``SubscribeToTask``: the task as it is, then its updates until its
+        turn ends — from the run if this node serves it, else followed
+        through the space and the store (:class:`Follow`). Unknown:
+        ``-32001``; a task that is over: ``-32004``, as a2a-sdk — each
+        answered as a stream of that one error (:func:`answers.stream_error`)."""
+        try:
+            query = task_query(rpc.params, rpc.id)
+            record = await self.tasks.visible(query.id, space, self._owner(caller))
+            if record.terminal:
+                raise RpcError(
+                    jsonrpc.UNSUPPORTED_OPERATION,
+                    f"Task {record.id} is in terminal state: {record.state.value}",
+                    rpc.id,
+                )
+        except RpcError as error:
+            return answers.stream_error(
+                error if error.rpc_id is not None else error.with_id(rpc.id)
+            )
+        key = caller.share_key
+        try:
+            self.stream_slots.take(key)
+        except SlotsFull as exc:
+            raise Refused(answers.busy(rpc.id, f"{exc}: try again")) from None
+        except ShareExceeded as exc:
+            raise Refused(answers.over_share(rpc.id, str(exc))) from None
+        try:
+            run = self.tasks.runs.get(record.id)
+            if run is not None:
+                queue = run.subscribe()
+                return await answers.stream(
+                    request, rpc.id, queue, keepalive=self.options.keepalive,
+                    gone=lambda: run.detach(queue),
+                )  # fmt: skip
+            await self.member.join(space, rpc.id)  # the answer comes through the space
+            follow = Follow(
+                record, self.tasks.store, poll=self.options.cancel_poll, timeout=self.timeout
+            )
+            if record.state is not TaskState.WORKING:
+                follow.queue.put_nowait(None)  # waiting for input: nothing runs to follow
+                return await answers.stream(
+                    request, rpc.id, follow.queue, keepalive=self.options.keepalive,
+                    gone=follow.close,
+                )  # fmt: skip
+            self._follows.add(follow)
+            follow.start()
+            try:
+                return await answers.stream(
+                    request, rpc.id, follow.queue, keepalive=self.options.keepalive,
+                    gone=follow.close,
+                )  # fmt: skip
+            finally:
+                follow.close()
+                self._follows.discard(follow)
+        finally:
+            self.stream_slots.give_back(key)
 
     async def _cancel_task(
         self, request: web.Request, rpc: RpcRequest, space: str, agent: str | None, caller: Caller
@@ -317,9 +467,9 @@ class A2aGateway:
     # ── the request's envelope ───────────────────────────────────────────
 
     async def _caller(self, request: web.Request, *, public: bool = False) -> Caller:
-        assert self._host is not None
+        assert self._http is not None
         try:
-            return await self._host.caller(request, public=public, prefix="a2a-caller")
+            return await self._http.caller(request, public=public, prefix="a2a-caller")
         except AuthError:
             raise Refused(answers.unauthorized()) from None
         except AgentIdTaken as exc:
@@ -350,7 +500,7 @@ class A2aGateway:
         agent: str | None,
         caller: Caller,
     ) -> web.StreamResponse:
-        assert self._host is not None
+        assert self._http is not None
         config = params.configuration
         if config is not None and config.taskPushNotificationConfig is not None:
             raise RpcError(
@@ -358,7 +508,7 @@ class A2aGateway:
                 "Push notifications are not supported by this agent",
                 rpc.id,
             )
-        if not self._host.policy.may_publish(caller, space):
+        if not self._http.policy.may_publish(caller, space):
             error = RpcError(
                 jsonrpc.INVALID_REQUEST, f"Not allowed to send to the space {space!r}", rpc.id
             )
@@ -395,10 +545,12 @@ class A2aGateway:
                 self.stream_slots.give_back(key)
         self.tasks.add(run)
         run.start(self._run_done)
-        if config is not None and config.returnImmediately:
-            return answers.result(rpc.id, {"task": run.record.wire()})
-        await run.wait_closed()
-        return answers.result(rpc.id, {"task": run.record.wire()})
+        history = config.historyLength if config is not None else None
+        if config is None or not config.returnImmediately:
+            # Blocking: until the turn ends (a terminal or interrupted state)
+            # or the agents say they go on in the background (WORKING).
+            await run.answered.wait()
+        return answers.result(rpc.id, {"task": run.record.wire(history)})
 
     async def _start_turn(
         self,
@@ -410,6 +562,8 @@ class A2aGateway:
         key: str,
     ) -> TaskRun:
         record = await self._turn(rpc, params, space, agent, caller)
+        if params.message.taskId is not None:  # a new task has it already
+            record.user_message(params.message.model_dump(exclude_none=True))
         data = request_data(record.id, record.context_id, params.message, caller.agent_id)
         try:
             return await self._publish_turn(record, data, rpc, key)
@@ -431,14 +585,17 @@ class A2aGateway:
                 message.taskId, message.contextId, space, self._owner(caller),
                 self.options.max_turns,
             )  # fmt: skip
+        now = codec.now_ms()
         record = TaskRecord(
-            id=str(uuid.uuid4()),
-            context_id=message.contextId or str(uuid.uuid4()),
+            id=new_id(),
+            context_id=message.contextId or new_id(),
             space=space, to=agent, caller=caller.agent_id,
-            state=TaskState.WORKING, updated_ms=codec.now_ms(),
+            state=TaskState.WORKING, updated_ms=now, created_ms=now,
         )  # fmt: skip
+        record.user_message(message.model_dump(exclude_none=True))
         try:
             await self.tasks.store.save(record)
+            await self.tasks.store.index(record, self._owner(caller))
         except BackplaneUnavailable as exc:
             log.warning("a2a task refused: not stored", task_id=record.id, reason=str(exc))
             busy = answers.busy(rpc.id, "The task cannot be stored now: try again")
@@ -449,35 +606,45 @@ class A2aGateway:
         self, record: TaskRecord, data: dict[str, Any], rpc: RpcRequest, key: str
     ) -> TaskRun:
         """Publish the turn's request event; the run that will follow its answer."""
-        with self.waiters.publishing():
-            event_id = await self.member.publish(record.space, data, record.to, rpc.id)
-            relay = self.waiters.relay(Asked.of(record.space, event_id, record.to))
-        record.event_id = event_id
+        asking = await self.member.ask(self.asker, record.space, data, record.to, rpc.id)
+        record.event_id = asking.event_id
         record.move(TaskState.WORKING, codec.now_ms())
-        return TaskRun(
-            record, relay, self.tasks.store,
+        run = TaskRun(
+            record, asking, self.tasks.store,
             timeout=self.timeout, max_reply_bytes=self.options.max_reply_bytes,
-            stop_stream=lambda stream_id: self.member.stop_stream(record.space, stream_id),
-            key=key, stored=record.turn == 1,
+            key=key, stored=record.turn == 1, rearm=lambda: self.waiters.relay(asking.asked),
         )  # fmt: skip
+        run.on_background = self._backgrounded
+        return run
+
+    def _backgrounded(self, run: TaskRun) -> None:
+        """The agents work on the run's task in the background: it counts
+        against the (larger) bound of such tasks from now on, if there is room."""
+        try:
+            self.background_slots.take(run.key)
+        except (SlotsFull, ShareExceeded):
+            return  # it keeps its open task's slot
+        self.task_slots.give_back(run.key)
+        run.slot = "background"
 
     def _run_done(self, run: TaskRun) -> None:
         self.tasks.discard(run)
-        self.task_slots.give_back(run.key)
-        if run.record.event_id is not None:
-            self.waiters.forget(run.record.event_id)
+        slots = self.background_slots if run.slot == "background" else self.task_slots
+        slots.give_back(run.key)
+        run.asking.close()
 
     # ── GetTask / CancelTask ─────────────────────────────────────────────
 
     def _owner(self, caller: Caller) -> str | None:
         """Whose tasks a caller sees: its own with auth on, any without."""
-        assert self._host is not None
-        return caller.agent_id if self._host.auth_required else None
+        assert self._http is not None
+        return caller.agent_id if self._http.auth_required else None
 
     async def _cancel(self, task_id: str, space: str, caller: Caller) -> TaskRecord:
         record = await self.tasks.cancel(task_id, space, self._owner(caller))
         try:
-            await self.member.publish(space, cancel_data(task_id), record.to, None)
+            data = cancel_data(task_id, record.event_id)
+            await self.member.publish(space, data, record.to, None)
         except (RpcError, Refused) as exc:  # the agent left, say: cancelled all the same
             log.info("a2a cancel not announced", task_id=task_id, reason=str(exc))
         return record

@@ -15,11 +15,13 @@ task that asked for input; ``data.context_id`` names a conversation (one remote
 An addressed event ``{"cancel": true, "task_id" | "event_id": …}`` cancels a
 call in progress (or a task waiting for input): ``CancelTask`` on the remote,
 the reply stream cancelled, the request answered ``"Cancelled"``; the cancel
-itself is answered ``{status, task_id, state: "canceled"}``.
+itself is answered ``{status, task_id, state: "canceled"}``. A sender that
+stops waiting (``{"cancel": true, "in_reply_to": …}``, or a receiver cancel
+of the reply stream) has its call stopped the same way, the cancel unanswered.
 
-Exactly one node of a cluster holds ``agent_id``; the others stand by and
-retry the claim, and the node that takes over answers with a failure what the
-lost holder left unanswered (:mod:`adapters.takeover`). Calls per bridge,
+Exactly one node of a cluster holds ``agent_id`` (claimed at start); the
+others stand by and retry the claim, and the node that takes over answers
+with a failure what the lost holder left unanswered (:mod:`adapters.kit.bridge`). Calls per bridge,
 events waiting for one, bodies and stream events are bounded.
 """
 
@@ -36,15 +38,13 @@ from adapters.a2a.calls import Answer, Call, CallTable, Request
 from adapters.a2a.cardwatch import CardWatch
 from adapters.a2a.contexts import BridgeMemory
 from adapters.a2a.remote import RemoteAgent, RemoteFailure
-from adapters.holding import Holding
-from adapters.intake import RequestIntake
-from adapters.replies import in_reply_to
-from adapters.takeover import answer_unanswered
+from adapters.kit.bridge import OutboundBridge
+from adapters.kit.replies import in_reply_to
 from hub.adapter_host import (
     AdapterHost,
+    AdapterMember,
     BackplaneUnavailable,
     RequestFailed,
-    VirtualMember,
 )
 from protocol.a2a.card import RemoteCard
 from protocol.a2a.mapping import (
@@ -81,10 +81,12 @@ class OutboundOptions:
     retry_interval: float | None = None
 
 
-class A2aOutbound:
-    """One ``[[bridges.a2a]]`` entry."""
+class A2aOutbound(OutboundBridge):
+    """One ``[[bridges.a2a]]`` entry: the A2A mapping of an
+    :class:`~adapters.kit.bridge.OutboundBridge`."""
 
-    system_spaces: tuple[str, ...] = ()
+    member_type = "a2a-bridge"
+    label = "a2a bridge"
 
     def __init__(
         self,
@@ -96,17 +98,15 @@ class A2aOutbound:
         headers: dict[str, str] | None = None,
         options: OutboundOptions | None = None,
     ):
-        self.space = space
-        self.agent_id = agent_id
+        o = self.options = options or OutboundOptions()
+        super().__init__(
+            space, agent_id, max_request_bytes=o.max_body_bytes,
+            max_concurrency=o.max_concurrency, max_queued=o.max_queued,
+            retry_interval=o.retry_interval,
+        )  # fmt: skip
         self.url = url
         self.headers = dict(headers or {})
         self.timeout = timeout
-        self.options = options or OutboundOptions()
-        self.held = Holding(
-            agent_id, space, self._on_message, type="a2a-bridge",
-            registration=self._registration, on_claimed=self._claimed, label="a2a bridge",
-        )  # fmt: skip
-        o = self.options
         self.cards = CardWatch(
             self._read_card, self._card_changed, retry=o.card_retry,
             retry_max=o.card_retry_max, refresh=o.card_refresh, name=agent_id,
@@ -114,54 +114,23 @@ class A2aOutbound:
         self.remote: RemoteAgent | None = None
         self.memory: BridgeMemory | None = None
         self._slots = asyncio.Semaphore(self.options.max_concurrency)
-        self.intake = RequestIntake(
-            agent_id, space, serve=self._serve,
-            refuse=lambda event, why: self._reply(event, _failed(why)),
-            max_request_bytes=o.max_body_bytes, max_concurrency=o.max_concurrency,
-            max_queued=o.max_queued,
-        )  # fmt: skip
         self._calls = CallTable()
-        self._background: list[asyncio.Task[None]] = []
 
     # ── lifecycle, the claim and the card ────────────────────────────────
 
-    async def start(self, host: AdapterHost) -> None:
-        s = host.settings
-        self.timeout = self.timeout or s.bridge_timeout
-        retry = self.options.retry_interval or s.heartbeat_interval
+    async def open(self, host: AdapterHost) -> None:
+        self.timeout = self.timeout or host.settings.bridge_timeout
         self.memory = BridgeMemory(host.kv, self.agent_id, self.options.context_ttl)
         self.remote = RemoteAgent(
             self.url, headers=self.headers, timeout=self.timeout,
             max_connections=self.options.max_concurrency,
             max_body_bytes=self.options.max_body_bytes,
         )  # fmt: skip
-        loop = asyncio.get_running_loop()
-        self._background += [
-            loop.create_task(self.cards.run()),
-            loop.create_task(self.held.keep(host, retry)),
-        ]
+        self.spawn(self.cards.run())
 
-    async def aclose(self) -> None:
-        """Stop; events still being served get a failure answer, not silence."""
-        for task in self._background:
-            task.cancel()
-        for task in self._background:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        await self.intake.aclose()
-        await self.held.release()
+    async def shut(self) -> None:
         if self.remote is not None:
             await self.remote.aclose()
-
-    @property
-    def member(self) -> VirtualMember | None:
-        """The bridge's member while this node holds its agent id."""
-        return self.held.member
-
-    @property
-    def holding(self) -> asyncio.Event:
-        """Set while this node holds the bridge's agent id."""
-        return self.held.holding
 
     @property
     def card(self) -> RemoteCard | None:
@@ -172,7 +141,7 @@ class A2aOutbound:
         """Set whenever the card was read and the hub told of it."""
         return self.cards.read
 
-    def _registration(self) -> tuple[tuple[str, ...], dict[str, Any]]:
+    def registration(self) -> tuple[tuple[str, ...], dict[str, Any]]:
         card = self.card
         if card is None:
             return (), {"a2a": {"url": self.url}}
@@ -188,39 +157,40 @@ class A2aOutbound:
         member = self.member
         if member is None:
             return  # the claim registers it
-        capabilities, metadata = self._registration()
+        capabilities, metadata = self.registration()
         agent = {"id": self.agent_id, "capabilities": list(capabilities), "metadata": metadata}
         try:
             await member.request({"type": "agent.register", "agent": agent})
         except (RequestFailed, TimeoutError) as exc:
             log.warning("a2a bridge not registered", agent_id=self.agent_id, reason=str(exc))
 
-    async def _claimed(self, member: VirtualMember, seq: int) -> None:
-        if self.card is not None and self._registration()[0] != member.record.capabilities:
+    async def claimed(self, member: AdapterMember) -> None:
+        if self.card is not None and self.registration()[0] != member.record.capabilities:
             await self._card_changed(self.card)  # the card came while claiming
-        moved = RemoteOutcome(
-            "failure",
-            error="Bridge moved to another hub node while this request was in flight: try again",
-        )
-        orphans = answer_unanswered(
-            member, self.space, seq, request_keys=_request_keys, answer_key=in_reply_to,
-            answer=lambda event: self._reply(event, moved), label="a2a bridge",
-        )  # fmt: skip
-        task = asyncio.get_running_loop().create_task(orphans)
-        self._background = [t for t in self._background if not t.done()] + [task]
 
     # ── events addressed to the bridge ──────────────────────────────────
 
-    async def _on_message(self, msg: dict[str, Any]) -> None:
+    async def on_message(self, msg: dict[str, Any]) -> None:
         kind = msg.get("type")
         if kind == "space.event.cancel" and msg.get("reason") == "receiver_cancelled":
             await self._receiver_cancelled(msg)
         elif kind == "error":
             self._calls.refused(msg)
         else:
-            await self.intake.feed(msg)
+            await super().on_message(msg)
 
-    async def _serve(self, event: dict[str, Any]) -> None:
+    async def refuse(self, event: dict[str, Any], why: str) -> None:
+        await self._reply(event, _failed(why))
+
+    async def cancel_request(self, cancel: dict[str, Any]) -> None:
+        """``{cancel: true, in_reply_to}`` (the sender stopped waiting): the call
+        stops and the remote task is cancelled (``CancelTask``), as for a
+        receiver cancel of its reply stream."""
+        call = self._calls.find(cancel.get("from"), None, in_reply_to(cancel))
+        if call is not None:
+            await self._interrupt(call)
+
+    async def serve(self, event: dict[str, Any]) -> None:
         # A cancel takes no call slot: it must overtake the call it cancels.
         cancel = _data(event).get("cancel") is True
         try:
@@ -327,17 +297,20 @@ class A2aOutbound:
                 await self.memory.forget_waiting(task_id)
         if answer["status"] == "success":
             answer["state"] = "canceled"
-        await self.held.answer(event, {**answer, "task_id": task_id})
+        await self.answer(event, {**answer, "task_id": task_id})
 
     async def _receiver_cancelled(self, notice: dict[str, Any]) -> None:
         """The sender cancelled its copy of a reply stream (``space.event.cancel``
         as a receiver; the hub tells the bridge): the remote task is cancelled
         (``CancelTask``) and the stream ends."""
-        assert self.remote is not None
         stream_id = str(notice.get("event_id"))
         call = self._calls.streaming(stream_id.partition("/")[2] + ".")
         if call is None or call.request.sender != notice.get("from"):
             return
+        await self._interrupt(call)
+
+    async def _interrupt(self, call: Call) -> None:
+        assert self.remote is not None
         call.interrupt()
         if call.task_id is not None:
             try:
@@ -355,7 +328,7 @@ class A2aOutbound:
         context_id: str | None = None,
     ) -> None:
         data = reply_data(str(event.get("event_id")), outcome, task_id, context_id)
-        await self.held.answer(event, data)
+        await self.answer(event, data)
 
 
 def _data(event: dict[str, Any]) -> dict[str, Any]:
@@ -369,14 +342,3 @@ def _failed(error: str) -> RemoteOutcome:
 
 def _name(value: object) -> str | None:
     return value if isinstance(value, str) and 0 < len(value) <= MAX_NAME else None
-
-
-def _request_keys(event: dict[str, Any]) -> tuple[str, ...]:
-    """A request to the remote agent is any event that answers nothing and
-    cancels nothing."""
-    event_id = event.get("event_id")
-    data = event.get("data")
-    cancel = isinstance(data, dict) and data.get("cancel") is True
-    if not isinstance(event_id, str) or in_reply_to(event) is not None or cancel:
-        return ()
-    return (event_id,)

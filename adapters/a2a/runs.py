@@ -2,9 +2,13 @@
 
 A :class:`TaskRun` lives on the node that published the turn's request event
 (the node holding the client's HTTP request or SSE stream). It reads the
-agents' answer piece by piece (:class:`~adapters.replies.ReplyRelay`) and turns
+agents' answer piece by piece (:class:`~adapters.kit.replies.ReplyRelay`) and turns
 it into task updates, contract §13:
 
+* a progress note (``{in_reply_to, state: "working"}``, :meth:`TaskRun.working`)
+  → ``WORKING`` with its ``text`` as the status message; the turn goes on (a
+  blocking ``SendMessage`` answers now, :attr:`TaskRun.answered`), waiting
+  ``timeout`` again for what comes next;
 * a whole reply event → at most one artifact (its ``text`` / ``body`` /
   ``data``), then the state it asks for — ``COMPLETED``, ``FAILED`` with its
   ``error``, ``INPUT_REQUIRED`` with its ``text`` as the question;
@@ -13,11 +17,18 @@ it into task updates, contract §13:
   ``done``, then the state its first delta asked for;
 * a reply stream cancelled by its publisher or the hub → ``FAILED``;
 * nothing for ``timeout`` seconds → ``FAILED`` ("Timeout");
-* :meth:`TaskRun.cancel` (a ``CancelTask``) → ``CANCELED``, the reply stream
-  no longer relayed; :meth:`TaskRun.stop` (shutdown) → ``FAILED``.
+* :meth:`TaskRun.cancel` (a ``CancelTask``) → ``CANCELED``;
+  :meth:`TaskRun.stop` (shutdown) → ``FAILED``.
 
-Updates go to the run's listener (the SSE response, :meth:`TaskRun.listen`)
-as A2A stream results. A new task was stored by the gateway before its turn
+Whenever the run gives up on an answer still coming (cancel, timeout, a reply
+too big, shutdown) the answering agent is told to stop through the turn's
+:class:`~adapters.kit.asking.Asking` (contract §19): a receiver cancel of its
+reply stream once that started — the hub tells the producer — else an event
+``{cancel: true, in_reply_to}`` to it.
+
+Updates go to the run's listeners (the SSE response, :meth:`TaskRun.listen`;
+``SubscribeToTask`` on this node, :meth:`TaskRun.subscribe`) as A2A stream
+results. A new task was stored by the gateway before its turn
 was published (one the store cannot keep is refused there, never
 acknowledged); a follow-up turn is stored as it starts; every turn is stored
 at its end — so ``GetTask`` on any node sees the task's state.
@@ -27,16 +38,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
-from collections.abc import Awaitable, Callable
+import os
+from collections.abc import Callable
 from typing import Any
 
 import structlog
 
 from adapters.a2a.store import TaskStore
-from adapters.replies import Piece, RelayStopped, ReplyRelay
+from adapters.kit.asking import Asking
+from adapters.kit.replies import Piece, RelayStopped, ReplyRelay
 from hub.adapter_host import BackplaneUnavailable
-from protocol.a2a.mapping import interpret_reply, reply_state
+from protocol.a2a.mapping import interpret_reply, is_working, reply_state, working_note
 from protocol.a2a.model import TaskState, artifact, artifact_update, status_update, text_part
 from protocol.a2a.tasks import TaskRecord
 from protocol.codec import now_ms
@@ -52,30 +64,44 @@ class TaskRun:
     def __init__(
         self,
         record: TaskRecord,
-        relay: ReplyRelay,
+        asking: Asking,
         store: TaskStore,
         *,
         timeout: float,
         max_reply_bytes: int,
-        stop_stream: Callable[[str], Awaitable[None]],
         key: str = "",
         stored: bool = False,
+        rearm: Callable[[], ReplyRelay] | None = None,
     ):
-        """``stop_stream(stream_id)`` stops the delivery of a reply stream to
-        this node (a receiver cancel) once the run no longer wants it.
-        ``key``: whose share of the node's open tasks the run counts against.
+        """``asking``: the turn's request (:mod:`adapters.kit.asking`), its
+        answer relayed piece by piece; through it the agent is told to stop
+        when the run no longer wants the answer. ``key``: whose share of the
+        node's open tasks the run counts against.
         ``stored``: the record is in the store as it starts (a new task, stored
-        by the gateway before it was published)."""
+        by the gateway before it was published). ``rearm()``: a fresh relay
+        for the same request, after a progress note the relay took for the
+        answer (one that overtook the request's own publish)."""
         self.record = record
         self.key = key
         self._stored = stored
-        self.relay = relay
+        self.asking = asking
+        self.relay: ReplyRelay = asking.relay  # type: ignore[assignment]
         self.store = store
         self.timeout = timeout
         self.max_reply_bytes = max_reply_bytes
         self.finished = asyncio.Event()
-        self._stop_stream = stop_stream
-        self._listener: asyncio.Queue[Update] | None = None
+        #: Set once a blocking ``SendMessage`` may answer: the turn ended, or
+        #: the agents said they work on it in the background.
+        self.answered = asyncio.Event()
+        self._rearm = rearm
+        #: Called once, at the first progress note (the gateway moves the run
+        #: to its bound of tasks working in the background).
+        self.on_background: Callable[[TaskRun], None] | None = None
+        #: Which of the node's bounds the run counts against (the gateway's to set).
+        self.slot = "open"
+        self._listeners: list[asyncio.Queue[Update]] = []
+        self._waiting: asyncio.Timeout | None = None
+        self._saving: set[asyncio.Task[None]] = set()
         self._interrupt: tuple[TaskState, str | None] | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -92,13 +118,42 @@ class TaskRun:
         submitted["status"] = {"state": TaskState.SUBMITTED.value}
         queue.put_nowait({"task": submitted})
         queue.put_nowait(self._status())
-        self._listener = queue
+        self._listeners.append(queue)
         return queue
 
-    def detach(self) -> None:
-        """The listener went away (the client dropped its stream): the turn
-        goes on, its outcome stored for ``GetTask``."""
-        self._listener = None
+    def subscribe(self) -> asyncio.Queue[Update]:
+        """A queue of this turn's stream results from now on, beginning with
+        the task as it is (``SubscribeToTask``); ending with None."""
+        queue: asyncio.Queue[Update] = asyncio.Queue()
+        queue.put_nowait({"task": self.record.wire()})
+        if self.finished.is_set():
+            queue.put_nowait(None)
+        else:
+            self._listeners.append(queue)
+        return queue
+
+    def detach(self, queue: asyncio.Queue[Update] | None = None) -> None:
+        """A listener went away (the client dropped its stream; None: all of
+        them): the turn goes on, its outcome stored for ``GetTask``."""
+        self._listeners = [q for q in self._listeners if queue is not None and q is not queue]
+
+    def working(self, data: dict[str, Any]) -> None:
+        """The agents sent a progress note (``state: "working"``): the task is
+        ``WORKING`` (its ``text`` the status message) and waits ``timeout``
+        again for what comes next."""
+        if self.finished.is_set() or self._interrupt is not None:
+            return
+        self.record.move(TaskState.WORKING, now_ms(), working_note(data))
+        if not self.record.background and self.on_background is not None:
+            self.on_background(self)
+        self.record.background = True
+        self._emit(self._status())
+        self.answered.set()
+        if self._waiting is not None:  # waiting now: the wait starts again
+            self._waiting.reschedule(asyncio.get_running_loop().time() + self.timeout)
+        saving = asyncio.get_running_loop().create_task(self._save())
+        self._saving.add(saving)  # held until done (the loop keeps only a weak reference)
+        saving.add_done_callback(self._saving.discard)
 
     def start(self, on_done: Callable[[TaskRun], None]) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -107,6 +162,11 @@ class TaskRun:
     def cancel(self) -> None:
         """The client cancelled the task (``CancelTask``, on any node)."""
         self._end(TaskState.CANCELED, None)
+
+    def supersede(self) -> None:
+        """A next turn of the task begins (on any node): this one ends quietly,
+        its end not stored."""
+        self._end(TaskState.WORKING, None)
 
     def stop(self, reason: str) -> None:
         """The hub is shutting down: the task fails with ``reason``."""
@@ -143,20 +203,27 @@ class TaskRun:
     async def _follow(self) -> tuple[TaskState, str | None]:
         """Read the answer; returns the state the turn ends in."""
         stream_state: tuple[TaskState, str | None] | None = None
-        artifact_id = f"{self.task_id}-{self.record.turn}-{uuid.uuid4().hex[:8]}"
+        artifact_id = f"{self.task_id}-{self.record.turn}-{os.urandom(4).hex()}"
         texts: list[str] = []
         size = 0
         while True:
             try:
-                async with asyncio.timeout(self.timeout):
-                    piece = await self.relay.next()
+                try:
+                    async with asyncio.timeout(self.timeout) as self._waiting:
+                        piece = await self.relay.next()
+                finally:
+                    self._waiting = None
             except RelayStopped:
-                await self._stop_relayed_stream()
                 assert self._interrupt is not None
+                await self._tell_stop(self._interrupt[0].name.lower())
                 return self._interrupt
             except TimeoutError:
-                await self._stop_relayed_stream()
+                await self._tell_stop("timeout")
                 return TaskState.FAILED, TIMEOUT
+            if piece.kind == "event" and is_working(piece.data) and self._rearm is not None:
+                self.working(piece.data)
+                self.relay = self.asking.relay = self._rearm()
+                continue
             if piece.kind == "event":
                 return self._whole(piece)
             if piece.kind == "cancel":
@@ -177,9 +244,11 @@ class TaskRun:
             text = _text(piece)
             if stream_state is None:
                 stream_state = reply_state(piece.data)
+                self.record.stream_id = self.relay.stream_id
+                await self._save()  # another node's SubscribeToTask follows the stream
             size += len(text.encode("utf-8", "surrogatepass"))
             if self.record.size + size > self.max_reply_bytes:
-                await self._stop_relayed_stream()
+                await self._tell_stop("too_big")
                 return TaskState.FAILED, f"The reply exceeds {self.max_reply_bytes} bytes"
             texts.append(text)
             self._emit(
@@ -194,21 +263,32 @@ class TaskRun:
         if outcome.parts:
             if self.record.size + outcome.size > self.max_reply_bytes:
                 return TaskState.FAILED, f"The reply exceeds {self.max_reply_bytes} bytes"
-            artifact_id = f"{self.task_id}-{self.record.turn}-{uuid.uuid4().hex[:8]}"
+            artifact_id = f"{self.task_id}-{self.record.turn}-{os.urandom(4).hex()}"
             parts = list(outcome.parts)
             self.record.add_artifact(artifact_id, parts, outcome.size)
-            self._emit(
-                artifact_update(
-                    self.task_id, self.record.context_id, artifact(artifact_id, parts),
-                    last_chunk=True,
-                )
-            )  # fmt: skip
+            if self._listeners:  # a blocking call's client reads the task instead
+                self._emit(
+                    artifact_update(
+                        self.task_id, self.record.context_id, artifact(artifact_id, parts),
+                        last_chunk=True,
+                    )
+                )  # fmt: skip
         return outcome.state, outcome.message
 
-    async def _stop_relayed_stream(self) -> None:
-        stream_id = self.relay.stream_id
-        if stream_id is not None and not self.relay.ended:
-            await self._stop_stream(stream_id)
+    async def _tell_stop(self, reason: str) -> None:
+        """The run no longer wants the answer: the agent is told to stop
+        (contract §19 — a receiver cancel of its reply stream, or an event
+        ``{cancel: true, in_reply_to}``). Not for a ``CancelTask`` before any
+        reply (the gateway's own cancel event tells it, with the task's ids),
+        nor for a turn the next one superseded (the agent works on in the
+        background)."""
+        state = self._interrupt[0] if self._interrupt is not None else None
+        if state is TaskState.WORKING or (
+            state is TaskState.CANCELED and self.relay.stream_id is None
+        ):
+            self.asking.close()
+            return
+        await self.asking.cancel(reason)
 
     async def _finish(self, state: TaskState, message: str | None) -> None:
         try:
@@ -216,14 +296,29 @@ class TaskRun:
                 state, message = TaskState.CANCELED, None  # a cancel wins
         except BackplaneUnavailable:
             pass
+        self._waiting = None
+        self.record.stream_id = None
         self.record.move(state, now_ms(), message)
         await self._save()
-        self._emit(self._status())
+        if self._listeners:
+            self._emit(self._status())
         self._emit(None)
         self.finished.set()
+        self.answered.set()
+
+    async def _superseded(self) -> bool:
+        """Has a next turn begun meanwhile (a message to a task the agents
+        said they work on)? Then this turn's end is not the task's."""
+        try:
+            return await self.store.turn_claimed(self.task_id, self.record.turn + 1)
+        except BackplaneUnavailable:
+            return False
 
     async def _save(self) -> None:
         try:
+            if self.record.turn > 1 or self.record.background:
+                if await self._superseded():
+                    return
             await self.store.save(self.record)
         except BackplaneUnavailable as exc:
             log.warning("a2a task not stored", task_id=self.task_id, reason=str(exc))
@@ -232,8 +327,8 @@ class TaskRun:
         return status_update(self.task_id, self.record.context_id, self.record.status())
 
     def _emit(self, update: Update) -> None:
-        if self._listener is not None:
-            self._listener.put_nowait(update)
+        for listener in self._listeners:
+            listener.put_nowait(update)
 
 
 def _text(piece: Piece) -> str:

@@ -13,16 +13,34 @@ kinds of keys, each expiring with the task:
   compare-and-set; the marker makes the race harmless);
 * ``a2a:turn:{id}:{n}`` — claimed (set-if-absent) by the node that starts the
   task's turn ``n``, so two follow-ups racing for one ``INPUT_REQUIRED`` task
-  cannot both continue it.
+  cannot both continue it; a turn whose next one was claimed stores nothing
+  more (:meth:`TaskStore.turn_claimed`).
+
+``ListTasks`` reads an index per (space, owner) — the owner is the caller with
+auth on, everyone without — kept with nothing but set-if-absent, so nodes
+need no lock: a task takes the first free slot ``a2a:slot:{list}:{n}`` (its id
+as the value) from the hint ``a2a:seq:{list}`` on, and moves the hint past
+it. A lagging hint only costs a few probes. Slots live twice ``history_ttl``;
+a listing reads back from the newest slot, at most :data:`MAX_LISTED` tasks,
+and skips those expired meanwhile.
 """
 
 from __future__ import annotations
+
+import asyncio
+import hashlib
 
 from hub.adapter_host import KeyValueStore
 from protocol.a2a.model import TaskState
 from protocol.a2a.tasks import TaskRecord, TaskRecordError
 
 PREFIX = "a2a:"
+#: The most tasks one listing reads (the caller's newest).
+MAX_LISTED = 1000
+#: Slots read at once when listing.
+BATCH = 100
+#: Slots probed for a free one before giving up on indexing a task.
+MAX_PROBES = 256
 
 
 class TaskStore:
@@ -58,5 +76,52 @@ class TaskStore:
         """Whether this node may serve the task's turn ``turn`` (first come)."""
         return await self.kv.set(f"{PREFIX}turn:{task_id}:{turn}", b"1", self.ttl, if_absent=True)
 
+    async def turn_claimed(self, task_id: str, turn: int) -> bool:
+        return await self.kv.get(f"{PREFIX}turn:{task_id}:{turn}") is not None
+
     async def release_turn(self, task_id: str, turn: int) -> None:
         await self.kv.delete(f"{PREFIX}turn:{task_id}:{turn}")
+
+    # ── the index ListTasks reads ───────────────────────────────────────
+
+    @staticmethod
+    def _list(space: str, owner: str | None) -> str:
+        """The index's name: one per (space, owner) (None: everyone's tasks)."""
+        raw = f"{space}\0{owner if owner is not None else ''}\0{owner is None}"
+        return hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+    async def index(self, record: TaskRecord, owner: str | None) -> None:
+        """Enter a new task in its owner's index (``ListTasks``)."""
+        name = self._list(record.space, owner)
+        n = await self._hint(name)
+        for slot in range(n, n + MAX_PROBES):
+            key = f"{PREFIX}slot:{name}:{slot}"
+            if await self.kv.set(key, record.id.encode(), 2 * self.ttl, if_absent=True):
+                await self.kv.set(f"{PREFIX}seq:{name}", str(slot + 1).encode(), 2 * self.ttl)
+                return
+
+    async def _hint(self, name: str) -> int:
+        raw = await self.kv.get(f"{PREFIX}seq:{name}")
+        try:
+            return max(0, int(raw or b"0"))
+        except ValueError:
+            return 0
+
+    async def listed(self, space: str, owner: str | None) -> list[TaskRecord]:
+        """The owner's tasks in ``space`` (at most :data:`MAX_LISTED`, the newest)."""
+        name = self._list(space, owner)
+        top = await self._hint(name)
+        while await self.kv.get(f"{PREFIX}slot:{name}:{top}") is not None:
+            top += 1  # claimed by a node whose hint update is still on its way
+        ids: list[str] = []
+        end = top
+        while end > 0 and len(ids) < MAX_LISTED:
+            start = max(0, end - BATCH)
+            keys = [f"{PREFIX}slot:{name}:{n}" for n in range(end - 1, start - 1, -1)]
+            found = [v for v in await asyncio.gather(*(self.kv.get(k) for k in keys)) if v]
+            if not found:
+                break  # a whole batch expired: older ones are gone too
+            ids += [v.decode("utf-8", "replace") for v in found]
+            end = start
+        records = await asyncio.gather(*(self.load(i) for i in dict.fromkeys(ids[:MAX_LISTED])))
+        return [r for r in records if r is not None and r.space == space]

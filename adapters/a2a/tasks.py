@@ -29,16 +29,27 @@ class NodeTasks:
         self.store = store
         #: Tasks with a turn in progress on this node.
         self.runs: dict[str, TaskRun] = {}
+        #: The same runs, by the ``event_id`` of their turn's request.
+        self.by_event: dict[str, TaskRun] = {}
 
     def __len__(self) -> int:
         return len(self.runs)
 
     def add(self, run: TaskRun) -> None:
         self.runs[run.task_id] = run
+        if run.record.event_id is not None:
+            self.by_event[run.record.event_id] = run
 
     def discard(self, run: TaskRun) -> None:
         if self.runs.get(run.task_id) is run:
             del self.runs[run.task_id]
+        if run.record.event_id is not None and self.by_event.get(run.record.event_id) is run:
+            del self.by_event[run.record.event_id]
+
+    async def listed(self, space: str, owner: str | None) -> list[TaskRecord]:
+        """The tasks ``ListTasks`` shows (the freshest view of those served here)."""
+        records = await self.store.listed(space, owner)
+        return [self.runs[r.id].record if r.id in self.runs else r for r in records]
 
     async def visible(self, task_id: str, space: str, owner: str | None) -> TaskRecord:
         """The task, if it belongs to ``space`` and (when ``owner`` is given)
@@ -59,14 +70,20 @@ class NodeTasks:
             raise RpcError(jsonrpc.INVALID_PARAMS, "contextId does not match the task's")
         if record.terminal:
             why = f"Task {task_id} is in terminal state: {record.state}"
-        elif record.state not in INTERRUPTED:
+        elif record.state not in INTERRUPTED and not record.background:
             why = f"Task {task_id} is still working: wait for its answer"
         elif record.turn >= max_turns:
             why = f"Task {task_id} has had {record.turn} turns: start a new task"
         elif not await self.store.claim_turn(task_id, record.turn + 1):
             why = f"Task {task_id} is already being continued"
         else:
-            return dataclasses.replace(record, turn=record.turn + 1, message=None)
+            run = self.runs.get(task_id)
+            if run is not None:
+                run.supersede()
+            return dataclasses.replace(
+                record, turn=record.turn + 1, message=None, background=False, stream_id=None,
+                history=list(record.history), artifacts=list(record.artifacts),
+            )  # fmt: skip
         raise RpcError(jsonrpc.UNSUPPORTED_OPERATION, why)
 
     async def release_turn(self, record: TaskRecord) -> None:

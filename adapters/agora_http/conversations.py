@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from adapters.stored import hashed_key, json_object
+from adapters.kit.stored import hashed_key, json_object
 from hub.adapter_host import KeyValueStore
 from protocol.agora_http import (
     CONVERSATION_EXPIRED,

@@ -42,21 +42,24 @@ from aiohttp import web
 
 from adapters.agora_http.conversations import Conversation, InboundConversations
 from adapters.agora_http.protocols import SpaceProtocols
-from adapters.joined import JoiningMember, NodeNotReady
-from adapters.replies import Asked, Assembled, ReplyWaiters
-from adapters.shares import ShareExceeded, Shares
+from adapters.kit.asking import AskCancelled, Asker, AskTimeout
+from adapters.kit.joined import JoiningMember, NodeNotReady
+from adapters.kit.replies import Assembled, ReplyWaiters
+from adapters.kit.shares import ShareExceeded, Shares
 from hub.adapter_host import (
     AdapterHost,
+    AdapterMember,
     AgentIdTaken,
     AuthError,
     BackplaneUnavailable,
     BodyRefused,
     Caller,
+    HttpFaces,
     RequestFailed,
     SlotsFull,
-    VirtualMember,
     parse_json,
     read_body,
+    until_client_gone,
 )
 from protocol.agora_http import (
     DEFAULT_LIMITS,
@@ -109,35 +112,39 @@ class AgoraHttpInbound:
         self.joining = JoiningMember(
             INBOUND_AGENT, self.spaces, capabilities=("agora-http",), label="agora-http"
         )
+        self.asker = Asker(self.joining, self.waiters)
         self.conversations: InboundConversations | None = None
         self.protocols: SpaceProtocols | None = None
         self.timeout = 30.0
         self.slots = Shares(self.options.max_waiting, 1.0, "requests waiting")
-        self._host: AdapterHost | None = None
+        #: The HTTP port's callers and policy (set at start).
+        self._http: HttpFaces | None = None
+        self._public = False
 
     # ── lifecycle ────────────────────────────────────────────────────────
 
     async def start(self, host: AdapterHost) -> None:
-        self._host = host
+        self._http, self._public = host.http, host.settings.agora_http_public
         share = host.settings.caller_share
         self.slots = Shares(self.options.max_waiting, share, "requests waiting")
         if not self.spaces:
             # No space is served, but /agora/* still answers as the spec does:
             # a JSON failure, not the HTTP server's plain-text 404.
-            host.mount(self._routes())
+            host.http.mount(self._routes())
             return
         s = host.settings
         self.timeout = s.bridge_timeout
         self.conversations = InboundConversations(host.kv, self.options.conversation_ttl)
         self.protocols = SpaceProtocols(
             self.spaces,
-            host.member_records,
+            host.spaces.member_records,
             scan_limit=self.options.member_scan_limit,
             exclude=(INBOUND_AGENT,),
         )
         # What cannot be joined now is joined in the background, and by requests.
-        await self.joining.start(host, self._on_message)
-        host.mount(self._routes(), on_shutdown=self._on_shutdown)
+        retry = min(1.0, s.heartbeat_interval)
+        await self.joining.start(host.hosting, self._on_message, retry=retry)
+        host.http.mount(self._routes(), on_shutdown=self._on_shutdown)
 
     def _routes(self) -> list[web.RouteDef]:
         return [
@@ -149,10 +156,11 @@ class AgoraHttpInbound:
         ]
 
     async def aclose(self) -> None:
+        await self.asker.aclose()
         await self.joining.aclose()
 
     @property
-    def member(self) -> VirtualMember | None:
+    def member(self) -> AdapterMember | None:
         """The shared ``agora-http`` member (on this node)."""
         return self.joining.member
 
@@ -172,18 +180,16 @@ class AgoraHttpInbound:
     async def _caller(self, request: web.Request, space: str) -> Caller | web.Response:
         """Who calls, or the answer refusing it: 401 without a usable token, a
         space it may not read answered as one not served (404)."""
-        assert self._host is not None
+        assert self._http is not None
         try:
-            caller = await self._host.caller(
-                request, public=self._host.settings.agora_http_public, prefix="agora-caller"
-            )
+            caller = await self._http.caller(request, public=self._public, prefix="agora-caller")
         except AuthError:
             response = _respond(401, failure("Unauthorized: a valid bearer token is required"))
             response.headers["WWW-Authenticate"] = 'Bearer realm="agora-hub"'
             return response
         except AgentIdTaken as exc:
             return _respond(409, failure(str(exc)))
-        if space not in self.spaces or not self._host.policy.may_read(caller, space):
+        if space not in self.spaces or not self._http.policy.may_read(caller, space):
             return _unknown_space(space)
         return caller
 
@@ -192,13 +198,15 @@ class AgoraHttpInbound:
         caller = await self._caller(request, space)
         if isinstance(caller, web.Response):
             return caller
-        assert self._host is not None
-        if not self._host.policy.may_publish(caller, space):
+        assert self._http is not None
+        if not self._http.policy.may_publish(caller, space):
             return _respond(403, failure(f"Not allowed to send to the space {space!r}"))
         try:
             agora = await self._read(request)
             with self.slots.hold(caller.share_key):
-                answer = await self._exchange(agora, space, request.match_info.get("id"), caller)
+                conversation_id = request.match_info.get("id")
+                gone = until_client_gone(request)
+                answer = await self._exchange(agora, space, conversation_id, caller, gone)
                 return _respond(*answer)
         except SlotsFull:
             return _respond(503, failure("Too many requests waiting: try again"), retry=True)
@@ -214,8 +222,8 @@ class AgoraHttpInbound:
         caller = await self._caller(request, space)
         if isinstance(caller, web.Response):
             return caller
-        assert self.conversations is not None and self._host is not None
-        if not self._host.policy.may_publish(caller, space):
+        assert self.conversations is not None and self._http is not None
+        if not self._http.policy.may_publish(caller, space):
             return _respond(403, failure(f"Not allowed to send to the space {space!r}"))
         try:
             conversation_id = check_conversation_id(request.match_info["id"])
@@ -270,7 +278,12 @@ class AgoraHttpInbound:
         return parse_request(obj, limits)
 
     async def _exchange(
-        self, agora: AgoraRequest, space: str, conversation_id: str | None, caller: Caller
+        self,
+        agora: AgoraRequest,
+        space: str,
+        conversation_id: str | None,
+        caller: Caller,
+        gone: asyncio.Future[None],
     ) -> tuple[int, dict[str, Any]]:
         assert self.conversations is not None and self.protocols is not None
         opened = conversation = None
@@ -290,7 +303,7 @@ class AgoraHttpInbound:
         if not caller.anonymous:
             data["caller"] = caller.agent_id
         try:
-            answer = await self._ask(space, data)
+            answer = await self._ask(space, data, gone)
         except BaseException:
             if opened is not None:
                 await _quietly(self.conversations.discard(opened))
@@ -300,28 +313,20 @@ class AgoraHttpInbound:
             conversation = None
         return 200, _reply(answer, conversation)
 
-    async def _ask(self, space: str, data: dict[str, Any]) -> Any:
-        """Publish the request event and wait for its answer."""
-        with self.waiters.publishing():
-            event_id = await self._publish(space, data)
-            future = self.waiters.expect(Asked.of(space, event_id))
+    async def _ask(self, space: str, data: dict[str, Any], gone: asyncio.Future[None]) -> Any:
+        """Publish the request event and wait for its answer; a caller that goes
+        away stops the answering agent (:mod:`adapters.kit.asking`)."""
         try:
-            async with asyncio.timeout(self.timeout):
-                whole: Assembled = await future
-        except TimeoutError:
-            raise AgoraHttpError.failure(TIMEOUT) from None
-        finally:
-            self.waiters.forget(event_id)
-        return _interpret(whole)
-
-    async def _publish(self, space: str, data: dict[str, Any]) -> str:
-        try:
-            published = await self.joining.publish(space, data)
+            _, whole = await self.asker.ask(space, data, timeout=self.timeout, gone=gone)
         except RequestFailed as exc:
             raise _refused(exc) from None
         except (TimeoutError, NodeNotReady):
             raise AgoraHttpError.transport(503, "Hub unavailable: try again") from None
-        return str(published["event_id"])
+        except AskTimeout:
+            raise AgoraHttpError.failure(TIMEOUT) from None
+        except AskCancelled:
+            raise AgoraHttpError.transport(499, "Client gone") from None
+        return _interpret(whole)
 
     async def _announce_end(self, space: str, conversation_id: str) -> None:
         """Tell the space a conversation ended, so agents can drop its state."""

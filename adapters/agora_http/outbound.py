@@ -14,9 +14,10 @@ space, sender and id); ``data.end_conversation: true`` closes it with DELETE, as
 does expiry. Timeouts, refused connections and anything unreadable are failure
 answers: a request is never lost silently.
 
-Exactly one node of a cluster holds ``agent_id`` (a claimed virtual member); the
-others stand by and retry the claim every ``retry_interval``, so when the
-holder's node dies the bridge moves. Only ``url`` (and its
+Exactly one node of a cluster holds ``agent_id``; the others stand by and
+retry the claim every ``retry_interval``, so when the holder's node dies the
+bridge moves; a sender's ``{"cancel": true, "in_reply_to": …}`` abandons the
+call (all of it :mod:`adapters.kit.bridge`'s). Only ``url`` (and its
 ``/conversations/{id}``) is ever called, without following redirects; calls per
 bridge, events waiting for a call, and bodies both ways are bounded.
 """
@@ -24,7 +25,6 @@ bridge, events waiting for a call, and bodies both ways are bounded.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 import secrets
 import time
@@ -35,15 +35,8 @@ import structlog
 
 from adapters.agora_http.conversations import OutboundConversations, RemoteConversation
 from adapters.agora_http.remote import RemoteEndpoint, failed
-from adapters.holding import Holding
-from adapters.intake import RequestIntake
-from adapters.replies import in_reply_to
-from adapters.takeover import answer_unanswered
-from hub.adapter_host import (
-    AdapterHost,
-    BackplaneUnavailable,
-    VirtualMember,
-)
+from adapters.kit.bridge import OutboundBridge
+from hub.adapter_host import AdapterHost, BackplaneUnavailable
 from protocol.agora_http import (
     CONVERSATION_EXPIRED,
     CONVERSATION_NOT_FOUND,
@@ -77,10 +70,12 @@ class OutboundOptions:
     limits: AgoraLimits = DEFAULT_LIMITS
 
 
-class AgoraHttpOutbound:
-    """One ``[[bridges.agora_http]]`` entry."""
+class AgoraHttpOutbound(OutboundBridge):
+    """One ``[[bridges.agora_http]]`` entry: the HTTP Agora mapping of an
+    :class:`~adapters.kit.bridge.OutboundBridge`."""
 
-    system_spaces: tuple[str, ...] = ()
+    member_type = "agora-http-bridge"
+    label = "agora-http bridge"
 
     def __init__(
         self,
@@ -92,38 +87,26 @@ class AgoraHttpOutbound:
         timeout: float | None = None,
         options: OutboundOptions | None = None,
     ):
-        self.space = space
-        self.agent_id = agent_id
+        o = self.options = options or OutboundOptions()
+        super().__init__(
+            space, agent_id, max_request_bytes=o.limits.max_request_bytes,
+            max_concurrency=o.max_concurrency, max_queued=o.max_queued,
+            retry_interval=o.retry_interval,
+        )  # fmt: skip
         self.url = url.rstrip("/")
         self.protocol_hash = None if document is None else hash_document(document)
         self.sources = [] if document is None else [encode_source(document)]
-        self.options = options or OutboundOptions()
         self.timeout = timeout
         self.conversations: OutboundConversations | None = None
         self._remote: RemoteEndpoint | None = None
-        self._calls = asyncio.Semaphore(self.options.max_concurrency)
-        o = self.options
-        self.intake = RequestIntake(
-            agent_id, space, serve=self._serve,
-            refuse=lambda event, why: self._answer(event, failed(why)),
-            max_request_bytes=o.limits.max_request_bytes, max_concurrency=o.max_concurrency,
-            max_queued=o.max_queued,
-        )  # fmt: skip
-        self.held = Holding(
-            agent_id, space, self.intake.feed, type="agora-http-bridge",
-            registration=lambda: (("agora-http",), {}), on_claimed=self._claimed,
-            label="agora-http bridge",
-        )  # fmt: skip
+        self._calls = asyncio.Semaphore(o.max_concurrency)
         self._expiries: dict[str, float] = {}
         self._heap: list[tuple[float, str]] = []
-        self._background: list[asyncio.Task[None]] = []
 
-    # ── lifecycle and the claim ─────────────────────────────────────────
+    # ── the bridge's own resources ──────────────────────────────────────
 
-    async def start(self, host: AdapterHost) -> None:
-        s = host.settings
-        self.timeout = self.timeout or s.bridge_timeout
-        retry = self.options.retry_interval or s.heartbeat_interval
+    async def open(self, host: AdapterHost) -> None:
+        self.timeout = self.timeout or host.settings.bridge_timeout
         ttl = self.options.conversation_ttl
         self.conversations = OutboundConversations(host.kv, self.agent_id, ttl)
         self._remote = RemoteEndpoint(
@@ -132,50 +115,18 @@ class AgoraHttpOutbound:
             max_connections=self.options.max_concurrency,
             limits=self.options.limits,
         )
-        await self.held.claim(host)
-        loop = asyncio.get_running_loop()
-        self._background += [
-            loop.create_task(self.held.keep(host, retry)),
-            loop.create_task(self._sweep(max(0.05, min(1.0, ttl / 4)))),
-        ]
+        self.spawn(self._sweep(max(0.05, min(1.0, ttl / 4))))
 
-    async def aclose(self) -> None:
-        """Stop; events still being served get a failure answer, not silence."""
-        for task in self._background:
-            task.cancel()
-        for task in self._background:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._background.clear()
-        await self.intake.aclose()
-        await self.held.release()
+    async def shut(self) -> None:
         if self._remote is not None:
             await self._remote.aclose()
 
-    @property
-    def member(self) -> VirtualMember | None:
-        """The bridge's member while this node holds its agent id."""
-        return self.held.member
-
-    @property
-    def holding(self) -> asyncio.Event:
-        """Set while this node holds the bridge's agent id."""
-        return self.held.holding
-
-    async def _claimed(self, member: VirtualMember, seq: int) -> None:
-        moved = failed(
-            "Bridge moved to another hub node while this request was in flight: try again"
-        )
-        orphans = answer_unanswered(
-            member, self.space, seq, request_keys=_request_keys, answer_key=in_reply_to,
-            answer=lambda event: self._answer(event, moved), label="agora-http bridge",
-        )  # fmt: skip
-        task = asyncio.get_running_loop().create_task(orphans)
-        self._background = [t for t in self._background if not t.done()] + [task]
+    def registration(self) -> tuple[tuple[str, ...], dict[str, Any]]:
+        return ("agora-http",), {}
 
     # ── events addressed to the bridge ──────────────────────────────────
 
-    async def _serve(self, event: dict[str, Any]) -> None:
+    async def serve(self, event: dict[str, Any]) -> None:
         async with self._calls:
             try:
                 reply, conversation_id = await self._exchange(event)
@@ -186,6 +137,9 @@ class AgoraHttpOutbound:
                 reply, conversation_id = failed("Bridge error"), None
         await self._answer(event, reply, conversation_id)
 
+    async def refuse(self, event: dict[str, Any], why: str) -> None:
+        await self._answer(event, failed(why))
+
     async def _answer(
         self, event: dict[str, Any], reply: Reply, conversation_id: str | None = None
     ) -> None:
@@ -194,7 +148,7 @@ class AgoraHttpOutbound:
             **reply.event_data(),
             "conversation_id": conversation_id,
         }
-        await self.held.answer(event, data)
+        await self.answer(event, data)
 
     # ── one exchange with the remote ────────────────────────────────────
 
@@ -304,9 +258,3 @@ class AgoraHttpOutbound:
                 except BackplaneUnavailable:
                     self._schedule_at(key, now + interval)  # try again later
                     break
-
-
-def _request_keys(event: dict[str, Any]) -> tuple[str, ...]:
-    """A request to the remote agent is any event that answers nothing."""
-    event_id = event.get("event_id")
-    return (event_id,) if isinstance(event_id, str) and in_reply_to(event) is None else ()

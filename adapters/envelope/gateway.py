@@ -48,19 +48,24 @@ from adapters.envelope.common import (
     too_large,
 )
 from adapters.envelope.waits import Waits
-from adapters.shares import ShareExceeded, Shares
+from adapters.kit.shares import ShareExceeded, Shares
 from hub.adapter_host import (
     Act,
     AdapterHost,
+    AdapterMember,
+    AgentHosting,
     AgentIdTaken,
     AuthError,
     BackplaneUnavailable,
     BodyRefused,
     Caller,
+    EnvelopeCheck,
+    HttpFaces,
+    HubIdentity,
     HubSettings,
     RequestFailed,
     SlotsFull,
-    VirtualMember,
+    SpaceReads,
     check_json,
     client_gone,
     read_body,
@@ -119,8 +124,13 @@ class EnvelopeGateway:
         self.waiting = Shares(settings.envelope_max_waits, settings.caller_share, "waits")
         #: Spaces taking envelopes from any valid signer.
         self.public_spaces = frozenset(d.id for d in settings.spaces if d.envelope_public)
-        self.host: AdapterHost | None = None
-        self.member: VirtualMember | None = None
+        # The parts of the host it calls (set at start).
+        self._hosting: AgentHosting | None = None
+        self._http: HttpFaces | None = None
+        self._spaces: SpaceReads | None = None
+        self._identity: HubIdentity | None = None
+        self._envelopes: EnvelopeCheck | None = None
+        self.member: AdapterMember | None = None
         self._joined: set[str] = set()
         self._joining: dict[str, asyncio.Lock] = {}
         self._attaching = asyncio.Lock()
@@ -128,10 +138,11 @@ class EnvelopeGateway:
         self._log = structlog.get_logger("adapters.envelope").bind(adapter="gateway")
 
     async def start(self, host: AdapterHost) -> None:
-        self.host = host
+        self._hosting, self._http, self._spaces = host.hosting, host.http, host.spaces
+        self._identity, self._envelopes = host.identity, host.envelopes
         # The HTTP port closes before the adapters: waiting callers get their
         # answer (503) then, instead of being cut off.
-        host.mount(
+        host.http.mount(
             [
                 web.post("/envelope/{space}", self._post_agora),
                 web.post("/agentprotocol/{space}", self._post_agentprotocol),
@@ -159,7 +170,7 @@ class EnvelopeGateway:
         return await self._serve(request, Format.AGENTPROTOCOL, space)
 
     async def _serve(self, request: web.Request, fmt: Format, space: str | None) -> web.Response:
-        assert self.host is not None
+        assert self._identity is not None
         data: dict[str, Any] = {}
         try:
             if self._closed:
@@ -171,29 +182,29 @@ class EnvelopeGateway:
             return await self._handle(fmt, space, data, caller)
         except Refused as refusal:
             envelope = signed_error(
-                self.host.identity.signing_key, fmt, refusal.error, refusal.message, about=data
+                self._identity.signing_key, fmt, refusal.error, refusal.message, about=data
             )
             return _json(refusal.status, envelope)
         except EnvelopeError as exc:
-            envelope = signed_error(self.host.identity.signing_key, fmt, exc, about=data)
+            envelope = signed_error(self._identity.signing_key, fmt, exc, about=data)
             return _json(int(exc.agora_code), envelope)
         except BackplaneUnavailable as exc:
             code = AgoraErrorCode.UNAVAILABLE
-            envelope = signed_error(self.host.identity.signing_key, fmt, code, str(exc), about=data)
+            envelope = signed_error(self._identity.signing_key, fmt, code, str(exc), about=data)
             return _json(int(code), envelope)
         except Exception as exc:
             if isinstance(exc, ConnectionResetError) and client_gone(request):
                 raise  # nobody to answer: the HTTP port's middleware ends it quietly
             self._log.exception("envelope request failed", space=space)
             code = AgoraErrorCode.INTERNAL_ERROR
-            envelope = signed_error(self.host.identity.signing_key, fmt, code, about=data)
+            envelope = signed_error(self._identity.signing_key, fmt, code, about=data)
             return _json(int(code), envelope)
 
     async def _caller(self, request: web.Request) -> Caller:
-        assert self.host is not None
+        assert self._http is not None
         public = self.settings.envelope_http_public
         try:
-            return await self.host.caller(request, public=public, prefix="envelope-caller")
+            return await self._http.caller(request, public=public, prefix="envelope-caller")
         except AuthError:
             raise Refused(AgoraErrorCode.UNAUTHORIZED, "a valid bearer token is required") from None
         except AgentIdTaken as exc:
@@ -202,10 +213,10 @@ class EnvelopeGateway:
     async def _handle(
         self, fmt: Format, space: str | None, data: dict[str, Any], caller: Caller
     ) -> web.Response:
-        assert self.host is not None
+        assert self._envelopes is not None
         if data.get("protocol") != fmt.value:
             raise Refused(AgoraErrorCode.BAD_REQUEST, f"this route takes {fmt.value} envelopes")
-        check = self.host.envelopes
+        check = self._envelopes
         verified = verify(data, now=time.time(), max_age=check.max_age, max_skew=check.max_skew)
         if space is None:
             raise Refused(AgoraErrorCode.NOT_FOUND, "no space: agentprotocol_space is not set")
@@ -221,13 +232,13 @@ class EnvelopeGateway:
 
     def _allowed(self, caller: Caller, envelope: Verified, space: str, act: Act) -> None:
         """The bearer caller and (auth on) the envelope's signer may ``act``."""
-        assert self.host is not None
-        policy = self.host.policy
+        assert self._http is not None
+        policy = self._http.policy
         if not policy.allows(caller, act, space):
             raise Refused(AgoraErrorCode.UNAUTHORIZED, f"you may not {act} in this space")
-        if not self.host.auth_required or space in self.public_spaces:
+        if not self._http.auth_required or space in self.public_spaces:
             return
-        signer = self.host.signer(envelope.did)
+        signer = self._http.signer(envelope.did)
         if signer is None or not policy.allows(signer, act, space):
             raise Refused(
                 AgoraErrorCode.UNAUTHORIZED,
@@ -239,15 +250,15 @@ class EnvelopeGateway:
     async def _existing(self, space: str, caller: Caller) -> None:
         """Only user spaces that exist (declared, or with members) are served,
         and to a caller that may not read one, it does not exist."""
-        assert self.host is not None
+        assert self._http is not None and self._spaces is not None
         try:
             kind = space_kind(space)
         except ProtocolError:
             kind = None
         if (
             kind is not SpaceKind.PUBLIC
-            or not self.host.policy.may_read(caller, space)
-            or not await self.host.space_exists(space)
+            or not self._http.policy.may_read(caller, space)
+            or not await self._spaces.space_exists(space)
         ):
             raise Refused(AgoraErrorCode.NOT_FOUND, f"space {space[:128]!r} does not exist")
 
@@ -264,11 +275,11 @@ class EnvelopeGateway:
         except TimeoutError:
             raise Refused(AgoraErrorCode.UNAVAILABLE, "the hub did not answer in time") from None
 
-    async def _join(self, space: str) -> VirtualMember:
+    async def _join(self, space: str) -> AdapterMember:
         """The gateway's member, in ``space``: attached on first use (a hub
         nobody posts envelopes to has no such member), joined once per space
         and node; it then stays a member (see docs/envelopes.md)."""
-        assert self.host is not None
+        assert self._hosting is not None
         member = self.member
         if member is not None and space in self._joined and not member.closing:
             return member
@@ -277,7 +288,7 @@ class EnvelopeGateway:
                 if self.member is not None and self.member.closing:
                     self.member, self._joined = None, set()  # closed by the hub: anew
                 if self.member is None:
-                    self.member = await self.host.attach(
+                    self.member = await self._hosting.attach(
                         GATEWAY_ID, self._on_message, shared=True, type="envelope-gateway"
                     )
             member = self.member
@@ -291,7 +302,6 @@ class EnvelopeGateway:
         self, request: Verified, space: str, data: dict[str, Any], caller: Caller
     ) -> web.Response:
         """Publish a REQUEST and answer with the first envelope answering it."""
-        assert self.host is not None
         key = caller.share_key
         try:
             self.waiting.take(key)
@@ -305,7 +315,7 @@ class EnvelopeGateway:
             self.waiting.give_back(key)
 
     async def _wait(self, request: Verified, space: str, data: dict[str, Any]) -> web.Response:
-        assert self.host is not None
+        assert self._identity is not None
         try:
             wait = self.waits.open(request, space, time.time())
         except EnvelopeError as exc:
@@ -319,7 +329,7 @@ class EnvelopeGateway:
             except TimeoutError:
                 envelope = timeout_envelope(
                     request.format,
-                    signing_key=self.host.identity.signing_key,
+                    signing_key=self._identity.signing_key,
                     now=time.time(),
                     request_id=wait.asked.event_id,
                     to=request.signer if request.format is Format.AGENTPROTOCOL else None,
@@ -331,14 +341,14 @@ class EnvelopeGateway:
 
     async def _welcome(self, hello: Verified, space: str) -> web.Response:
         """The hub answers a HELLO itself: its identity and the space's members."""
-        assert self.host is not None
+        assert self._identity is not None and self._envelopes is not None
         # Not published, but replay-checked like everything else.
-        if await self.host.envelopes.seen_ids.seen(hello.replay_key, hello.replay_ttl):
+        if await self._envelopes.seen_ids.seen(hello.replay_key, hello.replay_ttl):
             raise Refused(hello.replayed())
         members = await self._members(space)
         envelope = welcome_envelope(
             hello,
-            signing_key=self.host.identity.signing_key,
+            signing_key=self._identity.signing_key,
             now=time.time(),
             space=space,
             members=members,
@@ -346,8 +356,8 @@ class EnvelopeGateway:
         return _json(200, envelope)
 
     async def _members(self, space: str) -> list[dict[str, Any]]:
-        assert self.host is not None
-        records = await self.host.member_records(space, HELLO_MEMBERS + 1)
+        assert self._spaces is not None
+        records = await self._spaces.member_records(space, HELLO_MEMBERS + 1)
         return [
             {"id": record.agent_id, "capabilities": list(record.capabilities)}
             for record in records

@@ -16,12 +16,13 @@ In a cluster every node runs the bridge but the agent id is claimed
 cluster-wide, so exactly one node holds it; the others stand by and retry
 the claim every ``heartbeat_interval``, so the bridge moves to a surviving
 node when its holder is lost (its presence lapses or fails a liveness
-probe).
+probe). That, the bounded intake of requests (a streamed one assembled),
+a sender's ``{"cancel": true, "in_reply_to": …}`` and the takeover are
+:mod:`adapters.kit.bridge`'s.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from typing import Any
@@ -32,13 +33,14 @@ import structlog
 
 from adapters.envelope.common import read_bounded, request_of, signed_error
 from adapters.envelope.config import EnvelopeBridge
-from adapters.holding import Holding
-from adapters.takeover import answer_unanswered
+from adapters.kit.bridge import OutboundBridge
+from adapters.kit.intake import BUSY, CLOSING
 from hub.adapter_host import (
     AdapterHost,
+    EnvelopeCheck,
+    HubIdentity,
     HubSettings,
     RequestFailed,
-    VirtualMember,
 )
 from protocol.envelope import (
     AgoraErrorCode,
@@ -59,10 +61,12 @@ _MOVED = (
 _CLOSING = "the bridge shut down before the remote agent answered: send it again"
 
 
-class EnvelopePeer:
-    """Adapter: one ``[[bridges.envelope]]`` entry."""
+class EnvelopePeer(OutboundBridge):
+    """Adapter: one ``[[bridges.envelope]]`` entry, the signed-envelope mapping
+    of an :class:`~adapters.kit.bridge.OutboundBridge`."""
 
-    system_spaces: tuple[str, ...] = ()
+    member_type = "envelope-bridge"
+    label = "envelope bridge"
 
     def __init__(
         self,
@@ -76,112 +80,77 @@ class EnvelopePeer:
         self.bridge = bridge
         self.settings = settings
         self.format = Format(bridge.protocol)
+        # Calls in flight are bounded, none waits: one more is answered 429 at once.
+        super().__init__(
+            bridge.space, bridge.agent_id, max_request_bytes=settings.max_frame_bytes,
+            max_concurrency=max_concurrent, max_queued=0,
+            retry_interval=retry_interval,
+        )  # fmt: skip
         self.timeout = bridge.timeout or settings.bridge_timeout
         self.max_concurrent = max_concurrent
         self.max_response_bytes = max_response_bytes
-        self.retry_interval = retry_interval or settings.heartbeat_interval
-        self.host: AdapterHost | None = None
-        self.held = Holding(
-            bridge.agent_id, bridge.space, self._on_message, type="envelope-bridge",
-            registration=lambda: ((self.format.value,), {}), on_claimed=self._claimed,
-            label="envelope bridge",
-        )  # fmt: skip
         self._http: aiohttp.ClientSession | None = None
-        self._supervisor: asyncio.Task[None] | None = None
-        #: Calls in flight → (sender, envelope): answered if the bridge closes.
-        self._calls: dict[asyncio.Task[None], tuple[str, dict[str, Any]]] = {}
-        self._orphans: asyncio.Task[None] | None = None
+        self._envelopes: EnvelopeCheck | None = None
+        self._identity: HubIdentity | None = None
         self._log = structlog.get_logger("adapters.envelope").bind(
             adapter="outbound", agent_id=bridge.agent_id, space=bridge.space
         )
 
-    # ── lifecycle: hold the id, or stand by ────────────────────────────
+    # ── the bridge's own resources ──────────────────────────────────────
 
-    async def start(self, host: AdapterHost) -> None:
-        self.host = host
+    async def open(self, host: AdapterHost) -> None:
+        self._envelopes, self._identity = host.envelopes, host.identity
         self._http = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=self.timeout),
             headers={"Content-Type": "application/json"},
         )
-        await self.held.claim(host)
-        self._supervisor = asyncio.get_running_loop().create_task(
-            self.held.keep(host, self.retry_interval)
-        )
 
-    @property
-    def member(self) -> VirtualMember | None:
-        """The bridge's member while this node holds its agent id."""
-        return self.held.member
-
-    @property
-    def holding(self) -> asyncio.Event:
-        """Set whenever this node holds the agent id and is in the space."""
-        return self.held.holding
-
-    async def _claimed(self, member: VirtualMember, seq: int) -> None:
-        """Requests a lost holder left unanswered get a 503 (:mod:`adapters.takeover`)."""
-        fmt = self.format
-
-        async def moved(event: dict[str, Any]) -> None:
-            await self._reply_error(
-                event["from"], AgoraErrorCode.UNAVAILABLE, _MOVED, event["data"]
-            )
-
-        orphans = answer_unanswered(
-            member, self.bridge.space, seq, request_keys=lambda e: _request_keys(fmt, e),
-            answer_key=lambda e: _answer_key(fmt, e), answer=moved, label="envelope bridge",
-        )  # fmt: skip
-        self._orphans = asyncio.get_running_loop().create_task(orphans)
-
-    async def aclose(self) -> None:
-        if self._supervisor is not None:
-            self._supervisor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._supervisor
-        if self._orphans is not None:
-            self._orphans.cancel()
-        in_flight = list(self._calls.values())
-        for call in list(self._calls):
-            call.cancel()
-        if self._calls:
-            await asyncio.gather(*self._calls, return_exceptions=True)
-        if in_flight:  # their senders get an answer, not silence
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(5):
-                    await asyncio.gather(
-                        *(
-                            self._reply_error(sender, AgoraErrorCode.UNAVAILABLE, _CLOSING, data)
-                            for sender, data in in_flight
-                        )
-                    )
-        await self.held.release()
+    async def shut(self) -> None:
         if self._http is not None:
             await self._http.close()
 
+    def registration(self) -> tuple[tuple[str, ...], dict[str, Any]]:
+        return (self.format.value,), {}
+
+    # ── a lost holder's requests (adapters.kit.takeover) ────────────────
+
+    def request_keys(self, event: dict[str, Any]) -> tuple[str, ...]:
+        return _request_keys(self.format, event)
+
+    def answer_key(self, event: dict[str, Any]) -> str | None:
+        return _answer_key(self.format, event)
+
+    async def moved(self, event: dict[str, Any]) -> None:
+        await self._reply_error(event["from"], AgoraErrorCode.UNAVAILABLE, _MOVED, event["data"])
+
     # ── events addressed to the bridge ─────────────────────────────────
 
-    async def _on_message(self, msg: dict[str, Any]) -> None:
-        if msg.get("type") != "space.event" or not _addressed_to(msg, self.bridge.agent_id):
-            return
-        sender, data = msg.get("from"), msg.get("data")
+    async def serve(self, event: dict[str, Any]) -> None:
+        sender, data = event.get("from"), event.get("data")
         if not isinstance(sender, str) or not isinstance(data, dict):
             return
         if detect(data) is not self.format:
             await self._reply_error(
                 sender, AgoraErrorCode.BAD_REQUEST, f"this agent takes {self.format.value}", data
             )
-        elif msg.get("verified") is not True:
+        elif event.get("verified") is not True:
             await self._reply_error(
                 sender, AgoraErrorCode.UNAUTHORIZED, "only signed envelopes are forwarded", data
             )
-        elif len(self._calls) >= self.max_concurrent:
-            await self._reply_error(
-                sender, AgoraErrorCode.TOO_MANY_REQUESTS, "the remote agent is busy", data
-            )
         else:
-            call = asyncio.get_running_loop().create_task(self._forward(sender, data))
-            self._calls[call] = (sender, data)
-            call.add_done_callback(lambda done: self._calls.pop(done, None))
+            await self._forward(sender, data)
+
+    async def refuse(self, event: dict[str, Any], why: str) -> None:
+        sender, data = event.get("from"), event.get("data")
+        if not isinstance(sender, str) or not isinstance(data, dict):
+            return
+        if why == BUSY:
+            code, message = AgoraErrorCode.TOO_MANY_REQUESTS, "the remote agent is busy"
+        elif why == CLOSING:
+            code, message = AgoraErrorCode.UNAVAILABLE, _CLOSING
+        else:
+            code, message = AgoraErrorCode.BAD_REQUEST, why
+        await self._reply_error(sender, code, message, data)
 
     async def _forward(self, sender: str, data: dict[str, Any]) -> None:
         try:
@@ -228,8 +197,8 @@ class EnvelopePeer:
                 f"remote agent answered HTTP {status} without a {self.format.value} envelope",
                 data,
             )
-        assert self.host is not None
-        check = self.host.envelopes
+        check = self._envelopes
+        assert check is not None
         verify(answer, now=time.time(), max_age=check.max_age, max_skew=check.max_skew)
         return answer
 
@@ -269,9 +238,9 @@ class EnvelopePeer:
         about: dict[str, Any],
         fmt: Format | None = None,
     ) -> dict[str, Any]:
-        assert self.host is not None
+        assert self._identity is not None
         return signed_error(
-            self.host.identity.signing_key, fmt or self.format, code, message, about=about
+            self._identity.signing_key, fmt or self.format, code, message, about=about
         )
 
     def _timeout(self, about: dict[str, Any]) -> dict[str, Any]:
@@ -303,8 +272,3 @@ def _answer_key(fmt: Format, event: dict[str, Any]) -> str | None:
     if not isinstance(data, dict) or detect(data) is not fmt or data.get("type") in _REQUESTS:
         return None
     return request_of(fmt, data)
-
-
-def _addressed_to(msg: dict[str, Any], agent_id: str) -> bool:
-    to = msg.get("to")
-    return to == agent_id or (isinstance(to, list) and agent_id in to)

@@ -9,7 +9,7 @@ agora/1.0: an OFFER, RESULT or ERROR whose ``payload.request_id`` is the
 request's ``id``; agentprotocol/0.1: a ``response`` or ``error`` with the
 same ``correlationId`` — resolves the wait with the envelope as delivered.
 Only an envelope delivered in the request's own space counts (its
-:class:`~adapters.replies.Asked`, the same rule every gateway's answers obey).
+:class:`~adapters.kit.replies.Asked`, the same rule every gateway's answers obey).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from adapters.replies import Asked
+from adapters.kit.replies import Asked
 from protocol.envelope import EnvelopeError, Format, TaskTable, Verified, detect, parse
 
 

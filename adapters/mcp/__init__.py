@@ -6,6 +6,11 @@
 * :mod:`~adapters.mcp.calls` — the hub's tools and the agents' tools, run as
   the shared virtual agent ``mcp`` (:mod:`~adapters.mcp.agent`).
 * :mod:`~adapters.mcp.catalog` — the tools members of ``mcp = true`` spaces offer.
+* :mod:`~adapters.mcp.resources` — spaces as resources: list, read, follow live.
+* :mod:`~adapters.mcp.progress` — ``notifications/progress`` of a streamed reply,
+  and the calls ``notifications/cancelled`` stops.
+* :mod:`~adapters.mcp.streams` — the notification streams (``GET /mcp``,
+  ``subscriptions/listen``).
 * :mod:`~adapters.mcp.calllog` — the system space ``mcp.calls``.
 
 The wire (JSON-RPC, revisions, tool schemas, results) is pure, in

@@ -7,9 +7,9 @@ other spaces when a caller first publishes or asks there; it stays, so the
 next call costs no join, up to ``max_joined`` spaces per node, past which
 the least recently used one is left on this node (the membership of a
 shared agent is cluster-wide and outlives one node's copy: the space keeps
-``mcp`` among its members). The joining is :mod:`adapters.joined`'s.
+``mcp`` among its members). The joining is :mod:`adapters.kit.joined`'s.
 
-Replies reach every node's copy; :class:`~adapters.replies.ReplyWaiters`
+Replies reach every node's copy; :class:`~adapters.kit.replies.ReplyWaiters`
 resolves the one request this node is waiting for — only with a reply from
 the space it asked in, by the agents it asked (contract §18) — a streamed
 reply assembled first (bounded by ``max_answer_bytes``).
@@ -29,16 +29,19 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
 
-from adapters.joined import JoiningMember, JoinRefused, NodeNotReady
+from adapters.kit.asking import AskCancelled, Asker, Asking, AskTimeout
+from adapters.kit.joined import JoiningMember, JoinRefused, NodeNotReady
+from adapters.kit.replies import Assembled, Piece, RelayStopped, ReplyWaiters
 from adapters.mcp.calllog import CALLS_SPACE
-from adapters.replies import Asked, Assembled, ReplyWaiters
-from hub.adapter_host import AdapterHost, RequestFailed, VirtualMember
+from hub.adapter_host import AdapterMember, AgentHosting, RequestFailed
 
 #: The shared virtual agent MCP calls come from.
 MCP_AGENT = "mcp"
+
+T = TypeVar("T")
 
 
 class ToolFailure(Exception):
@@ -68,34 +71,67 @@ class McpAgent:
         max_joined: int,
         on_members_changed: Callable[[str], None],
         on_call_event: Callable[[dict[str, Any]], None],
+        on_space_message: Callable[[dict[str, Any]], None] = lambda msg: None,
+        followed: Callable[[str], bool] = lambda space: False,
     ):
+        """``on_space_message`` hears every message of a user space (resource
+        subscriptions); ``followed`` says whether a space is followed on this
+        node, and so not to be left."""
         self.pinned = frozenset(pinned)
         self.max_joined = max_joined
+        self.max_answer_bytes = max_answer_bytes
         self.waiters = ReplyWaiters(max_answer_bytes)
         self._on_members_changed = on_members_changed
         self._on_call_event = on_call_event
+        self._on_space_message = on_space_message
+        self._followed = followed
         self._asking: Counter[str] = Counter()
         self.joining = JoiningMember(
             MCP_AGENT, [*sorted(self.pinned), CALLS_SPACE], capabilities=("mcp",), label="mcp",
-            max_joined=max_joined, busy=self._asking.__contains__,
+            max_joined=max_joined, busy=self._busy,
         )  # fmt: skip
+        self.asker = Asker(self.joining, self.waiters)
+        #: The replies being relayed piece by piece (:meth:`ask_streaming`).
+        self._relayed: set[Asking] = set()
+        self._closing: str | None = None
+
+    def _busy(self, space: str) -> bool:
+        return space in self._asking or self._followed(space)
 
     # ── lifecycle ────────────────────────────────────────────────────────
 
-    async def start(self, host: AdapterHost) -> None:
-        # What cannot be joined now is retried in the background.
-        await self.joining.start(host, self._on_message)
+    async def start(self, hosting: AgentHosting, *, retry: float) -> None:
+        """Attach ``mcp`` and join its spaces; what cannot be joined now is
+        retried every ``retry`` seconds in the background."""
+        # Answers go to their waiting call in the delivery itself (_take).
+        await self.joining.start(hosting, self._on_message, self._take, retry=retry)
 
     async def aclose(self) -> None:
+        await self.asker.aclose()
         await self.joining.aclose()
 
     @property
-    def member(self) -> VirtualMember | None:
+    def member(self) -> AdapterMember | None:
         """The shared ``mcp`` member (on this node)."""
         return self.joining.member
 
     def fail_waiting(self, reason: str) -> None:
+        self._closing = reason
         self.waiters.fail_all(ToolFailure(reason))
+        for asking in self._relayed:
+            if asking.relay is not None:
+                asking.relay.stop()
+
+    def _take(self, msg: dict[str, Any]) -> bool:
+        """An answer to a waiting call, handed over in its delivery. The rest
+        goes to :meth:`_on_message`: the call log's events, membership
+        changes, and whatever a session following the space should hear."""
+        space = msg.get("space")
+        if space == CALLS_SPACE or msg.get("type") == "space.members":
+            return False
+        if "to" not in msg and isinstance(space, str) and self._followed(space):
+            return False
+        return self.waiters.take(msg)
 
     async def _on_message(self, msg: dict[str, Any]) -> None:
         if msg.get("space") == CALLS_SPACE:
@@ -106,6 +142,7 @@ class McpAgent:
             if space in self.pinned:
                 self._on_members_changed(space)
             return
+        self._on_space_message(msg)
         self.waiters.feed(msg)
 
     # ── acting in spaces ─────────────────────────────────────────────────
@@ -130,31 +167,88 @@ class McpAgent:
         self, space: str, data: dict[str, Any], to: list[str] | None, timeout: float
     ) -> tuple[dict[str, Any], Assembled]:
         """Publish a request and wait for the first reply to it: the request's
-        ``space.published`` and the reply (:class:`ToolFailure` on timeout)."""
+        ``space.published`` and the reply (:class:`ToolFailure` on timeout).
+        Cancelling the task that waits tells the agent to stop
+        (:mod:`adapters.kit.asking`)."""
+        asking = await self._send(space, data, to)
+        try:
+            whole = await asking.answer(timeout)
+        except AskTimeout:
+            raise ToolFailure("Timeout") from None
+        except AskCancelled as exc:
+            raise ToolFailure(f"Cancelled ({exc.reason})") from None
+        finally:
+            asking.close()
+            self._done_asking(space)
+        return asking.published, whole
+
+    async def ask_streaming(
+        self,
+        space: str,
+        data: dict[str, Any],
+        to: list[str] | None,
+        timeout: float,
+        on_delta: Callable[[str], Awaitable[None]],
+    ) -> tuple[dict[str, Any], Assembled]:
+        """As :meth:`ask`, hearing a streamed reply as it comes: ``on_delta``
+        gets each delta's text (``notifications/progress``); the reply is
+        assembled too (bounded by ``max_answer_bytes``: past it the agent is
+        told to stop and the reply is lost)."""
+        asking = await self._send(space, data, to, relay=True)
+        relay = asking.relay
+        assert relay is not None
+        stream = _Streamed(self.max_answer_bytes)
+        self._relayed.add(asking)
+        try:
+            async with asyncio.timeout(timeout):
+                while (whole := stream.take(await relay.next())) is None:
+                    if stream.delta is not None:
+                        await on_delta(stream.delta)
+                if whole.failure is not None and stream.too_large:
+                    await asking.cancel("too_large")
+        except TimeoutError:
+            await asking.cancel("timeout")
+            raise ToolFailure("Timeout") from None
+        except RelayStopped:
+            raise ToolFailure(self._closing or "Cancelled") from None
+        except ConnectionError:  # the caller went away while we told it
+            await asking.cancel("caller_gone")
+            raise ToolFailure("Cancelled (caller_gone)") from None
+        except asyncio.CancelledError:
+            await self.asker.finish(asking.cancel("cancelled"))
+            raise
+        finally:
+            self._relayed.discard(asking)
+            asking.close()
+            self._done_asking(space)
+        return asking.published, whole
+
+    async def _send(
+        self, space: str, data: dict[str, Any], to: list[str] | None, *, relay: bool = False
+    ) -> Asking:
+        """Publish a request; its :class:`~adapters.kit.asking.Asking`. The
+        space stays joined until :meth:`_done_asking`."""
         self._asking[space] += 1
         try:
-            with self.waiters.publishing():
-                published = await self._publish(space, data, to)
-                event_id = str(published["event_id"])
-                future = self.waiters.expect(Asked.of(space, event_id, to))
-            try:
-                async with asyncio.timeout(timeout):
-                    whole = await future
-            except TimeoutError:
-                raise ToolFailure("Timeout") from None
-            finally:
-                self.waiters.forget(event_id)
-            return published, whole
-        finally:
-            self._asking[space] -= 1
-            if not self._asking[space]:
-                del self._asking[space]
+            return await self._call(self.asker.send(space, data, to=to, relay=relay))
+        except BaseException:
+            self._done_asking(space)
+            raise
+
+    def _done_asking(self, space: str) -> None:
+        self._asking[space] -= 1
+        if not self._asking[space]:
+            del self._asking[space]
 
     async def _publish(
         self, space: str, data: dict[str, Any], to: list[str] | None
     ) -> dict[str, Any]:
+        return await self._call(self.joining.publish(space, data, to=to))
+
+    async def _call(self, publishing: Awaitable[T]) -> T:
+        """Publish, the hub's refusals worded as tool failures."""
         try:
-            return await self.joining.publish(space, data, to=to)
+            return await publishing
         except JoinRefused as exc:
             raise refusal(exc) from None
         except RequestFailed as exc:
@@ -165,3 +259,41 @@ class McpAgent:
             raise ToolFailure("the hub is unavailable: try again") from None
         except TimeoutError:
             raise ToolFailure("the hub did not answer in time: try again") from None
+
+
+class _Streamed:
+    """A reply taken piece by piece (:meth:`McpAgent.ask_streaming`): the
+    latest delta's text, and the whole reply once it ends."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self.first: dict[str, Any] | None = None
+        self.parts: list[str] = []
+        self.size = 0
+        self.delta: str | None = None
+        self.too_large = False
+
+    def take(self, piece: Piece) -> Assembled | None:
+        """The whole reply when ``piece`` ends it, else None (:attr:`delta`
+        is then the piece's text, if it had one)."""
+        self.delta = None
+        match piece.kind:
+            case "event":
+                return Assembled(piece.msg)
+            case "delta":
+                self.first = self.first or piece.msg
+                text = piece.data.get("text")
+                if isinstance(text, str):
+                    self.size += len(text.encode("utf-8", "surrogatepass"))
+                    if self.size > self.max_bytes:
+                        self.too_large = True
+                        return Assembled(self.first, f"stream larger than {self.max_bytes} bytes")
+                    self.parts.append(text)
+                    self.delta = text
+                return None
+            case "done":
+                first = self.first or piece.msg
+                data = {**(first.get("data") or {}), "text": "".join(self.parts)}
+                return Assembled({**first, "type": "space.event", "data": data})
+        reason = str(piece.msg.get("reason"))[:128]
+        return Assembled(self.first or piece.msg, f"stream cancelled ({reason})")

@@ -1,7 +1,7 @@
 """Running a ``tools/call``: the hub's five tools and the tools agents offer.
 
 The caller is an agent (:class:`~hub.adapter_host.Caller`), judged by the
-hub's one policy (:attr:`~hub.adapter_host.AdapterHost.policy`): what it may
+hub's one policy (:attr:`~hub.adapter_host.HttpFaces.policy`): what it may
 read (``spaces_list`` shows only such spaces, ``space_history`` and
 ``agents_list {space}`` need it, ``agents_list`` without one shows only the
 agents discovery lets it see) and where it may write (``space_publish``,
@@ -17,17 +17,20 @@ told in ``mcp.calls``, to the observers who may read the space it targets.
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 import structlog
 
+from adapters.kit.replies import Assembled
 from adapters.mcp.agent import McpAgent, ToolFailure
 from adapters.mcp.calllog import CallLog, new_call_id
 from adapters.mcp.catalog import ToolCatalog
 from adapters.mcp.options import McpOptions
-from hub.adapter_host import AdapterHost, BackplaneUnavailable, Caller
+from hub.adapter_host import BackplaneUnavailable, Caller, HttpFaces, SpaceReads
 from protocol.mcp import jsonrpc
 from protocol.mcp.results import (
     error_result,
@@ -52,6 +55,9 @@ from protocol.mcp.tools import (
     parse_arguments,
 )
 
+#: Hears each delta of a streamed reply (``notifications/progress``).
+Progress = Callable[[str], Awaitable[None]]
+
 #: What an MCP request's data says about where it came from.
 VIA = "mcp"
 
@@ -61,13 +67,25 @@ log = structlog.get_logger("adapters.mcp")
 class ToolRunner:
     def __init__(
         self,
-        host: AdapterHost,
+        http: HttpFaces,
+        spaces: SpaceReads,
         agent: McpAgent,
         catalog: ToolCatalog,
         calls: CallLog,
         options: McpOptions,
+        *,
+        max_frame_bytes: int,
+        bridge_timeout: float,
     ):
-        self.host = host
+        """``http``: the hub's one policy; ``spaces``: the reads behind
+        ``agents_list`` and ``space_history``. ``max_frame_bytes`` bounds an
+        event published for a caller and an ``agents_list`` answer;
+        ``bridge_timeout`` is how long a call waits for its reply unless the
+        caller says."""
+        self._http = http
+        self._spaces = spaces
+        self.max_frame_bytes = max_frame_bytes
+        self.bridge_timeout = bridge_timeout
         self.agent = agent
         self.catalog = catalog
         self.calls = calls
@@ -84,9 +102,15 @@ class ToolRunner:
         ]
 
     async def call(
-        self, caller: Caller, request_id: Any, name: str, arguments: dict[str, Any]
+        self,
+        caller: Caller,
+        request_id: Any,
+        name: str,
+        arguments: dict[str, Any],
+        progress: Progress | None = None,
     ) -> dict[str, Any]:
-        """The result of tool ``name``; ``JsonRpcError`` for an unknown tool."""
+        """The result of tool ``name``; ``JsonRpcError`` for an unknown tool.
+        ``progress`` hears each delta of a streamed reply (agent tools, ``space_ask``)."""
         agent_tool = None
         if name not in HUB_TOOL_NAMES:
             try:
@@ -107,12 +131,16 @@ class ToolRunner:
         started = time.monotonic()
         try:
             if agent_tool is not None:
-                result = await self._agent_tool(caller, agent_tool, arguments)
+                result = await self._agent_tool(caller, agent_tool, arguments, progress)
             elif isinstance(call, ToolArgumentError):
                 raise call
             else:
                 assert call is not None
-                result = await self._hub_tool(caller, call)
+                result = await self._hub_tool(caller, call, progress)
+        except asyncio.CancelledError:
+            self.calls.result(call_id, name, caller.agent_id, space, "Cancelled",
+                              time.monotonic() - started)  # fmt: skip
+            raise
         except (ToolFailure, ToolArgumentError) as exc:
             result = error_result(str(exc))
         except BackplaneUnavailable:
@@ -127,11 +155,13 @@ class ToolRunner:
         return result
 
     def _may_call(self, caller: Caller, tool: AgentTool) -> bool:
-        return self.host.policy.may_publish(caller, tool.space)
+        return self._http.policy.may_publish(caller, tool.space)
 
     # ── the hub's tools ──────────────────────────────────────────────────
 
-    async def _hub_tool(self, caller: Caller, call: HubCall) -> dict[str, Any]:
+    async def _hub_tool(
+        self, caller: Caller, call: HubCall, progress: Progress | None
+    ) -> dict[str, Any]:
         match call:
             case SpacesList():
                 reply = await self.agent.request({"type": "space.list"})
@@ -141,13 +171,13 @@ class ToolRunner:
                 if space is not None:
                     await self._check_read(caller, space)
                 try:
-                    records, more = await self.host.agents(
+                    records, more = await self._spaces.agents(
                         caller, capability=capability, space=space, limit=self.options.max_listed
                     )
                 except ValueError as exc:
                     raise ToolFailure(f"refused: {str(exc)[:200]}") from None
                 agents = [record.directory() for record in records]
-                kept = _within(agents, self.host.settings.max_frame_bytes)
+                kept = _within(agents, self.max_frame_bytes)
                 more = more or len(kept) < len(agents)
                 return json_result({"agents": kept, "more": more})
             case SpacePublish(space=space, data=data, to=to):
@@ -156,15 +186,15 @@ class ToolRunner:
                 return json_result({"event_id": published["event_id"], "seq": published["seq"]})
             case SpaceHistory(space=space, limit=limit):
                 await self._check_read(caller, space)
-                events = await self.host.history(space, limit, caller.agent_id)
+                events = await self._spaces.history(space, limit, caller.agent_id)
                 # The publisher's own request id is no reader's business.
                 events = [{k: v for k, v in e.items() if k != "request_id"} for e in events]
                 return json_result({"space": space, "events": events})
             case SpaceAsk(space=space, text=text, to=to, timeout=timeout):
                 await self._check_write(caller, space)
                 data = self._stamped({"text": text}, caller)
-                wait = timeout or self.host.settings.bridge_timeout
-                published, whole = await self.agent.ask(space, data, to, wait)
+                wait = timeout or self.bridge_timeout
+                published, whole = await self._ask(space, data, to, wait, progress)
                 if whole.failure is not None:
                     raise ToolFailure(f"The reply was lost: {whole.failure}.")
                 if is_failure(whole.data):
@@ -178,23 +208,23 @@ class ToolRunner:
         raise AssertionError(f"unhandled hub call {call!r}")
 
     def _may_read(self, caller: Caller, space: str) -> bool:
-        return self.host.policy.may_read(caller, space)
+        return self._http.policy.may_read(caller, space)
 
     async def _check_read(self, caller: Caller, space: str) -> None:
         """A space the caller may not read answers as one that does not exist."""
-        if not self._may_read(caller, space) or not await self.host.space_exists(space):
+        if not self._may_read(caller, space) or not await self._spaces.space_exists(space):
             raise ToolFailure(_absent(space))
 
     async def _check_write(self, caller: Caller, space: str) -> None:
         if not is_user_space(space):
             raise ToolFailure(f"{space!r} is a system space: nobody may publish there.")
         await self._check_read(caller, space)
-        if not self.host.policy.may_publish(caller, space):
+        if not self._http.policy.may_publish(caller, space):
             raise ToolFailure(f"You may not publish to space {space!r}.")
 
     def _stamped(self, data: dict[str, Any], caller: Caller) -> dict[str, Any]:
         stamped = {**data, "via": VIA, "caller": caller.agent_id}
-        limit = self.host.settings.max_frame_bytes - 1024  # room for the frame around it
+        limit = self.max_frame_bytes - 1024  # room for the frame around it
         if len(orjson.dumps(stamped)) > limit:
             raise ToolFailure(f"The event is too large: at most about {limit} bytes of JSON.")
         return stamped
@@ -202,14 +232,26 @@ class ToolRunner:
     # ── agents' tools ────────────────────────────────────────────────────
 
     async def _agent_tool(
-        self, caller: Caller, tool: AgentTool, arguments: dict[str, Any]
+        self, caller: Caller, tool: AgentTool, arguments: dict[str, Any], progress: Progress | None
     ) -> dict[str, Any]:
         data = self._stamped({"tool": tool.name, "arguments": arguments}, caller)
-        wait = self.host.settings.bridge_timeout
-        _published, whole = await self.agent.ask(tool.space, data, [tool.agent_id], wait)
+        wait = self.bridge_timeout
+        _published, whole = await self._ask(tool.space, data, [tool.agent_id], wait, progress)
         if whole.failure is not None:
             raise ToolFailure(f"The reply was lost: {whole.failure}.")
         return reply_result(whole.data)
+
+    async def _ask(
+        self,
+        space: str,
+        data: dict[str, Any],
+        to: list[str] | None,
+        wait: float,
+        progress: Progress | None,
+    ) -> tuple[dict[str, Any], Assembled]:
+        if progress is None:
+            return await self.agent.ask(space, data, to, wait)
+        return await self.agent.ask_streaming(space, data, to, wait, progress)
 
 
 def _absent(space: str) -> str:

@@ -3,7 +3,7 @@
 A member of such a space whose registration carries ``metadata.mcp_tools``
 offers them while it is a member, wherever in the cluster it is connected:
 the catalog reads the spaces' members with their registered metadata
-(``AdapterHost.member_records``, cluster-wide) and keeps the result for at
+(``SpaceReads.member_records``, cluster-wide) and keeps the result for at
 most ``ttl`` seconds (at most ``max_tools`` of them, by name, within
 ``max_bytes`` of listing). A membership change in one of the spaces (the ``mcp``
 agent is a member of each and hears of every join and leave) makes the next

@@ -41,3 +41,8 @@ class McpOptions:
     #: Spaces listed by ``spaces_list`` at most, agents by ``agents_list``
     #: (and no more agents than fit in about ``max_frame_bytes``).
     max_listed: int = 1000
+    #: Spaces one session may follow (``resources/subscribe``).
+    max_subscriptions: int = 100
+    #: How often the hub's spaces are read while a session stream is open
+    #: here, for ``notifications/resources/list_changed`` (seconds).
+    spaces_interval: float = 2.0

@@ -1,7 +1,8 @@
 """``/mcp`` on the HTTP port: MCP's Streamable HTTP transport, every revision at once.
 
     POST   /mcp   one JSON-RPC message: initialize, server/discover, ping,
-                  tools/list, tools/call, subscriptions/listen, notifications
+                  tools/list, tools/call, resources/*, subscriptions/listen,
+                  notifications
     GET    /mcp   a session's notification stream (405 without a session)
     DELETE /mcp   ends a session (its next request → 404)
 
@@ -25,21 +26,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 from collections.abc import Iterable
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from aiohttp import web
 
+from adapters.kit.shares import ShareExceeded, Shares
 from adapters.mcp import http
-from adapters.mcp.agent import MCP_AGENT, McpAgent
-from adapters.mcp.calllog import CALLS_SPACE, CallLog
+from adapters.mcp.agent import MCP_AGENT, McpAgent, ToolFailure
+from adapters.mcp.calllog import CALLS_SPACE, HUB_SENDER, CallLog, call_digest
 from adapters.mcp.calls import ToolRunner
 from adapters.mcp.catalog import ToolCatalog
 from adapters.mcp.options import McpOptions
+from adapters.mcp.progress import CallKey, Progress, RunningCalls, wants_progress
+from adapters.mcp.resources import SpaceResources
 from adapters.mcp.sessions import McpSession, Sessions
 from adapters.mcp.streams import NotificationStreams
-from adapters.shares import ShareExceeded, Shares
 from hub.adapter_host import (
     AdapterHost,
     AgentIdTaken,
@@ -47,9 +51,12 @@ from hub.adapter_host import (
     BackplaneUnavailable,
     BodyRefused,
     Caller,
+    HttpFaces,
     SlotsFull,
+    until_client_gone,
 )
 from protocol.mcp import jsonrpc, results, revisions
+from protocol.mcp import resources as resource_uris
 from protocol.mcp.jsonrpc import ClientReply, JsonRpcError, Notification, Request
 
 try:
@@ -58,6 +65,7 @@ except PackageNotFoundError:  # running from a source tree that is not installed
     VERSION = "0"
 
 LIST_CHANGED = "notifications/tools/list_changed"
+RESOURCES_CHANGED = "notifications/resources/list_changed"
 
 
 class McpServer:
@@ -78,50 +86,66 @@ class McpServer:
         self.options = o = options or McpOptions()
         #: Tool calls running on this node (``caller_share`` per caller, once started).
         self.calls_running = Shares(o.max_calls, 1.0, "tool calls running")
+        #: The same calls, by who sent them (for ``notifications/cancelled``).
+        self.running = RunningCalls()
         self.agent = McpAgent(
             self.spaces, max_answer_bytes=o.max_answer_bytes, max_joined=o.max_joined_spaces,
             on_members_changed=self._members_changed, on_call_event=self._show_call,
+            on_space_message=self._space_message, followed=self._followed,
         )  # fmt: skip
         self.streams = NotificationStreams(o.max_streams, o.keepalive, self._tools_version)
         self.catalog: ToolCatalog | None = None
         self.sessions: Sessions | None = None
         self.calls: CallLog | None = None
         self.runner: ToolRunner | None = None
-        self._host: AdapterHost | None = None
+        self.resources: SpaceResources | None = None
+        self._http: HttpFaces | None = None
         self._members_moved = asyncio.Event()
         self._watcher: asyncio.Task[None] | None = None
+        self._space_watcher: asyncio.Task[None] | None = None
+        #: A session stream opened: the spaces are read at once (the baseline
+        #: its list changes are told against).
+        self._stream_opened = asyncio.Event()
 
     # ── lifecycle ────────────────────────────────────────────────────────
 
     async def start(self, host: AdapterHost) -> None:
-        o = self.options
-        self._host = host
+        o, s = self.options, host.settings
+        self._http = host.http
         self.catalog = ToolCatalog(
-            self.spaces, host.member_records, ttl=o.tools_ttl, scan_limit=o.member_scan_limit,
-            max_tools=o.max_agent_tools, max_bytes=o.max_agent_tools_bytes, exclude=(MCP_AGENT,),
-            on_change=self.streams.changed,
+            self.spaces, host.spaces.member_records, ttl=o.tools_ttl,
+            scan_limit=o.member_scan_limit, max_tools=o.max_agent_tools,
+            max_bytes=o.max_agent_tools_bytes, exclude=(MCP_AGENT,), on_change=self.streams.changed,
         )  # fmt: skip
-        self.sessions = Sessions(
-            host.kv, o.session_ttl, o.max_sessions, share=host.settings.caller_share
-        )
-        self.calls_running = Shares(o.max_calls, host.settings.caller_share, "tool calls running")
-        self.calls = CallLog(host.settings.node_id, o.max_call_events, MCP_AGENT)
-        self.runner = ToolRunner(host, self.agent, self.catalog, self.calls, o)
-        await self.agent.start(host)
-        self.calls.start(host)
+        self.sessions = Sessions(host.kv, o.session_ttl, o.max_sessions, share=s.caller_share)
+        self.calls_running = Shares(o.max_calls, s.caller_share, "tool calls running")
+        self.calls = CallLog(s.node_id, o.max_call_events, MCP_AGENT)
+        self.runner = ToolRunner(
+            host.http, host.spaces, self.agent, self.catalog, self.calls, o,
+            max_frame_bytes=s.max_frame_bytes, bridge_timeout=s.bridge_timeout,
+        )  # fmt: skip
+        self.resources = SpaceResources(
+            host.http, host.spaces, host.kv, self.agent, self.streams, max_listed=o.max_listed,
+            max_subscriptions=o.max_subscriptions, session_ttl=o.session_ttl,
+        )  # fmt: skip
+        await self.agent.start(host.hosting, retry=min(1.0, s.heartbeat_interval))
+        self.calls.start(host.system, host.spaces)
+        loop = asyncio.get_running_loop()
         if self.spaces:
-            self._watcher = asyncio.get_running_loop().create_task(self._watch())
-        host.mount(
+            self._watcher = loop.create_task(self._watch())
+        self._space_watcher = loop.create_task(self._watch_spaces())
+        host.http.mount(
             [web.post("/mcp", self._post), web.get("/mcp", self._get),
              web.delete("/mcp", self._delete)],
             on_shutdown=self._on_shutdown,
         )  # fmt: skip
 
     async def aclose(self) -> None:
-        if self._watcher is not None:
-            self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watcher
+        for watcher in (self._watcher, self._space_watcher):
+            if watcher is not None:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
         if self.calls is not None:
             await self.calls.aclose()
         await self.agent.aclose()
@@ -135,8 +159,20 @@ class McpServer:
         return 0 if self.catalog is None else self.catalog.version
 
     def _show_call(self, msg: dict[str, Any]) -> None:
+        data = msg.get("data")
+        if msg.get("from") == HUB_SENDER and isinstance(data, dict):
+            digest = data.get("call")
+            if data.get("event") == "cancel" and isinstance(digest, str):
+                self.running.cancel(digest)
         if self.calls is not None:
             self.calls.show(msg)
+
+    def _space_message(self, msg: dict[str, Any]) -> None:
+        if self.resources is not None:
+            self.resources.heard(msg)
+
+    def _followed(self, space: str) -> bool:
+        return self.resources is not None and self.resources.following(space)
 
     def _members_changed(self, space: str) -> None:
         assert self.catalog is not None
@@ -156,6 +192,30 @@ class McpServer:
                 with contextlib.suppress(BackplaneUnavailable):
                     await self.catalog.refresh()
 
+    async def _watch_spaces(self) -> None:
+        """While a session stream is open on this node, read the hub's spaces
+        every ``spaces_interval``; when they change, the streams of the callers
+        who may see a space that came or went hear
+        ``notifications/resources/list_changed``."""
+        assert self.resources is not None
+        known: set[str] | None = None
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.options.spaces_interval):
+                    await self._stream_opened.wait()
+            self._stream_opened.clear()
+            if not self.streams.callers:
+                known = None
+                continue
+            try:
+                reply = await self.agent.request({"type": "space.list"})
+            except ToolFailure:
+                continue
+            now = {str(s["id"]) for s in reply.get("spaces", []) if isinstance(s, dict)}
+            if known is not None and now != known:
+                self.resources.spaces_changed(known, now)
+            known = now
+
     # ── routes ───────────────────────────────────────────────────────────
 
     @property
@@ -165,13 +225,14 @@ class McpServer:
 
     async def _caller(self, request: web.Request) -> Caller | web.Response:
         """Who calls, or the response refusing the request (Origin, auth)."""
-        assert self._host is not None
+        assert self._http is not None
         origin = request.headers.get("Origin")
-        own = self._host.public_url(request)
-        if origin is not None and not http.origin_allowed(origin, self.allowed_origins, own):
+        if origin is not None and not http.origin_allowed(
+            origin, self.allowed_origins, self._http.public_url(request)
+        ):
             return http.refused(403, f"Origin {origin[:200]!r} is not allowed")
         try:
-            return await self._host.caller(request, prefix="mcp")
+            return await self._http.caller(request, prefix="mcp")
         except AuthError:
             return http.unauthorized()
         except AgentIdTaken as exc:
@@ -185,12 +246,12 @@ class McpServer:
         session_id = request.headers.get(revisions.SESSION_HEADER)
         if session_id is None:
             return None, caller
-        assert self.sessions is not None and self._host is not None
+        assert self.sessions is not None and self._http is not None
         try:
             session = await self.sessions.find(session_id)
         except BackplaneUnavailable:
             return http.busy("The hub is unavailable")
-        if session is None or (self._host.auth_required and session.caller != caller.agent_id):
+        if session is None or (self._http.auth_required and session.caller != caller.agent_id):
             return http.session_not_found(request_id)
         return session, Caller(session.caller, caller.grant, caller.key, caller.anonymous)
 
@@ -216,10 +277,28 @@ class McpServer:
         try:
             if isinstance(message, Notification | ClientReply):
                 found = await self._session(request, caller)
-                return found if isinstance(found, web.Response) else http.accepted()
+                if isinstance(found, web.Response):
+                    return found
+                if isinstance(message, Notification):
+                    self._notified(message, *found)
+                return http.accepted()
             return await self._request(request, caller, message, modern)
         except JsonRpcError as exc:
             return self._rpc_error(request, exc, modern)
+
+    def _notified(self, message: Notification, session: McpSession | None, caller: Caller) -> None:
+        """A client's notification: ``notifications/cancelled`` stops the call it names
+        (the same caller's, in the same session), here or on the node running it."""
+        if message.method != "notifications/cancelled":
+            return
+        request_id = message.params.get("requestId")
+        if not isinstance(request_id, str | int) or isinstance(request_id, bool):
+            return
+        if isinstance(request_id, str) and len(request_id) > jsonrpc.MAX_ID:
+            return
+        digest = call_digest(caller.agent_id, session.id if session else "", request_id)
+        if not self.running.cancel(digest) and self.calls is not None:
+            self.calls.cancel(digest)  # running on another node, maybe
 
     def _rpc_error(self, request: web.Request, exc: JsonRpcError, modern: bool) -> web.Response:
         status = revisions.MODERN_ERROR_STATUS.get(exc.code, 200) if modern else 200
@@ -250,10 +329,37 @@ class McpServer:
             case "tools/list":
                 result = await self._tools_list(caller, message.id)
             case "tools/call":
-                return await self._tools_call(request, caller, message, headers, modern=False)
+                session_id = session.id if session is not None else ""
+                return await self._tools_call(
+                    request, caller, message, headers, modern=False, session_id=session_id
+                )
+            case "resources/subscribe":
+                result = await self._resources().subscribe(
+                    session, caller, message.id, message.params
+                )
+            case "resources/unsubscribe":
+                result = await self._resources().unsubscribe(
+                    session, caller, message.id, message.params
+                )
             case _:
-                raise jsonrpc.method_not_found(message.id, message.method)
+                result = await self._read_resources(caller, message)
         return http.answer(request, jsonrpc.result_response(message.id, result), headers=headers)
+
+    def _resources(self) -> SpaceResources:
+        assert self.resources is not None
+        return self.resources
+
+    async def _read_resources(self, caller: Caller, message: Request) -> dict[str, Any]:
+        """``resources/list``, ``resources/templates/list``, ``resources/read``
+        (every revision); any other method is not found."""
+        match message.method:
+            case "resources/list":
+                return await self._resources().listing(caller, message.id)
+            case "resources/templates/list":
+                return resource_uris.templates_list_result()
+            case "resources/read":
+                return await self._resources().read(caller, message.id, message.params)
+        raise jsonrpc.method_not_found(message.id, message.method)
 
     async def _initialize(
         self, request: web.Request, caller: Caller, message: Request
@@ -287,9 +393,9 @@ class McpServer:
             case "tools/call":
                 return await self._tools_call(request, caller, message, None, modern=True)
             case "subscriptions/listen":
-                return await self._listen(request, message)
+                return await self._listen(request, caller, message)
             case _:
-                raise jsonrpc.method_not_found(message.id, message.method)
+                result = results.finish(await self._read_resources(caller, message), modern=True)
         return http.answer(request, jsonrpc.result_response(message.id, result))
 
     async def _tools_list(self, caller: Caller, request_id: Any) -> dict[str, Any]:
@@ -309,8 +415,8 @@ class McpServer:
         headers: dict[str, str] | None,
         *,
         modern: bool,
+        session_id: str = "",
     ) -> web.StreamResponse:
-        assert self.runner is not None
         name = message.params.get("name")
         arguments = message.params.get("arguments")
         if not isinstance(name, str):
@@ -319,36 +425,103 @@ class McpServer:
             arguments = {}
         if not isinstance(arguments, dict):
             raise jsonrpc.invalid_params(message.id, "arguments must be an object")
+        token = wants_progress(request, message.params)
+        progress = Progress(request, token, headers) if token is not None else None
         try:
             with self.calls_running.hold(caller.share_key):
-                result = await self.runner.call(caller, message.id, name, arguments)
+                key = (caller.agent_id, session_id, message.id)
+                result = await self._run_call(request, key, caller, name, arguments, progress)
         except SlotsFull:
             running = f"This hub node has {self.options.max_calls} tool calls running"
             return http.busy(running, message.id)
         except ShareExceeded as exc:
             return http.busy(str(exc), message.id, status=429)
-        result = results.finish(result, modern=modern)
-        return http.answer(request, jsonrpc.result_response(message.id, result), headers=headers)
+        answer = jsonrpc.result_response(message.id, results.finish(result, modern=modern))
+        if progress is not None:
+            return await progress.answer(answer)
+        return http.answer(request, answer, headers=headers)
 
-    async def _listen(self, request: web.Request, message: Request) -> web.StreamResponse:
+    async def _run_call(
+        self,
+        request: web.Request,
+        key: CallKey,
+        caller: Caller,
+        name: str,
+        arguments: dict[str, Any],
+        progress: Progress | None,
+    ) -> dict[str, Any]:
+        """Run the call in a task of its own, which the client's
+        ``notifications/cancelled`` or its going away cancels (the agent
+        answering is then told to stop); a cancelled call's result says so."""
+        assert self.runner is not None
+        report = progress.delta if progress is not None else None
+        call = asyncio.ensure_future(self.runner.call(caller, key[2], name, arguments, report))
+        self.running.add(key, call)
+        gone = until_client_gone(request)
+        try:
+            await asyncio.wait((call, gone), return_when=asyncio.FIRST_COMPLETED)
+            if not call.done():
+                call.cancel("the client went away")
+            return await call
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                call.cancel()  # this request itself is being cancelled (shutdown)
+                raise
+            return results.error_result("Cancelled: the client stopped the call.")
+        finally:
+            self.running.remove(key, call)
+
+    async def _listen(
+        self, request: web.Request, caller: Caller, message: Request
+    ) -> web.StreamResponse:
+        """``subscriptions/listen`` (the stateless revision): a stream of tool list
+        changes, resource list changes and updates of the spaces it names, as asked
+        (the acknowledgement echoes what is honoured)."""
         wanted = message.params.get("notifications")
-        tools = isinstance(wanted, dict) and wanted.get("toolsListChanged") is True
+        wanted = wanted if isinstance(wanted, dict) else {}
+        tools = wanted.get("toolsListChanged") is True
+        spaces_changed = wanted.get("resourcesListChanged") is True
         if self.streams.full:
             return http.busy(f"This hub node has {self.options.max_streams} streams open")
         meta = {revisions.META_SUBSCRIPTION_ID: message.id}
-        honoured = {"toolsListChanged": True} if tools else {}
-        first = jsonrpc.notification(
-            "notifications/subscriptions/acknowledged", {"_meta": meta, "notifications": honoured}
-        )
-        notice = jsonrpc.sse_event(jsonrpc.notification(LIST_CHANGED, {"_meta": meta}))
-        farewell = jsonrpc.result_response(message.id, {"_meta": meta, "resultType": "complete"})
-        return await self.streams.serve(
-            request,
-            headers={},
-            first=jsonrpc.sse_event(first),
-            notice=lambda: notice if tools else b"",
-            farewell=jsonrpc.sse_event(farewell),
-        )
+        key = f"listen:{secrets.token_hex(12)}"
+        resources = self._resources()
+        try:
+            uris = wanted.get("resourceSubscriptions")
+            followed = await resources.listen(key, meta, caller, uris)
+            honoured: dict[str, Any] = {}
+            if tools:
+                honoured["toolsListChanged"] = True
+            if spaces_changed:
+                honoured["resourcesListChanged"] = True
+            if followed:
+                honoured["resourceSubscriptions"] = followed
+            first = jsonrpc.notification(
+                "notifications/subscriptions/acknowledged",
+                {"_meta": meta, "notifications": honoured},
+            )
+            notice = jsonrpc.sse_event(jsonrpc.notification(LIST_CHANGED, {"_meta": meta}))
+            changed = jsonrpc.notification(RESOURCES_CHANGED, {"_meta": meta})
+            farewell = jsonrpc.result_response(
+                message.id, {"_meta": meta, "resultType": "complete"}
+            )
+            return await self.streams.serve(
+                request,
+                headers={},
+                first=jsonrpc.sse_event(first),
+                notice=lambda: notice if tools else b"",
+                farewell=jsonrpc.sse_event(farewell),
+                session_id=key,
+                caller=caller,
+                resources_changed=jsonrpc.sse_event(changed) if spaces_changed else None,
+                on_open=self._spaces_baseline,
+            )
+        finally:
+            resources.stream_closed(key)
+
+    async def _spaces_baseline(self) -> None:
+        self._stream_opened.set()
 
     async def _get(self, request: web.Request) -> web.StreamResponse:
         caller = await self._caller(request)
@@ -361,7 +534,7 @@ class McpServer:
         found = await self._session(request, caller)
         if isinstance(found, web.Response):
             return found
-        session, _caller = found
+        session, caller = found
         assert session is not None and self.sessions is not None
         if self.streams.full:
             return http.busy(f"This hub node has {self.options.max_streams} streams open")
@@ -374,14 +547,24 @@ class McpServer:
                 return True
 
         notice = jsonrpc.sse_event(jsonrpc.notification(LIST_CHANGED))
+        resources = self._resources()
         return await self.streams.serve(
             request,
             headers={"Mcp-Session-Id": session.id},
             first=None,
             notice=lambda: notice,
             session_id=session.id,
+            caller=caller,
+            resources_changed=jsonrpc.sse_event(jsonrpc.notification(RESOURCES_CHANGED)),
             alive=alive,
+            on_open=lambda: self._opened(session.id),
+            on_close=lambda: resources.stream_closed(session.id),
+            on_tick=lambda: resources.refresh(session.id),
         )
+
+    async def _opened(self, session_id: str) -> None:
+        self._stream_opened.set()
+        await self._resources().stream_opened(session_id)
 
     async def _delete(self, request: web.Request) -> web.StreamResponse:
         caller = await self._caller(request)
@@ -396,6 +579,7 @@ class McpServer:
         assert session is not None and self.sessions is not None
         try:
             await self.sessions.end(session.id)
+            await self._resources().session_ended(session.id)
         except BackplaneUnavailable:
             return http.busy("The hub is unavailable")
         self.streams.end_session(session.id)

@@ -9,7 +9,7 @@ session's time to live extends it. ``DELETE /mcp`` ends it everywhere.
 Bounded per node: a node counts the sessions it opened that have not expired
 or been ended through it (one ended through another node is counted until
 it would have expired) and refuses more than ``max_open``, and more than
-``share`` of them to one caller (:class:`~adapters.shares.ShareExceeded`).
+``share`` of them to one caller (:class:`~adapters.kit.shares.ShareExceeded`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import orjson
 
-from adapters.shares import ShareExceeded
-from adapters.stored import json_object
+from adapters.kit.shares import ShareExceeded
+from adapters.kit.stored import json_object
 from hub.adapter_host import KeyValueStore
 
 PREFIX = "mcp:session:"

@@ -135,6 +135,10 @@ class Registry(Generic[M]):
     def members(self, space: str) -> list[M]:
         return list(self._spaces.get(space, ()))
 
+    def member_count(self, space: str) -> int:
+        """Members of ``space`` on this node."""
+        return len(self._spaces.get(space, ()))
+
     @property
     def spaces(self) -> list[str]:
         return list(self._spaces)

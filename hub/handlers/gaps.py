@@ -9,7 +9,7 @@ missing messages from the space's history and delivers them to its members
 exactly as they would have arrived — so members that stayed connected lose
 nothing either, and the skip costs them only latency.
 
-While a gap is being filled, newer messages of that space are held (in
+While a gap is being filled, newer messages of that space are deferred (in
 order) and delivered right after. When the history no longer has what was
 missed (trimmed, or Redis lost it), the space's local connections are closed
 with ``UNAVAILABLE`` / 1013: they reconnect and resume from their own
@@ -32,9 +32,9 @@ from protocol.errors import CloseCode, ErrorCode
 
 # Recorded messages read per round trip while filling a gap.
 PAGE = 200
-# Newer messages held for one space while its gap is filled; beyond it the
+# Newer messages deferred for one space while its gap is filled; beyond it the
 # gap is given up (members resume instead).
-MAX_HELD = 20_000
+MAX_DEFERRED = 20_000
 
 
 class _Lost(Exception):
@@ -55,8 +55,8 @@ class GapFiller:
         self.registry = registry
         self._deliver = deliver
         self._spawn = spawn
-        #: Spaces being filled, with the newer messages held meanwhile.
-        self.holding: dict[str, list[Delivery]] = {}
+        #: Spaces being filled, with the newer messages deferred meanwhile.
+        self.filling: dict[str, list[Delivery]] = {}
         self._broken: set[str] = set()
         self._log = structlog.get_logger("hub.handlers.gaps")
         self.filled = 0  # messages delivered from history (metrics, tests)
@@ -65,10 +65,10 @@ class GapFiller:
         """Messages ``after < seq < upto`` of ``space`` never arrived."""
         if not self.registry.has_space(space):
             return
-        if space in self.holding:
+        if space in self.filling:
             self._broken.add(space)  # a second gap while filling the first
             return
-        self.holding[space] = []
+        self.filling[space] = []
         self._log.info("missed messages: filling from history", space=space, after=after, upto=upto)
         self._spawn(self._fill(space, after, upto))
 
@@ -76,20 +76,20 @@ class GapFiller:
         """The space's history may have lost what its members received (its
         epoch changed under them): they reconnect and resume, and learn
         ``recovered: false``."""
-        if space in self.holding:
+        if space in self.filling:
             self._broken.add(space)  # the fill gives up when it ends
         elif self.registry.has_space(space):
             self._give_up(
                 space, 0, 0, f"the history of {space!r} may have been lost: reconnect and resume"
             )
 
-    def hold(self, env: Delivery) -> bool:
+    def defer(self, env: Delivery) -> bool:
         """Keep ``env`` back while its space's gap is filled."""
-        held = self.holding.get(env.space)
-        if held is None:
+        deferred = self.filling.get(env.space)
+        if deferred is None:
             return False
-        held.append(env)
-        if len(held) > MAX_HELD:
+        deferred.append(env)
+        if len(deferred) > MAX_DEFERRED:
             self._broken.add(env.space)
         return True
 
@@ -117,11 +117,11 @@ class GapFiller:
             self._broken.discard(space)
             if not ok:
                 self._give_up(space, after, upto)
-            # Still holding while the held ones go out (no await in between),
+            # Still filling while the deferred ones go out (no await in between),
             # so "not filling" means everything received has been delivered.
-            for env in self.holding.get(space, ()):
+            for env in self.filling.get(space, ()):
                 self._deliver(env)
-            self.holding.pop(space, None)
+            self.filling.pop(space, None)
 
     def _give_up(self, space: str, after: int, upto: int, reason: str = "") -> None:
         closed = 0

@@ -1,9 +1,16 @@
 """Publishing and streaming: what a publish, a delta, a done or a cancel does.
 
-Every frame is encoded once, here, as a head and a tail around its ``seq``
-(see :func:`protocol.codec.sequenced`); the backplane assigns the seq and
-delivers the finished bytes to every node, whose registry hands them to each
-member of the audience unchanged.
+A publish reads top to bottom in :meth:`Publishing.publish`: *validate* (a
+signed envelope verified, ``data.from`` filled in, an addressed publish's
+recipients checked), *sequence* (its event id and timestamp, an envelope's id
+recorded against replays, an idempotency key), *fan out* (the event encoded
+once, as a head and a tail around the ``seq`` to come —
+:func:`protocol.codec.sequenced` — and queued on the backplane, which numbers
+it and delivers the finished bytes to every node, whose registry hands them to
+each member of the audience unchanged) and *acknowledge* (the echo, or
+``space.published`` once the seq is known). Text too big for one event takes
+the same steps as a stream of deltas and a done. :mod:`protocol.codec` only
+encodes.
 """
 
 from __future__ import annotations
@@ -58,57 +65,39 @@ class Publishing:
     async def publish(self, conn: Peer, a: Publish) -> None:
         agent = conn.agent_id
         data = a.data
+        # Validate. A signed envelope is all or nothing: verified here,
+        # recorded against replays once addressed; never streamed, never
+        # modified (``data`` goes out exactly as signed).
         check = self.envelopes
-        if check is not None and (a.space in self._signed_spaces or is_envelope(data)):
-            await self._publish_envelope(conn, a, check)
-            return
-        if "from" not in data:
+        if check is not None and not (a.space in self._signed_spaces or is_envelope(data)):
+            check = None
+        stamp: dict[str, Any] | None = None
+        verified: Any = None
+        if check is not None:
+            stamp, verified = check.check(a.space, data, a.request_id)
+        elif "from" not in data:
             data["from"] = agent
-        audience = await self._addressed(a, agent)
-        text = data.get("text")
-        threshold = self.settings.stream_threshold
-        if type(text) is str and len(text) * 4 > threshold and len(text.encode()) > threshold:
-            await self._publish_streamed(conn, a, text, audience)
-            return
-        event_id = self.ids.event_id()
-        ts = codec.now_ms()
-        once = self._once(a, agent, event_id, ts)
-        pending = self._queue(a, agent, event_id, ts, audience, once=once)
-        if once is not None and self._duplicate(conn, a, await pending, once):
-            self.counters.published -= 1  # a retry: nothing was published
-            return
-        await self._acknowledge(conn, a, pending, event_id, ts)
+        audience = await self._audience(a, agent)
+        if check is None:
+            text = data.get("text")
+            threshold = self.settings.stream_threshold
+            if type(text) is str and len(text) * 4 > threshold and len(text.encode()) > threshold:
+                await self._publish_streamed(conn, a, text, audience)
+                return
 
-    async def _publish_envelope(self, conn: Peer, a: Publish, check: EnvelopeCheck) -> None:
-        """All or nothing: verified, addressed, recorded against replays, then
-        queued; a failure at any step delivers nothing (a recorded id is
-        forgotten again if the backplane refuses it). Never streamed, never
-        modified: ``data`` goes out exactly as signed."""
-        agent = conn.agent_id
-        stamp, verified = check.check(a.space, a.data, a.request_id)
-        audience = await self._addressed(a, agent)
-        if verified is not None:
+        # Sequence: the event's id and time; an envelope's id recorded (a
+        # replay fails here), a retry's key claimed with the event.
+        if check is not None and verified is not None:
             await check.record(verified, a.request_id)
         event_id = self.ids.event_id()
         ts = codec.now_ms()
-        pending = self._queue(a, agent, event_id, ts, audience, stamp=stamp)
-        if verified is not None:
-            pending.add_done_callback(functools.partial(self._unrecord, check, verified))
-        await self._acknowledge(conn, a, pending, event_id, ts)
+        once = None
+        if a.idempotency_key is not None and check is None:
+            once = idempotency.once(agent, a.idempotency_key, event_id, ts, [data, a.to_field])
 
-    def _queue(
-        self,
-        a: Publish,
-        agent: str,
-        event_id: str,
-        ts: int,
-        audience: tuple[str, ...] | None,
-        *,
-        stamp: dict[str, Any] | None = None,
-        once: Once | None = None,
-    ) -> asyncio.Future[int]:
-        """The event encoded once (its ``seq`` to come) and queued on the backplane."""
-        rest: dict[str, Any] = {"from": agent, "timestamp": ts, "data": a.data}
+        # Fan out: encoded once, its seq to come; the backplane numbers it
+        # and delivers the same bytes to every node.
+        rest: dict[str, Any] = {"from": agent, "timestamp": ts, "data": data}
         if stamp:
             rest.update(stamp)
         if audience is not None:
@@ -119,14 +108,16 @@ class Publishing:
         draft = Draft(head, tail, exclude=None if a.echo else agent, to=audience, once=once)
         pending = self.backplane.publish_nowait(a.space, draft)
         self.counters.published += 1
-        return pending
+        if check is not None and verified is not None:
+            # Refused by the backplane: its id is forgotten, it may come again.
+            pending.add_done_callback(functools.partial(self._unrecord, check, verified))
 
-    async def _acknowledge(
-        self, conn: Peer, a: Publish, pending: asyncio.Future[int], event_id: str, ts: int
-    ) -> None:
-        """The echo is the publisher's acknowledgement: its next message needn't
-        wait for Redis (a failure is still reported). Without an echo,
-        ``space.published`` once the seq is known."""
+        # Acknowledge: a retry with the original's ids; else the echo (the
+        # publisher's next message needn't wait for Redis, a failure is still
+        # reported), or ``space.published`` once the seq is known.
+        if once is not None and self._duplicate(conn, a, await pending, once):
+            self.counters.published -= 1  # a retry: nothing was published
+            return
         if a.echo:
             await self._unless_queued(conn, pending, a.request_id)
             return
@@ -151,7 +142,7 @@ class Publishing:
         else:
             pending.add_done_callback(functools.partial(self._report, conn, request_id))
 
-    async def _addressed(self, a: Publish, agent: str) -> tuple[str, ...] | None:
+    async def _audience(self, a: Publish, agent: str) -> tuple[str, ...] | None:
         """Who receives an addressed publish: the recipients, all members of
         the space (checked cluster-wide), plus the sender's echo."""
         if a.to is None:
@@ -162,11 +153,6 @@ class Publishing:
         if a.echo and agent not in a.to:
             return (*a.to, agent)
         return a.to
-
-    def _once(self, a: Publish, agent: str, event_id: str, ts: int) -> Once | None:
-        if a.idempotency_key is None:
-            return None
-        return idempotency.once(agent, a.idempotency_key, event_id, ts, [a.data, a.to_field])
 
     def _duplicate(self, conn: Peer, a: Publish, seq: int, once: Once) -> bool:
         """Answer a retry (the backplane found its key) with the original's ids."""
@@ -206,9 +192,11 @@ class Publishing:
         stream_id = f"{agent}/{self.ids.event_id()}"
         exclude = None if a.echo or audience is not None else agent
         ts = codec.now_ms()
-        once = self._once(a, agent, stream_id, ts)  # claimed by the first delta
+        once = None  # claimed by the first delta
+        if a.idempotency_key is not None:
+            once = idempotency.once(agent, a.idempotency_key, stream_id, ts, [a.data, a.to_field])
         first = {k: v for k, v in a.data.items() if k != "text"}
-        for i, chunk in enumerate(codec.split_utf8(text, self.settings.stream_chunk)):
+        for i, chunk in enumerate(split_utf8(text, self.settings.stream_chunk)):
             data = {**first, "text": chunk} if i == 0 else {"text": chunk}
             rest = {"from": agent, "timestamp": ts, "data": data}
             if i == 0 and audience is not None:
@@ -311,3 +299,25 @@ def _not_members(space: str, missing: list[str], request_id: str | int | None) -
         f"to names agents that are not members of space {space!r}: {shown}",
         request_id,
     )
+
+
+def split_utf8(text: str, size: int) -> list[str]:
+    """Split ``text`` into pieces of at most ``size`` UTF-8 bytes: the deltas
+    of a publish too big for one event.
+
+    Never splits inside a character (``size`` must be at least 4, the longest
+    UTF-8 sequence); joining the pieces gives ``text`` back exactly.
+    """
+    if size < 4:
+        raise ValueError("size must be at least 4 bytes")
+    raw = text.encode()
+    pieces = []
+    start, end_all = 0, len(raw)
+    while start < end_all:
+        end = min(start + size, end_all)
+        # Back off continuation bytes (10xxxxxx) to a character boundary.
+        while end < end_all and (raw[end] & 0xC0) == 0x80:
+            end -= 1
+        pieces.append(raw[start:end].decode())
+        start = end
+    return pieces

@@ -7,14 +7,14 @@ race the join:
 
 1. The member joins the node's fan-out at once, but its live frames (of every
    space: a connection's frames never overtake each other) go to a
-   :class:`Holding` buffer instead of its outbox.
+   :class:`ReplayBuffer` instead of its outbox.
 2. The history after ``seq`` is read, atomically with the space's epoch and
    last seq ``L``. It is recoverable when the epoch is the same and the
    history still holds ``seq + 1`` (or nothing was published since).
 3. ``space.joined`` goes out with ``epoch``, ``seq = L`` and ``recovered``,
    then the recorded events ``seq+1 … L`` — paged, and paced by the
    connection's transport instead of overflowing its outbox.
-4. The held frames are released: those of the space up to ``L`` were just
+4. The buffered frames are released: those of the space up to ``L`` were just
    replayed and are dropped, the rest follow in arrival order.
 
 What the member receives in the replay obeys the live rules: addressed
@@ -71,8 +71,8 @@ class ReplayFailed(Exception):
         self.code, self.error, self.reason = code, error, reason
 
 
-class Holding:
-    """A member's live frames, held while its replay is read and sent.
+class ReplayBuffer:
+    """A member's live frames, buffered while its replay is read and sent.
 
     The registry routes the member's frames here (:meth:`Registry.route`), so
     nothing else pays for it. :meth:`release` delivers what ``keep`` accepts
@@ -90,7 +90,7 @@ class Holding:
         self.size = 0
         self.overflowed = False
         #: Where the member's frames went before (its own ``push``, or an
-        #: earlier holding still filtering), and where held ones go out.
+        #: earlier buffer still filtering), and where buffered ones go out.
         self.direct: Callable[[OutFrame], bool] = registry.route_of(member)
         self._keep: Callable[[OutFrame], bool] | None = None
         self._settled: Callable[[], bool] | None = None
@@ -110,7 +110,7 @@ class Holding:
         keep: Callable[[OutFrame], bool] | None = None,
         settled: Callable[[], bool] | None = None,
     ) -> None:
-        """Deliver the held frames ``keep`` accepts, in order; go live."""
+        """Deliver the buffered frames ``keep`` accepts, in order; go live."""
         frames, self.frames = self.frames, []
         direct = self.direct
         for frame in frames:
@@ -131,7 +131,7 @@ class Holding:
 
     def _restore(self) -> None:
         if self.registry.route_of(self.member) not in (self.push, self._filter):
-            return  # a later holding wraps this one: it routes back to this one
+            return  # a later buffer wraps this one: it routes back to this one
         self.registry.route(self.member, self.direct)
 
 
@@ -178,7 +178,7 @@ class Recovery:
             entry = self._locks[conn] = _MemberLock()
         entry.users += 1
         try:
-            async with entry.lock:  # one held buffer per member at a time
+            async with entry.lock:  # one replay buffer per member at a time
                 await self._join(conn, space, since, reply)
         finally:
             entry.users -= 1
@@ -188,7 +188,7 @@ class Recovery:
     async def _join(self, conn: Peer, space: str, since: Since | None, reply: Reply) -> None:
         session = conn.session
         assert session is not None
-        hold = Holding(self.registry, conn, self.settings.outbox_max_bytes)
+        buffer = ReplayBuffer(self.registry, conn, self.settings.outbox_max_bytes)
         self.registry.join(space, conn)
         session.on_joined(space)
         try:
@@ -203,7 +203,7 @@ class Recovery:
                 recovered = _recoverable(first, since)
                 joined = await reply(epoch=first.epoch, seq=first.seq, recovered=recovered)
         except BaseException:
-            hold.release()
+            buffer.release()
             session.on_left(space)
             if self.registry.leave(space, conn):
                 self.subscriptions.release(space)
@@ -211,7 +211,7 @@ class Recovery:
         if conn.closing:
             # Gone while its position was read (its client gave up): no reply
             # to send, no replay to read. Its clean-up leaves the space.
-            hold.release()
+            buffer.release()
             return
         boundary = Boundary(self.registry, conn, space, position.seq)
 
@@ -220,29 +220,29 @@ class Recovery:
             seq = position.seq
             return self.backplane.delivered(space) >= seq and not self.filling(space)
 
-        _send(hold, joined)
+        _send(buffer, joined)
         if since is None:
-            hold.release(boundary.keep, settled)
+            buffer.release(boundary.keep, settled)
             return
         if not recovered or since.seq == first.seq:
             # Not recoverable, or nothing missed: there is nothing to replay.
-            hold.release(boundary.keep, settled)
+            buffer.release(boundary.keep, settled)
             return
-        replay = Replay(self, conn, hold, space, since, first, boundary)
+        replay = Replay(self, conn, buffer, space, since, first, boundary)
         try:
             await replay.run()
         except _Gone:
-            hold.release()
+            buffer.release()
             return
         except ReplayFailed as exc:
             # Not silent: the client resumes again and is told what it lost.
             conn.close_for(exc.code, exc.error, exc.reason)
-            hold.release()
+            buffer.release()
             return
         except BaseException:
-            hold.release()
+            buffer.release()
             raise
-        hold.release(boundary.keep, settled)
+        buffer.release(boundary.keep, settled)
 
     async def history(self, conn: Peer, a: ReadHistory) -> None:
         """Answer ``space.history``: the newest frames ``conn`` would have received."""
@@ -290,9 +290,9 @@ def _recoverable(first: History, since: Since) -> bool:
     return bool(first.events) and first.events[0].seq == since.seq + 1
 
 
-def _send(hold: Holding, payload: bytes) -> None:
-    """A frame for the member only, ahead of what is held."""
-    hold.direct(OutFrame(payload, preframe=hold.member.preframed))
+def _send(buffer: ReplayBuffer, payload: bytes) -> None:
+    """A frame for the member only, ahead of what is buffered."""
+    buffer.direct(OutFrame(payload, preframe=buffer.member.preframed))
 
 
 def _lost(space: str, how: str) -> ReplayFailed:
@@ -314,7 +314,7 @@ class Replay:
         self,
         recovery: Recovery,
         conn: Peer,
-        hold: Holding,
+        buffer: ReplayBuffer,
         space: str,
         since: Since,
         first: History,
@@ -322,7 +322,7 @@ class Replay:
     ):
         self.recovery = recovery
         self.conn = conn
-        self.hold = hold
+        self.buffer = buffer
         self.space = space
         self.epoch = since.epoch
         self.end = first.seq
@@ -348,7 +348,7 @@ class Replay:
                 self.next += 1
                 if self._wanted(env):
                     await self._paced()
-                    self.hold.direct(OutFrame(env.frame, self.preframe))
+                    self.buffer.direct(OutFrame(env.frame, self.preframe))
             if self.next > self.end:
                 return
             if self.conn.closing:
@@ -380,7 +380,7 @@ class Replay:
 
     async def _paced(self) -> None:
         """Wait while the connection has more than ``pace`` bytes to send."""
-        if self.hold.overflowed:
+        if self.buffer.overflowed:
             raise ReplayFailed(
                 CloseCode.SLOW_CONSUMER,
                 ErrorCode.SLOW_CONSUMER,
@@ -410,7 +410,7 @@ class Replay:
 
 
 class Boundary:
-    """Which held frames a member gets once it goes live after ``seq``.
+    """Which buffered frames a member gets once it goes live after ``seq``.
 
     Frames of the space up to ``seq`` are dropped (replayed, or before the
     member's position), and so is the rest of every stream that had a frame

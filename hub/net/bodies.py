@@ -48,6 +48,11 @@ async def read_at_most(stream: StreamReader, limit: int, length: int | None = No
     before anything is read, else once more than ``limit`` bytes have come."""
     if length is not None and length > limit:
         return None
+    if stream.is_eof() and stream.exception() is None:
+        # The whole body came with the request's head (a small JSON call):
+        # take what is buffered, no iterator and no waiting.
+        whole = stream.read_nowait()
+        return whole if len(whole) <= limit else None
     body = bytearray()
     async for chunk in stream.iter_any():
         body += chunk

@@ -105,6 +105,15 @@ def client_gone(request: web.Request) -> bool:
     return transport is None or transport.is_closing()
 
 
+def until_client_gone(request: web.Request) -> asyncio.Future[None]:
+    """Done once the client of ``request`` has closed its connection (never,
+    for a request the HTTP port's own protocol did not read)."""
+    protocol = request.protocol
+    if isinstance(protocol, GuardedRequestHandler):
+        return protocol.gone()
+    return asyncio.get_running_loop().create_future()
+
+
 def _route(request: web.Request) -> str:
     match_info = request.match_info
     resource = match_info.route.resource if match_info.http_exception is None else None

@@ -137,6 +137,17 @@ class GuardedRequestHandler(RequestHandler):
         self._body_began = 0.0
         self._body_timer: asyncio.TimerHandle | None = None
         self._writer: AbstractStreamWriter | None = None
+        self._gone: asyncio.Future[None] | None = None
+
+    def gone(self) -> asyncio.Future[None]:
+        """Done once the client's connection is lost (aiohttp does not cancel
+        a handler for it: one that waits long, for an agent's answer, watches
+        this instead)."""
+        if self._gone is None:
+            self._gone = self._clock.create_future()
+            if self.transport is None or self.transport.is_closing():
+                self._gone.set_result(None)
+        return self._gone
 
     # ── aiohttp's protocol ──────────────────────────────────────────────
 
@@ -158,6 +169,8 @@ class GuardedRequestHandler(RequestHandler):
         # read on and get a RuntimeError ("Connection closed."): tell the body.
         self._fail_body("Connection lost")
         super().connection_lost(exc)
+        if self._gone is not None and not self._gone.done():
+            self._gone.set_result(None)
 
     async def finish_response(
         self, request: web.BaseRequest, resp: web.StreamResponse, start_time: float | None

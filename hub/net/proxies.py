@@ -116,8 +116,10 @@ class TrustedProxies:
         proxy says in ``X-Forwarded-Proto`` / ``X-Forwarded-Host`` (else in
         ``Forwarded``'s ``proto=`` / ``host=``), otherwise the request's own.
         The nearest proxy's value (the last one) is taken."""
+        if not self.networks:  # no proxy to believe: nothing to parse
+            return f"{scheme}://{host}"
         peer_ip = _ip(str(peer[0])) if peer else None
-        if peer_ip is not None and self.networks and self.trusts(peer_ip):
+        if peer_ip is not None and self.trusts(peer_ip):
             proto = _last(_header_values(headers, "X-Forwarded-Proto"))
             forwarded_host = _last(_header_values(headers, "X-Forwarded-Host"))
             if proto is None and forwarded_host is None:

@@ -105,7 +105,7 @@ class NodeDelivery:
         if not self._registry.has_space(message.space):
             return
         gaps = self._gaps
-        if gaps.holding and gaps.hold(message):
+        if gaps.filling and gaps.defer(message):
             return  # after the missed messages being filled in
         self._fan_out(message)
 

@@ -1,21 +1,26 @@
 """The node's side of hosting adapters: :class:`NodeHost`, an ``AdapterHost``.
 
-:meth:`NodeHost.attach` gives an adapter a
-:class:`~hub.node.virtual.VirtualMember` registered like a connection — a
-session, an agent id (claimed cluster-wide, or *shared*: one per node under a
-reserved id), an ``online`` status — whose requests go through the node's
-dispatcher. :meth:`~hub.node.virtual.VirtualMember.aclose` detaches it again.
-The rest of the host is reads and small services the node already has:
-the HTTP routes, the key-value store, presence, the authenticator and the
-hub's one authorization policy (callers are judged by it, never by an
-adapter's own reading of their claims).
+The host is a bundle of parts, each implementing one small protocol of
+:mod:`hub.adapter_host` over what the node already has:
+
+- :class:`NodeAgents` (``AgentHosting``): :meth:`NodeAgents.attach` gives an
+  adapter a :class:`~hub.node.virtual.VirtualMember` registered like a
+  connection — a session, an agent id (claimed cluster-wide, or *shared*: one
+  per node under a reserved id), an ``online`` status — whose requests go
+  through the node's dispatcher; :meth:`~hub.node.virtual.VirtualMember.aclose`
+  detaches it again.
+- :class:`NodeHttp` (``HttpFaces``): the HTTP routes, the authenticator and the
+  hub's one authorization policy (callers are judged by it, never by an
+  adapter's own reading of their claims).
+- :class:`NodeReads` (``SpaceReads``): presence, the directory and history.
+- :class:`NodeSystem` (``SystemSpaces``): hub-generated events.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
+import os
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +28,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from hub.adapter_host import ANONYMOUS, Caller
+from hub.adapter_host import ANONYMOUS, Caller, MessageHandler, Take
 from hub.auth import Authenticator
 from hub.cluster.backplane import Delivery
 from hub.cluster.kvstore import KeyValueStore
@@ -43,13 +48,13 @@ from hub.handlers.envelope_check import EnvelopeCheck
 from hub.handlers.membership import Membership
 from hub.handlers.recovery import visible
 from hub.net.proxies import TrustedProxies
-from hub.node.virtual import MessageHandler, VirtualMember
+from hub.node.virtual import VirtualMember
 from protocol import codec
 from protocol.names import is_valid_agent_id
 
 
-class NodeHost:
-    """What the node hands every adapter it hosts; built once by the node."""
+class NodeAgents:
+    """The adapters' agents (an ``AgentHosting``): virtual members of this node."""
 
     def __init__(
         self,
@@ -59,56 +64,26 @@ class NodeHost:
         registry: Registry[Any],
         agent_ids: AgentIds,
         membership: Membership,
-        presence: Presence,
         dispatcher: Dispatcher,
         limits: SessionLimits,
         reserved_ids: set[str],
-        identity: HubIdentity,
-        kv: KeyValueStore,
-        envelopes: EnvelopeCheck,
-        auth: Authenticator,
-        policy: SpacePolicy,
-        http_app: web.Application,
         ready: Callable[[], bool],
     ):
-        self.settings = settings
-        self.identity = identity
-        self.kv = kv
-        self.envelopes = envelopes
-        self.auth_required = settings.auth_mode != "none"
+        self._settings = settings
         self._ids = ids
         self._registry = registry
         self._agent_ids = agent_ids
         self._membership = membership
-        self._presence = presence
         self._dispatcher = dispatcher
         self._limits = limits
         self._reserved_ids = reserved_ids
-        self._auth = auth
-        self.policy = policy
-        self._http_app = http_app
-        self._proxies = TrustedProxies(settings.trusted_proxies)
         self._ready = ready
-        self._preframe = settings.compression == "none"
-        self._signers = {
-            s.did: Caller(
-                s.agent_id,
-                Grant(
-                    join=None if s.join is None else tuple(s.join),
-                    publish=None if s.publish is None else tuple(s.publish),
-                ),
-                key=s.agent_id,
-            )
-            for s in settings.signers
-        }
         #: Virtual members attached now: in the registry, but not connections.
         self.attached = 0
 
     @property
     def ready(self) -> bool:
         return self._ready()
-
-    # ── virtual members ─────────────────────────────────────────────────
 
     async def attach(
         self,
@@ -119,10 +94,11 @@ class NodeHost:
         type: str | None = None,
         capabilities: tuple[str, ...] = (),
         metadata: dict[str, Any] | None = None,
+        take: Take | None = None,
     ) -> VirtualMember:
         conn_id = self._ids.connection_id("vm")
         record = AgentRecord(
-            agent_id, self.settings.node_id, conn_id, type, tuple(capabilities), metadata or {},
+            agent_id, self._settings.node_id, conn_id, type, tuple(capabilities), metadata or {},
             codec.now_ms(),
         )  # fmt: skip
         # The hub's own agent: what it does for a caller, the policy decided
@@ -132,7 +108,8 @@ class NodeHost:
         member = VirtualMember(
             agent_id, conn_id, self._dispatcher.receive, handler,
             session=session, record=record, detach=self._detach, shared=shared,
-            queue_bytes=self.settings.outbox_max_bytes, request_prefix=f"{self._ids.tag}-",
+            queue_bytes=self._settings.outbox_max_bytes, request_prefix=f"{self._ids.tag}-",
+            take=take,
         )  # fmt: skip
         self._registry.add(conn_id, member)
         self.attached += 1
@@ -164,7 +141,36 @@ class NodeHost:
             self.attached -= 1
             member.cleaned_up.set()
 
-    # ── the HTTP port ───────────────────────────────────────────────────
+
+class NodeHttp:
+    """The HTTP port and its callers (an ``HttpFaces``)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        http_app: web.Application,
+        auth: Authenticator,
+        policy: SpacePolicy,
+        reserved_ids: set[str],
+    ):
+        self.auth_required = settings.auth_mode != "none"
+        self.policy = policy
+        self._http_app = http_app
+        self._auth = auth
+        self._reserved_ids = reserved_ids
+        self._proxies = TrustedProxies(settings.trusted_proxies)
+        self._signers = {
+            s.did: Caller(
+                s.agent_id,
+                Grant(
+                    join=None if s.join is None else tuple(s.join),
+                    publish=None if s.publish is None else tuple(s.publish),
+                ),
+                key=s.agent_id,
+            )
+            for s in settings.signers
+        }
 
     def mount(
         self,
@@ -184,8 +190,6 @@ class NodeHost:
         peer = request.transport.get_extra_info("peername") if request.transport else None
         return self._proxies.origin(peer, request.headers, request.scheme, request.host)
 
-    # ── callers and permissions ─────────────────────────────────────────
-
     async def caller(
         self, request: web.Request, *, public: bool = False, prefix: str = "caller"
     ) -> Caller:
@@ -201,7 +205,7 @@ class NodeHost:
         if agent_id is not None and is_valid_agent_id(agent_id):
             self._not_reserved(agent_id)
             return Caller(agent_id, key=key, anonymous=True)
-        return Caller(f"{prefix}-{secrets.token_hex(8)}", key=key, anonymous=True)
+        return Caller(f"{prefix}-{os.urandom(8).hex()}", key=key, anonymous=True)
 
     def _address_key(self, request: web.Request) -> str:
         """What a caller without credentials is counted as: its address."""
@@ -221,13 +225,20 @@ class NodeHost:
     def signer(self, did: str) -> Caller | None:
         return self._signers.get(did)
 
+
+class NodeReads:
+    """Cluster-wide reads of spaces and agents (a ``SpaceReads``)."""
+
+    def __init__(self, settings: Settings, *, membership: Membership, presence: Presence):
+        self._max_frame_bytes = settings.max_frame_bytes
+        self._membership = membership
+        self._presence = presence
+
     async def agents(
         self, caller: Caller, *, capability: str | None, space: str | None, limit: int
     ) -> tuple[list[AgentRecord], bool]:
         page = await self._membership.agents_page(caller, capability, space, None, limit)
         return page.agents, page.next_cursor is not None
-
-    # ── reads ───────────────────────────────────────────────────────────
 
     async def space_exists(self, space: str) -> bool:
         return await self._membership.space_exists(space)
@@ -241,7 +252,7 @@ class NodeHost:
         # Newest first, paging back through at most HISTORY_SCAN frames: past the
         # events ``viewer`` may not see (addressed to others), and back to the
         # first delta of every stream that ended with a done.
-        budget = self.settings.max_frame_bytes  # as space.history: about one largest frame
+        budget = self._max_frame_bytes  # as space.history: about one largest frame
         backplane = self._membership.backplane
         events: list[dict[str, Any]] = []
         size = 0
@@ -271,10 +282,26 @@ class NodeHost:
             before = page.events[0].seq
         return events[::-1]
 
+
+class NodeSystem:
+    """Hub-generated events in the adapters' system spaces (a ``SystemSpaces``)."""
+
+    def __init__(
+        self, settings: Settings, *, membership: Membership, registry: Registry[Any],
+        policy: SpacePolicy,
+    ):  # fmt: skip
+        self._membership = membership
+        self._registry = registry
+        self._policy = policy
+        self._preframe = settings.compression == "none"
+
     async def publish_system(
         self, space: str, data: dict[str, Any], *, to: tuple[str, ...] | None = None
     ) -> None:
         await self._membership.system_event(space, data, to=to)
+
+    def local_members(self, space: str) -> int:
+        return self._registry.member_count(space)
 
     def show_readers(
         self, space: str, event: dict[str, Any], readers_of: str | None, *, relay: str
@@ -284,13 +311,57 @@ class NodeHost:
             for member in self._registry.members(space)
             if member.agent_id != relay
             and member.session is not None
-            and (readers_of is None or self.policy.may_read(member.session, readers_of))
+            and (readers_of is None or self._policy.may_read(member.session, readers_of))
         )
         if not audience:
             return 0
         shown = {key: value for key, value in event.items() if key != "to"}
         frame = OutFrame(orjson.dumps(shown), self._preframe)
         return self._registry.deliver(space, frame, to=audience)
+
+
+class NodeHost:
+    """What the node hands every adapter it hosts (an ``AdapterHost``): its
+    parts, built once by the node."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        ids: Ids,
+        registry: Registry[Any],
+        agent_ids: AgentIds,
+        membership: Membership,
+        presence: Presence,
+        dispatcher: Dispatcher,
+        limits: SessionLimits,
+        reserved_ids: set[str],
+        identity: HubIdentity,
+        kv: KeyValueStore,
+        envelopes: EnvelopeCheck,
+        auth: Authenticator,
+        policy: SpacePolicy,
+        http_app: web.Application,
+        ready: Callable[[], bool],
+    ):
+        self.settings = settings
+        self.identity = identity
+        self.kv = kv
+        self.envelopes = envelopes
+        self.hosting = NodeAgents(
+            settings, ids=ids, registry=registry, agent_ids=agent_ids, membership=membership,
+            dispatcher=dispatcher, limits=limits, reserved_ids=reserved_ids, ready=ready,
+        )  # fmt: skip
+        self.http = NodeHttp(
+            settings, http_app=http_app, auth=auth, policy=policy, reserved_ids=reserved_ids
+        )
+        self.spaces = NodeReads(settings, membership=membership, presence=presence)
+        self.system = NodeSystem(settings, membership=membership, registry=registry, policy=policy)
+
+    @property
+    def attached(self) -> int:
+        """Virtual members attached now: in the registry, but not connections."""
+        return self.hosting.attached
 
 
 #: The most recorded frames one ``history`` read looks at.

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from hub.auth import Authenticator
-from hub.cluster.presence import AgentRecord, Presence
+from hub.cluster.presence import AgentClaims, AgentRecord
 from hub.config.settings import Settings
 from hub.core.counters import Counters
 from hub.core.ids import Ids
@@ -42,7 +42,7 @@ class ConnectionLifecycle:
         ids: Ids,
         registry: Registry[Any],
         agent_ids: AgentIds,
-        presence: Presence,
+        claims: AgentClaims,
         membership: Membership,
         dispatcher: Dispatcher,
         limits: SessionLimits,
@@ -56,7 +56,7 @@ class ConnectionLifecycle:
         self.ids = ids
         self.registry = registry
         self.agent_ids = agent_ids
-        self.presence = presence
+        self.claims = claims
         self.membership = membership
         self.dispatcher = dispatcher
         self.limits = limits
@@ -153,7 +153,7 @@ class ConnectionLifecycle:
             # The client gave up while the id was being claimed: never announce it.
             self.registry.evict(conn_id, conn)
             with contextlib.suppress(BackplaneUnavailable):
-                await self.presence.release_agent(agent_id, conn_id)
+                await self.claims.release_agent(agent_id, conn_id)
             conn.cleaned_up.set()
             return "client gone during the claim"
         conn.record = record

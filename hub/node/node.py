@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import structlog
@@ -81,7 +81,7 @@ from hub.node.sweep import Sweeper
 from hub.ops.api import NodeReadings, OperatorFaces
 from hub.ops.api.operations import API_SENDER
 from hub.ops.health import health_routes
-from hub.ops.metrics import Gauges, HubCollector, build_registry
+from hub.ops.metrics import Gauges, HubCollector, ViewFactory, build_registry
 from protocol.errors import CloseCode, ErrorCode
 
 
@@ -95,6 +95,8 @@ class Node:
         backplane: Backplane | None = None,
         presence: Presence | None = None,
         adapters: Iterable[Adapter] = (),
+        workers_view: ViewFactory | None = None,
+        worker: int | None = None,
     ):
         s = self.settings = settings
         self.node_id = s.node_id
@@ -149,7 +151,7 @@ class Node:
         self.gaps = GapFiller(self.backplane, self.registry, fan_out, self._spawn)
         recovery = Recovery(
             s, self.registry, self.backplane, self.subscriptions,
-            filling=self.gaps.holding.__contains__,
+            filling=self.gaps.filling.__contains__,
         )  # fmt: skip
         self.publishing = Publishing(
             s, self.backplane, self.presence, self.registry, self.ids, self.counters,
@@ -162,7 +164,7 @@ class Node:
         #: Producers hear when nobody receives their stream any more.
         self.stream_stops = StreamStops(
             self.node_id, self.registry, self.backplane, self.publishing,
-            filling=self.gaps.holding.__contains__,
+            filling=self.gaps.filling.__contains__,
         )  # fmt: skip
         holders = LocalHolders(s, self.registry)
         self.cluster = ClusterLink(
@@ -188,7 +190,7 @@ class Node:
         # ── the faces: WebSocket connections, the HTTP port, adapters
         self.lifecycle = ConnectionLifecycle(
             s, self.node_id, auth=self.auth, ids=self.ids, registry=self.registry,
-            agent_ids=self.agent_ids, presence=self.presence, membership=self.membership,
+            agent_ids=self.agent_ids, claims=self.presence, membership=self.membership,
             dispatcher=self.dispatcher, limits=self.limits, counters=self.counters,
             reserved_ids=self.reserved_ids, log=self.log,
         )  # fmt: skip
@@ -203,7 +205,9 @@ class Node:
                     backplane_lag=self._lag,
                 ),
                 self.node_id,
-            )
+            ),
+            workers_view,
+            worker,
         )
         #: The HTTP port's application; adapters mount their routes while starting.
         self.http_app = web.Application(
@@ -240,7 +244,7 @@ class Node:
         )  # fmt: skip
         self.sweeper = Sweeper(
             s, self.registry, self.dispatcher, preframe=preframe, log=self.log,
-            presence=self.presence,
+            claims=self.presence,
         )  # fmt: skip
         self._sweeper: asyncio.Task[None] | None = None
         self._beat: asyncio.Task[None] | None = None
@@ -305,15 +309,13 @@ class Node:
 
     async def aclose(self) -> None:
         """Stop adapters (last started, first closed), background work and the
-        backplane. Idempotent."""
+        backplane. Idempotent. A part that fails to close is logged and the
+        others are closed all the same."""
         if self._closed:
             return
         self.accepting = False
         for adapter in reversed(self.adapters):
-            try:
-                await adapter.aclose()
-            except Exception:
-                self.log.exception("adapter failed to close", adapter=type(adapter).__name__)
+            await self._close_part(f"adapter {type(adapter).__name__}", adapter.aclose)
         self._closed = True
         for task in (self._sweeper, self._beat):
             if task is not None:
@@ -322,27 +324,26 @@ class Node:
                     await task
         for task in list(self._background):
             task.cancel()
-        with contextlib.suppress(Exception):
-            await self.operator.aclose()
+        await self._close_part("operator faces", self.operator.aclose)
         # Departures of the connections just closed, still held: the cluster hears of them.
         await self.membership.aclose()
         await self.subscriptions.aclose()
         await self.cluster.aclose()
         await self.stream_stops.aclose()
-        with contextlib.suppress(Exception):
-            await self.presence.leave_cluster()
-        with contextlib.suppress(Exception):
-            await self.backplane.aclose()
-        with contextlib.suppress(Exception):
-            await self.presence.aclose()
-        with contextlib.suppress(Exception):
-            await self.auth.aclose()
-        with contextlib.suppress(Exception):
-            await self.envelopes.aclose()
-        with contextlib.suppress(Exception):
-            await self.kv.aclose()
+        await self._close_part("presence (leaving the cluster)", self.presence.leave_cluster)
+        await self._close_part("backplane", self.backplane.aclose)
+        await self._close_part("presence", self.presence.aclose)
+        await self._close_part("authenticator", self.auth.aclose)
+        await self._close_part("envelope checks", self.envelopes.aclose)
+        await self._close_part("key-value store", self.kv.aclose)
         if self.redis is not None:
             await self.redis.aclose()
+
+    async def _close_part(self, part: str, close: Callable[[], Awaitable[object]]) -> None:
+        try:
+            await close()
+        except Exception:
+            self.log.exception("failed to close", part=part)
 
     async def __aenter__(self) -> Node:
         await self.start()

@@ -13,7 +13,7 @@ import asyncio
 import time
 from typing import Any
 
-from hub.cluster.presence import Presence
+from hub.cluster.presence import AgentClaims
 from hub.config.settings import Settings
 from hub.core.actions import Close
 from hub.core.frames import OutFrame
@@ -33,13 +33,13 @@ class Sweeper:
         *,
         preframe: bool,
         log: Any,
-        presence: Presence,
+        claims: AgentClaims,
     ):
         self.settings = settings
         self.registry = registry
         self.dispatcher = dispatcher
         #: Asked whether the publisher of a quiet relayed stream is still there.
-        self.presence = presence
+        self.claims = claims
         self._preframe = preframe
         self._log = log
 
@@ -100,7 +100,7 @@ class Sweeper:
             if not record.publisher or record.publisher in local:
                 continue  # the hub's own (a split publish), or a session here ends it
             try:
-                holder = await self.presence.get_agent(record.publisher)
+                holder = await self.claims.get_agent(record.publisher)
             except BackplaneUnavailable:
                 return  # the cluster cannot tell now: the next sweep asks again
             if holder is None:

@@ -3,15 +3,15 @@
 A custom collector reads the hot path's plain counters and the gauges when
 ``/metrics`` is scraped. Each node has its own registry, so several nodes can
 live in one process (the tests do that). With ``--workers`` the registry
-serves every worker's series instead (:meth:`MetricsRegistry.per_worker`,
+serves every worker's series instead (:class:`MetricsRegistry` built with a ``workers_view``,
 :mod:`hub.process.worker_metrics`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -30,6 +30,8 @@ __all__ = [
     "Gauges",
     "HubCollector",
     "MetricsRegistry",
+    "ViewFactory",
+    "WorkersView",
     "render",
 ]
 #: Response header of a scrape in ``--workers`` mode: which worker answered.
@@ -148,45 +150,62 @@ def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
     return CounterMetricFamily(name, doc, value=value)
 
 
+class WorkersView(Protocol):
+    """A collector of every worker's series (hub/process/worker_metrics.py)."""
+
+    def collect(self) -> Iterable[Metric]: ...
+
+    async def refresh(self) -> None: ...
+
+
+#: Builds the ``--workers`` view around this node's own collect function.
+ViewFactory = Callable[[Callable[[], Iterable[Metric]]], WorkersView]
+
+
 class MetricsRegistry(CollectorRegistry):
     """A node's registry: its :class:`HubCollector`, or in ``--workers`` mode a
-    view of every worker (which reads this node's collector for its own part)."""
+    view of every worker (which reads this node's collector for its own part).
+    Which of the two is decided when the registry is built."""
 
-    def __init__(self, collector: HubCollector):
+    def __init__(
+        self,
+        collector: HubCollector,
+        *,
+        workers_view: ViewFactory | None = None,
+        worker: int | None = None,
+    ):
         super().__init__(auto_describe=False)
         self.hub = collector
         #: The worker answering scrapes, in ``--workers`` mode.
-        self.worker: int | None = None
-        self._served: Any = collector
-        self._view: Any = None
-        self.register(collector)  # type: ignore[arg-type]
-
-    def per_worker(self, view: Any, worker: int) -> None:
-        """Serve ``view`` (a collector of every worker's series) from now on."""
-        self.unregister(self._served)
-        self.register(view)
-        self._served = view
-        self._view = view
         self.worker = worker
+        #: Every worker's series, in ``--workers`` mode.
+        self.view: WorkersView | None = None
+        if workers_view is None:
+            self.register(collector)  # type: ignore[arg-type]
+        else:
+            self.view = workers_view(collector.collect)
+            self.register(self.view)  # type: ignore[arg-type]
 
     @property
     def asks_workers(self) -> bool:
         """A scrape first asks the other workers (:meth:`refresh`)."""
-        return self._view is not None
+        return self.view is not None
 
     async def refresh(self) -> None:
         """Before a scrape in ``--workers`` mode: fetch the other workers'
         current figures (hub/process/worker_metrics.py)."""
-        if self._view is not None:
-            await self._view.refresh()
+        if self.view is not None:
+            await self.view.refresh()
 
     def headers(self) -> dict[str, str]:
         """Response headers of a scrape: the answering worker, in ``--workers`` mode."""
         return {} if self.worker is None else {WORKER_HEADER: str(self.worker)}
 
 
-def build_registry(collector: HubCollector) -> MetricsRegistry:
-    return MetricsRegistry(collector)
+def build_registry(
+    collector: HubCollector, workers_view: ViewFactory | None = None, worker: int | None = None
+) -> MetricsRegistry:
+    return MetricsRegistry(collector, workers_view=workers_view, worker=worker)
 
 
 def render(registry: CollectorRegistry) -> bytes:

@@ -80,12 +80,16 @@ async def serve_until_stopped(
         loop.add_signal_handler(sig, stop.set)
     from adapters import from_settings
 
-    node = Node(settings, adapters=from_settings(settings))
+    node = Node(
+        settings,
+        adapters=from_settings(settings),
+        workers_view=None
+        if worker is None
+        else lambda own: WorkerMetrics(worker, own, settings.node_id),
+        worker=None if worker is None else worker.index,
+    )
     server = HubServer(node, reuse_port=reuse_port)
-    view = None
-    if worker is not None:
-        view = WorkerMetrics(worker, node.metrics_registry.hub.collect, settings.node_id)
-        node.metrics_registry.per_worker(view, worker.index)
+    view = node.metrics_registry.view
     try:
         await server.start()
     except OSError as exc:
@@ -107,7 +111,7 @@ async def serve_until_stopped(
         pid=os.getpid(),
         version=__version__,
     )
-    snapshots = loop.create_task(view.run(log)) if view is not None else None
+    snapshots = loop.create_task(view.run(log)) if isinstance(view, WorkerMetrics) else None
     loop.add_signal_handler(signal.SIGHUP, reload_hub, server, log.bind(node=settings.node_id))
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
     await stop.wait()

@@ -22,6 +22,8 @@ from protocol.a2a.model import Message, TaskState, text_part
 #: ``data.via`` of the events the gateway publishes; also its virtual agent's id.
 VIA = "a2a"
 INPUT_REQUIRED = "input-required"
+#: ``data.state`` of a reply saying the agent works on the request in the background.
+WORKING = "working"
 MAX_ERROR_CHARS = 1024
 
 
@@ -41,9 +43,24 @@ def request_data(task_id: str, context_id: str, message: Message, caller: str) -
     }
 
 
-def cancel_data(task_id: str) -> dict[str, Any]:
-    """What agents are told when the client cancels a task."""
-    return {"via": VIA, "task_id": task_id, "cancel": True}
+def cancel_data(task_id: str, in_reply_to: str | None = None) -> dict[str, Any]:
+    """What agents are told when the client cancels a task (``in_reply_to``:
+    the request event of the turn in progress, contract §19)."""
+    data: dict[str, Any] = {"via": VIA, "task_id": task_id, "cancel": True}
+    if in_reply_to is not None:
+        data["in_reply_to"] = in_reply_to
+    return data
+
+
+def is_working(data: dict[str, Any]) -> bool:
+    """Is this reply a progress note (``state: "working"``) rather than the answer?"""
+    return data.get("state") == WORKING and data.get("status") not in ("failure", "error")
+
+
+def working_note(data: dict[str, Any]) -> str | None:
+    """The text of a progress note, if it has one."""
+    text = data.get("text")
+    return text[:MAX_ERROR_CHARS] if isinstance(text, str) and text else None
 
 
 @dataclass(frozen=True, slots=True)

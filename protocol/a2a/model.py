@@ -25,14 +25,20 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
+    StrictInt,
     StrictStr,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
 from protocol.a2a.jsonrpc import INVALID_PARAMS, RequestId, RpcError
 
 MAX_ID_CHARS = 256
+#: ``ListTasks`` page sizes (a2a-sdk's ``DEFAULT_LIST_TASKS_PAGE_SIZE`` and maximum).
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 100
+NEGATIVE_HISTORY = "history length must be non-negative"
 
 
 class TaskState(StrEnum):
@@ -113,11 +119,17 @@ class Message(_Model):
         return "\n".join(p.text for p in self.parts if p.text is not None)
 
 
-class SendConfiguration(_Model):
+class _History(_Model):
+    """Params with a ``historyLength`` (how many of the latest history
+    messages a task is answered with; 0: none; absent: all)."""
+
+    historyLength: StrictInt | None = None
+
+
+class SendConfiguration(_History):
     returnImmediately: StrictBool = False
     taskPushNotificationConfig: dict[str, Any] | None = None
     acceptedOutputModes: list[StrictStr] | None = None
-    historyLength: int | None = None
 
 
 class SendParams(_Model):
@@ -126,21 +138,68 @@ class SendParams(_Model):
     metadata: dict[str, Any] | None = None
 
 
-class TaskQuery(_Model):
+class TaskQuery(_History):
     id: StrictStr = Field(min_length=1, max_length=MAX_ID_CHARS)
-    historyLength: int | None = None
+
+
+class ListQuery(_History):
+    """``ListTasks`` params: filters, a page, what each task carries."""
+
+    contextId: StrictStr | None = Field(default=None, max_length=MAX_ID_CHARS)
+    status: TaskState | None = None
+    pageSize: StrictInt | None = None
+    pageToken: StrictStr | None = Field(default=None, max_length=1024)
+    statusTimestampAfter: StrictStr | None = Field(default=None, max_length=64)
+    includeArtifacts: StrictBool = False
+
+    @field_validator("status", mode="before")
+    @classmethod
+    def _state(cls, value: object) -> object:
+        if value in (None, "", "TASK_STATE_UNSPECIFIED"):
+            return None
+        if not isinstance(value, str) or value not in TaskState._value2member_map_:
+            raise ValueError(f"not a task state: {str(value)[:64]!r}")
+        return TaskState(value)
+
+    @property
+    def after_ms(self) -> int | None:
+        """``statusTimestampAfter`` in ms since the epoch (checked by :func:`list_query`)."""
+        if not self.statusTimestampAfter:
+            return None
+        return parse_timestamp(self.statusTimestampAfter)
 
 
 def _checked(model: type[_Model], params: dict[str, Any], request_id: RequestId) -> Any:
     try:
-        return model.model_validate(params)
+        checked = model.model_validate(params)
     except ValidationError as exc:
         raise RpcError(INVALID_PARAMS, f"Invalid params: {describe(exc)}", request_id) from None
+    history = getattr(checked, "historyLength", None)
+    if history is not None and history < 0:
+        raise RpcError(INVALID_PARAMS, NEGATIVE_HISTORY, request_id)
+    return checked
+
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+def parse_timestamp(text: str) -> int | None:
+    """An ISO 8601 timestamp (``Z`` or an offset; naive means UTC) in ms; None if it is not one."""
+    try:
+        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return (moment - _EPOCH) // datetime.timedelta(milliseconds=1)
 
 
 def send_params(params: dict[str, Any], request_id: RequestId, *, max_parts: int) -> SendParams:
     """``SendMessage`` / ``SendStreamingMessage`` params; ``-32602`` when wrong."""
     checked: SendParams = _checked(SendParams, params, request_id)
+    history = checked.configuration.historyLength if checked.configuration else None
+    if history is not None and history < 0:
+        raise RpcError(INVALID_PARAMS, NEGATIVE_HISTORY, request_id)
     if len(checked.message.parts) > max_parts:
         raise RpcError(
             INVALID_PARAMS, f"Invalid params: more than {max_parts} parts in a message", request_id
@@ -151,6 +210,20 @@ def send_params(params: dict[str, Any], request_id: RequestId, *, max_parts: int
 def task_query(params: dict[str, Any], request_id: RequestId) -> TaskQuery:
     """``GetTask`` / ``CancelTask`` params; ``-32602`` when wrong."""
     return _checked(TaskQuery, params, request_id)  # type: ignore[no-any-return]
+
+
+def list_query(params: dict[str, Any], request_id: RequestId) -> ListQuery:
+    """``ListTasks`` params; ``-32602`` when wrong (as a2a-sdk: page size 1…100,
+    history length not negative, a state that is one, a timestamp that is one)."""
+    query: ListQuery = _checked(ListQuery, params, request_id)
+    if query.pageSize is not None and not 1 <= query.pageSize <= MAX_PAGE_SIZE:
+        why = "minimum page size is 1" if query.pageSize < 1 else "maximum page size is 100"
+        raise RpcError(INVALID_PARAMS, why, request_id)
+    if query.statusTimestampAfter and query.after_ms is None:
+        raise RpcError(
+            INVALID_PARAMS, "statusTimestampAfter is not an ISO 8601 timestamp", request_id
+        )
+    return query
 
 
 def describe(exc: ValidationError) -> str:
@@ -165,9 +238,22 @@ def describe(exc: ValidationError) -> str:
 
 
 def timestamp(ms: int) -> str:
-    """ISO 8601 UTC with microseconds and ``Z``, as the a2a-sdk writes them."""
-    moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """ISO 8601 UTC with microseconds and ``Z``, as the a2a-sdk writes them.
+
+    Every task status carries one, so the formatted second is kept and only
+    the milliseconds are written for the next timestamp in the same second."""
+    second, milli = divmod(ms, 1000)
+    global _second
+    cached, text = _second
+    if cached != second:
+        moment = datetime.datetime.fromtimestamp(second, tz=datetime.UTC)
+        text = moment.strftime("%Y-%m-%dT%H:%M:%S")
+        _second = (second, text)
+    return f"{text}.{milli:03d}000Z"
+
+
+#: The last second :func:`timestamp` formatted, and its text.
+_second: tuple[int | None, str] = (None, "")
 
 
 def text_part(text: str) -> dict[str, Any]:

@@ -4,18 +4,29 @@
 key-value store (so any node answers ``GetTask``) and what it answers with
 (:meth:`TaskRecord.wire`). Each *turn* is one message from the client and the
 agents' answer to it; a task in ``INPUT_REQUIRED`` takes another turn when the
-client's next message names it. Every state change goes through
+client's next message names it (or, once the agents said they work on it in
+the background, ``WORKING``). Every state change goes through
 :meth:`TaskRecord.move`, which refuses to leave a terminal state.
+
+``history`` holds the task's messages, oldest first: each turn's message from
+the client and the agents' questions and progress notes (status messages of
+``INPUT_REQUIRED`` / ``WORKING``), at most :data:`MAX_HISTORY`.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from protocol.a2a.model import TaskState, agent_message, artifact, status
+from protocol.a2a.model import Role, TaskState, agent_message, artifact, status
+
+#: Messages kept in a task's history (the oldest go first).
+MAX_HISTORY = 64
+#: States whose status message also goes into the history.
+_NOTED = frozenset({TaskState.INPUT_REQUIRED, TaskState.WORKING})
 
 
 class TaskRecordError(ValueError):
@@ -40,6 +51,15 @@ class TaskRecord:
     event_id: str | None = None
     #: Bytes of artifact text and data kept, summed over turns.
     size: int = 0
+    #: The task's messages, oldest first (A2A ``Message`` objects).
+    history: list[dict[str, Any]] = field(default_factory=list)
+    #: When the task was created (ms since the epoch).
+    created_ms: int = 0
+    #: The id of the reply stream answering the current turn, once it started.
+    stream_id: str | None = None
+    #: The agents said they work on the current turn in the background
+    #: (``state: "working"``): a next message may begin the next turn.
+    background: bool = False
 
     @property
     def terminal(self) -> bool:
@@ -52,7 +72,25 @@ class TaskRecord:
         self.state = state
         self.message = message
         self.updated_ms = at_ms
+        if message is not None and state in _NOTED:
+            self.remember(self._status_message(message))
         return True
+
+    def remember(self, message: dict[str, Any]) -> None:
+        """Add a message to the history (the oldest go beyond :data:`MAX_HISTORY`)."""
+        self.history.append(message)
+        del self.history[:-MAX_HISTORY]
+
+    def user_message(self, message: dict[str, Any]) -> None:
+        """The client's message of this turn, as the history keeps it."""
+        kept = {**message, "role": Role.USER.value, "taskId": self.id, "contextId": self.context_id}
+        self.remember(kept)
+
+    def _status_message(self, text: str) -> dict[str, Any]:
+        return agent_message(
+            text, message_id=f"{self.id}-status-{self.turn}-{len(self.history)}",
+            task_id=self.id, context_id=self.context_id,
+        )  # fmt: skip
 
     def add_artifact(self, artifact_id: str, parts: list[dict[str, Any]], size: int) -> None:
         self.artifacts.append(artifact(artifact_id, parts))
@@ -69,12 +107,16 @@ class TaskRecord:
             )
         return status(self.state, self.updated_ms, message)
 
-    def wire(self) -> dict[str, Any]:
-        """The A2A ``Task`` object."""
+    def wire(self, history_length: int | None = None, *, artifacts: bool = True) -> dict[str, Any]:
+        """The A2A ``Task`` object: its last ``history_length`` messages (None:
+        all of them, 0: none), its artifacts unless ``artifacts`` is false."""
         task: dict[str, Any] = {"id": self.id, "contextId": self.context_id}
         task["status"] = self.status()
-        if self.artifacts:
+        if artifacts and self.artifacts:
             task["artifacts"] = self.artifacts
+        history = self.history if history_length is None else self.history[-history_length:]
+        if history and history_length != 0:
+            task["history"] = history
         return task
 
     # ── storage ─────────────────────────────────────────────────────────
@@ -94,6 +136,10 @@ class TaskRecord:
                 "turn": self.turn,
                 "event_id": self.event_id,
                 "size": self.size,
+                "history": self.history,
+                "created_ms": self.created_ms,
+                "stream_id": self.stream_id,
+                "background": self.background,
             }
         )
 
@@ -114,6 +160,10 @@ class TaskRecord:
                 turn=int(value["turn"]),
                 event_id=value["event_id"],
                 size=int(value["size"]),
+                history=list(value.get("history") or []),
+                created_ms=int(value.get("created_ms") or 0),
+                stream_id=value.get("stream_id"),
+                background=bool(value.get("background")),
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise TaskRecordError(f"unreadable task record: {exc}") from None
@@ -123,3 +173,13 @@ def _str(value: object) -> str:
     if not isinstance(value, str):
         raise TypeError(f"expected a string, got {type(value).__name__}")
     return value
+
+
+def new_id() -> str:
+    """A random (version 4) UUID as text, as ``str(uuid.uuid4())`` — without
+    the ``UUID`` object, which costs several times more (every task takes two)."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = raw[6] & 0x0F | 0x40
+    raw[8] = raw[8] & 0x3F | 0x80
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"

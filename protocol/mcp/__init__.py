@@ -7,6 +7,9 @@
   tools agents offer (``{agent_id}.{name}``).
 - :mod:`.results` — results of ``initialize``, ``server/discover``,
   ``tools/list`` and ``tools/call``.
+- :mod:`.content` — the content blocks an agent's tool may answer (checked).
+- :mod:`.resources` — spaces as resources: ``agora://spaces/{space}`` and the
+  ``resources/*`` results.
 """
 
 from protocol.mcp.jsonrpc import (

@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from protocol.mcp.content import ContentError, content_blocks
 from protocol.mcp.revisions import META_SERVER_INFO, MODERN_REVISIONS
 
 SERVER_NAME = "agora-hub"
@@ -37,7 +38,7 @@ def server_info(version: str) -> dict[str, str]:
 
 
 def capabilities() -> dict[str, Any]:
-    return {"tools": {"listChanged": True}}
+    return {"tools": {"listChanged": True}, "resources": {"subscribe": True, "listChanged": True}}
 
 
 def initialize_result(revision: str, version: str) -> dict[str, Any]:
@@ -71,7 +72,7 @@ def finish(result: dict[str, Any], *, modern: bool, ttl_ms: int = 0) -> dict[str
     if not modern:
         return result
     done = {**result, "resultType": "complete"}
-    if "tools" in result:
+    if "tools" in result or "resources" in result or "resourceTemplates" in result:
         # Tools differ by caller (claims), and agents come and go.
         done["ttlMs"] = ttl_ms
         done["cacheScope"] = "private"
@@ -130,9 +131,20 @@ def is_failure(data: dict[str, Any]) -> bool:
 
 
 def reply_result(data: dict[str, Any]) -> dict[str, Any]:
-    """An agent tool's answer from the data of its reply event."""
+    """An agent tool's answer from the data of its reply event: ``content``
+    (MCP content blocks, checked: :mod:`.content`), else ``result`` / ``text``.
+    Content that does not fit is a tool error saying why."""
     if is_failure(data):
         return error_result(failure_text(data))
+    if "content" in data:
+        try:
+            blocks = content_blocks(data["content"])
+        except ContentError as exc:
+            return error_result(f"The agent's reply has invalid content: {exc}")
+        result: dict[str, Any] = {"content": blocks, "isError": False}
+        if isinstance(data.get("result"), dict):
+            result["structuredContent"] = data["result"]
+        return result
     if "result" in data:
         value = data["result"]
         structured = value if isinstance(value, dict) else None

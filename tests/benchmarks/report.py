@@ -6,8 +6,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from tests.benchmarks import mcp_bench
-
 # Targets from issue 6 (ratios are to the baseline measured in the same run).
 CPU_RATIO_TARGET = 0.85
 CPU_RATIO_STRETCH = 1.5
@@ -110,10 +108,9 @@ def build_rows(records: list[dict], compressions: list[str]) -> list[Row]:
         _cluster_rows(rows, records, comp)
         _workers_rows(rows, records, comp)
         _massjoin_rows(rows, records, comp)
-        from tests.benchmarks import a2a  # (it builds on this module)
+        from tests.benchmarks import gateways  # (it builds on this module)
 
-        rows.extend(a2a.rows(records, comp))
-        mcp_bench.add_rows(rows, records, comp)
+        rows.extend(gateways.rows(records, comp))
 
         from tests.benchmarks import token_stream  # its own module (issue 28)
 

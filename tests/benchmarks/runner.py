@@ -4,11 +4,12 @@
         [--compression both|none|deflate] [--json PATH] [--profile]
 
 Scenarios: fanout, latency, idle, stream, signed, cluster, workers, massjoin,
-a2a, mcp, tokenstream, redis, presence, capacity, storm, scalejoin (cluster,
-workers, redis, presence and the two-node half of massjoin need a redis-server and the hub's
-Redis backplane; they are skipped, with the reason, when a Redis-mode hub does
-not come up). capacity, storm and scalejoin are the connections-at-scale runs
-of tests/benchmarks/scale.py (docs/performance.md, "Connections at scale").
+gateways (also ``a2a`` or ``mcp``), tokenstream, redis, presence, capacity, storm,
+scalejoin (cluster, workers, redis, presence and the two-node half of massjoin
+need a redis-server and the hub's Redis backplane; they are skipped, with the
+reason, when a Redis-mode hub does not come up). capacity, storm and scalejoin
+are the connections-at-scale runs of tests/benchmarks/scale.py
+(docs/performance.md, "Connections at scale").
 """
 
 from __future__ import annotations
@@ -31,9 +32,12 @@ from tests.benchmarks import procs, profiling, report, scale
 from tests.benchmarks.suite import QUIET_PCT, Bench, log, raise_fd_limit
 
 ALL = (
-    "fanout", "latency", "idle", "stream", "signed", "cluster", "workers", "massjoin", "a2a",
-    "mcp", "tokenstream", "redis", "presence", "capacity", "storm", "scalejoin",
+    "fanout", "latency", "idle", "stream", "signed", "cluster", "workers", "massjoin",
+    "gateways", "tokenstream", "redis", "presence", "capacity", "storm", "scalejoin",
 )  # fmt: skip
+
+#: Former scenario names: the A2A and MCP gateways are measured together now.
+ALIASES = {"a2a": "gateways", "mcp": "gateways"}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -91,7 +95,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if not label or not path or not (Path(path) / "hub" / "__init__.py").exists():
             p.error(f"--variant {spec!r}: LABEL=DIR with DIR a source tree holding hub/")
         args.variants.append((label, Path(path).resolve()))
-    only = [s.strip() for s in args.only.split(",") if s.strip()]
+    only = [ALIASES.get(s.strip(), s.strip()) for s in args.only.split(",") if s.strip()]
     unknown = [s for s in only if s not in ALL]
     if unknown:
         p.error(f"unknown scenario(s) {unknown}; choose from {', '.join(ALL)}")

@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.benchmarks import a2a as a2a_bench
-from tests.benchmarks import mcp_bench, procs, redis_modes, report, scale, scenarios
+from tests.benchmarks import gateways, procs, redis_modes, report, scale, scenarios
 from tests.benchmarks.procs import Pinning, ServerProcess, StartFailed
 from tests.benchmarks.scenarios import Target
 
@@ -397,9 +396,10 @@ class Bench:
                     scenario, server, comp, self._hub(comp), body, {**params, "signed": signed}
                 )
 
-    async def a2a(self, comp: str) -> None:
-        """Request/reply through the A2A gateway beside the same over WebSocket."""
-        await a2a_bench.run(self, comp)
+    async def gateways(self, comp: str) -> None:
+        """A2A, MCP space_ask and an MCP agent tool beside a WebSocket
+        request/reply, one hub (gateways.py)."""
+        await gateways.run(self, comp)
 
     def _redis(self, cores: list[int]) -> ServerProcess | str:
         try:
@@ -642,10 +642,6 @@ class Bench:
         """2,000 and 10,000 agents joining one space at once (scale.py)."""
         await scale.run_scalejoin(self, comp)
 
-    async def mcp(self, comp: str) -> None:
-        """space_ask through /mcp beside a WebSocket request/reply (mcp_bench.py)."""
-        await mcp_bench.run(self, comp)
-
 
 def _headline(f: dict[str, Any]) -> str:
     other = f.get("other_cpu_pct")
@@ -654,7 +650,7 @@ def _headline(f: dict[str, Any]) -> str:
 
 
 def _figures(f: dict[str, Any]) -> str:
-    line = scale.headline(f)
+    line = scale.headline(f) or gateways.headline(f)
     if line is not None:
         return line
     if "form_s" in f:

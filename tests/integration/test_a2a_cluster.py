@@ -73,6 +73,49 @@ async def test_a_cancel_on_another_node_ends_the_stream(hub, clients, redis_serv
     await helper.aclose()
 
 
+async def test_subscribe_to_a_task_on_another_node(hub, clients, redis_server, a2a_peer):
+    """SubscribeToTask re-attaches from a node that does not serve the task,
+    even mid-stream: what is left of the stream arrives through the space,
+    the end from the store."""
+    serving, other = gateway(), gateway()
+    one = await hub(adapters=[serving], redis_url=redis_server.url)
+    two = await hub(adapters=[other], redis_url=redis_server.url)
+    helper = await Answerer.start(clients, one)
+    url_one, url_two = f"{one.http_url}/a2a/{SPACE}", f"{two.http_url}/a2a/{SPACE}"
+    # (A stream reaches who was in the space when it began: the second node's
+    # member is, once the node has served anything there.)
+    assert a2a.state(await a2a.send(url_two, "hello")) == "TASK_STATE_COMPLETED"
+    task = await a2a.send(url_one, "work on it")
+    assert a2a.state(task) == "TASK_STATE_WORKING"
+    run = serving.tasks.runs[task["id"]]
+    asked = helper.working.pop(task["id"])
+    stream = helper.client.stream(SPACE, data={"in_reply_to": asked}, coalesce=0)
+    await stream.send("one ")
+    await _until(lambda: run.record.stream_id is not None)  # stored: others can find the stream
+    step = {"op": "subscribe", "streaming": True, "task_id": task["id"]}
+    following = asyncio.ensure_future(a2a_peer.client(url_two, [step]))
+    await _until(lambda: following.done() or len(other._follows) == 1)
+    await stream.send("two")
+    await stream.close()
+    (result,) = await following
+    assert "error" not in result, result
+    events = result["events"]
+    assert events[0]["task"]["status"]["state"] == "TASK_STATE_WORKING"
+    texts = [p.get("text", "") for e in events if "artifactUpdate" in e
+             for p in e["artifactUpdate"]["artifact"]["parts"]]  # fmt: skip
+    assert "".join(texts) == "two", events  # what was left of the stream
+    assert events[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    got = (await a2a.call(url_two, "GetTask", {"id": task["id"]}))["result"]
+    assert got["artifacts"][-1]["parts"] == [{"text": "one two"}]
+    await helper.aclose()
+
+
+async def _until(predicate: Any, timeout: float = 15) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():  # noqa: ASYNC110 (objects in this process: no event to wait on)
+            await asyncio.sleep(0.02)
+
+
 # ── an outbound bridge held by one node of two, in real processes ──────────
 
 

@@ -244,8 +244,13 @@ async def test_a_client_that_drops_its_stream_mid_answer(hub, clients):
          b'{"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]}, '
          b'"configuration": {"taskPushNotificationConfig": {"url": "http://x"}}}}', -32003, 200),
         (b'{"jsonrpc": "2.0", "id": 1, "method": "CreateTaskPushNotificationConfig"}', -32003, 200),
-        (b'{"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}}', -32004, 200),
-        (b'{"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {}}', -32004, 200),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {"pageSize": 0}}',
+         -32602, 200),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {"pageToken": "x"}}',
+         -32602, 200),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x", '
+         b'"historyLength": -1}}', -32602, 200),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "GetExtendedAgentCard"}', -32004, 200),
         (b'{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}, "d": '
          + b"[" * 100 + b"]" * 100 + b"}", -32600, 400),
     ],
@@ -317,6 +322,23 @@ async def test_open_tasks_and_streams_per_node_are_bounded(hub, clients):
     assert status == 503 and busy["error"]["code"] == -32603
     waiting.cancel()
     await asyncio.gather(waiting, return_exceptions=True)
+    await helper.aclose()
+
+
+async def test_tasks_in_the_background_have_their_own_bound(hub, clients):
+    """Tasks the agent works on in the background (after a progress note) no
+    longer hold a slot of the open tasks, up to their own bound."""
+    _server, helper, base = await started(
+        hub, clients, bridge_timeout=30, caller_share=1.0,
+        options={"max_open_tasks": 2, "max_background_tasks": 3},
+    )  # fmt: skip
+    for n in range(5):  # three in the background, then two that keep their open slot
+        assert a2a.state(await a2a.send(base, f"work {n}")) == "TASK_STATE_WORKING"
+    status, busy = await a2a.post(
+        base, {"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+               "params": {"message": a2a.message("work more")}},
+    )  # fmt: skip
+    assert status == 503 and busy["error"]["code"] == -32603
     await helper.aclose()
 
 

@@ -106,7 +106,12 @@ async def test_the_sdk_client_cancels_a_streaming_task(hub, clients, a2a_peer):
     assert again["error"]["type"] == "TaskNotCancelableError"
     assert got["events"][0]["task"]["status"]["state"] == "TASK_STATE_CANCELED"
     told = await helper.wait_for(lambda d: d.get("cancel") is True)
-    assert told == {"via": "a2a", "task_id": streamed["ids"][0], "cancel": True, "from": "a2a"}
+    # Contract §19: the cancel names the request it cancels (in_reply_to).
+    assert told == {
+        "via": "a2a", "task_id": streamed["ids"][0], "cancel": True, "from": "a2a",
+        "in_reply_to": told["in_reply_to"],
+    }  # fmt: skip
+    assert isinstance(told["in_reply_to"], str) and told["in_reply_to"]
     await helper.aclose()
 
 

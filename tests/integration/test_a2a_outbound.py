@@ -197,7 +197,7 @@ async def test_a_remote_down_at_start_is_read_once_it_is_up(hub, remotes):
     await remote.stop()
     outbound = bridge(remote.url)
     server = await hub(adapters=[outbound])
-    await asyncio.wait_for(outbound.holding.wait(), 10)
+    await asyncio.wait_for(outbound.held.wait(), 10)
     alice = await member(server)
     early = await ask(alice, {"text": "hello"})
     assert early["data"]["error"].startswith("Remote A2A agent unavailable")
@@ -283,6 +283,43 @@ async def test_a_senders_cancel_of_the_reply_stream_cancels_the_remote_task(hub,
         {"type": "space.event.cancel", "space": first["space"], "event_id": first["event_id"]}
     )
     assert stopped["reason"] == "receiver_cancelled"
+    async with asyncio.timeout(15):
+        while "CancelTask" not in remote.methods():
+            remote.called.clear()
+            if "CancelTask" not in remote.methods():
+                await remote.called.wait()
+    await alice.close()
+
+
+async def test_the_bridge_holds_its_agent_id_once_started(hub, remotes):
+    """Claimed at start, as every outbound bridge (adapters/kit/bridge.py)."""
+    remote = await remotes()
+    server = await hub()
+    outbound = bridge(remote.url)
+    await outbound.start(server.node.host)
+    try:
+        assert outbound.held.is_set() and outbound.member is not None
+    finally:
+        await outbound.aclose()
+
+
+async def test_a_sender_that_stops_waiting_cancels_the_remote_task(hub, remotes):
+    """Contract §19: ``{cancel: true, in_reply_to}`` (what the hub's inbound faces
+    send when their caller goes away) → the call stops, ``CancelTask`` on the remote."""
+    remote = await remotes()
+    outbound = bridge(remote.url, timeout=20)
+    server = await hosting(hub, outbound)
+    alice = await member(server)
+    request = await send(alice, {"text": "hang"})
+    first = await alice._until(
+        lambda m: m.get("from") == BRIDGE and (m.get("data") or {}).get("in_reply_to") == request,
+        15,
+    )
+    assert first["type"] == "space.event.delta"
+    await send(alice, {"cancel": True, "in_reply_to": request})
+    cut = await alice._until(lambda m: m.get("event_id") == first["event_id"]
+                             and m["type"] == "space.event.cancel", 15)  # fmt: skip
+    assert "Cancelled" in cut["reason"]
     async with asyncio.timeout(15):
         while "CancelTask" not in remote.methods():
             remote.called.clear()

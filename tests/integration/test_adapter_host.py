@@ -1,7 +1,7 @@
 """The typed host adapters are written against (``hub.adapter_host.AdapterHost``),
 exercised by a small adapter like the one in docs/architecture.md: an HTTP
 route that publishes as the caller, a system space it provides, and the
-callers it authenticates."""
+callers it authenticates. It keeps only the parts of the host it calls."""
 
 from __future__ import annotations
 
@@ -13,7 +13,14 @@ import orjson
 import pytest
 from aiohttp import web
 
-from hub.adapter_host import AdapterHost, AuthError, Caller, VirtualMember
+from hub.adapter_host import (
+    AdapterHost,
+    AdapterMember,
+    AuthError,
+    Caller,
+    HttpFaces,
+    SystemSpaces,
+)
 from tests.support.wsclient import WsClient
 
 
@@ -24,14 +31,15 @@ class ShoutAdapter:
     system_spaces = ("mcp.shouts",)
 
     def __init__(self) -> None:
-        self.host: AdapterHost | None = None
-        self.member: VirtualMember | None = None
+        self.http: HttpFaces | None = None
+        self.system: SystemSpaces | None = None
+        self.member: AdapterMember | None = None
         self.shut_down = asyncio.Event()
 
     async def start(self, host: AdapterHost) -> None:
-        self.host = host
-        self.member = await host.attach("shouter", type="example")
-        host.mount([web.post("/shout/{space}", self._shout)], on_shutdown=self._closing)
+        self.http, self.system = host.http, host.system
+        self.member = await host.hosting.attach("shouter", type="example")
+        host.http.mount([web.post("/shout/{space}", self._shout)], on_shutdown=self._closing)
 
     async def aclose(self) -> None:
         if self.member is not None:
@@ -41,19 +49,19 @@ class ShoutAdapter:
         self.shut_down.set()
 
     async def _shout(self, request: web.Request) -> web.Response:
-        assert self.host is not None and self.member is not None
+        assert self.http is not None and self.system is not None and self.member is not None
         space = request.match_info["space"]
         try:
-            caller = await self.host.caller(request)
+            caller = await self.http.caller(request)
         except AuthError:
             return web.json_response({"error": "unauthorized"}, status=401)
-        if not self.host.policy.may_publish(caller, space):
+        if not self.http.policy.may_publish(caller, space):
             return web.json_response({"error": "forbidden"}, status=403)
         await self.member.join(space)
         text = (await request.json())["text"]
         event = await self.member.publish(space, {"text": text, "caller": caller.agent_id})
-        await self.host.publish_system("mcp.shouts", {"event": "shout", "space": space})
-        url = self.host.public_url(request)
+        await self.system.publish_system("mcp.shouts", {"event": "shout", "space": space})
+        url = self.http.public_url(request)
         return web.json_response({"seq": event["seq"], "url": url, "caller": caller.agent_id})
 
 
@@ -126,7 +134,7 @@ async def test_the_public_url_believes_only_trusted_proxies(hub, headers, expect
 
 
 class _Request:
-    """What ``AdapterHost.caller`` reads of a request."""
+    """What ``HttpFaces.caller`` reads of a request."""
 
     def __init__(self, headers: dict[str, str] | None = None, **query: str):
         self.headers = headers or {}
@@ -136,14 +144,14 @@ class _Request:
 
 async def test_generated_callers_when_auth_is_off(hub):
     server = await hub(adapters=[adapter := ShoutAdapter()])
-    host = adapter.host
+    host = adapter.http
     assert host is not None
     # Shares count a caller without credentials by its address, not a name it gives.
     bob = await host.caller(_Request(agent_id="bob"))  # type: ignore[arg-type]
     assert bob == Caller("bob", key="ip:unknown", anonymous=True)
     made = await host.caller(_Request(agent_id="not an id!"), prefix="mcp")  # type: ignore[arg-type]
     assert made.agent_id.startswith("mcp-") and len(made.agent_id) == 20
-    assert server.node.host.auth_required is False
+    assert server.node.host.http.auth_required is False
 
 
 async def test_a_public_face_takes_anonymous_callers_but_never_a_bad_token(hub, tmp_path):
@@ -151,7 +159,7 @@ async def test_a_public_face_takes_anonymous_callers_but_never_a_bad_token(hub, 
     tokens.write_bytes(orjson.dumps({"alice": "a-token"}))
     server = await hub(adapters=[adapter := ShoutAdapter()], auth_mode="tokens",
                        auth_tokens_file=str(tokens))  # fmt: skip
-    host = adapter.host
+    host = adapter.http
     assert host is not None
     anonymous = await host.caller(_Request(), public=True)  # type: ignore[arg-type]
     assert (anonymous.agent_id, anonymous.anonymous) == ("anonymous", True)
@@ -162,4 +170,4 @@ async def test_a_public_face_takes_anonymous_callers_but_never_a_bad_token(hub, 
         await host.caller(_Request({"Authorization": "Bearer wrong"}), public=True)  # type: ignore[arg-type]
     alice = await host.caller(_Request({"Authorization": "Bearer a-token"}))  # type: ignore[arg-type]
     assert alice == Caller("alice", key="alice")
-    assert server.node.host.auth_required is True
+    assert server.node.host.http.auth_required is True

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from hub.adapter_host import AdapterHost, AgentIdTaken, RequestFailed, VirtualMember
+from hub.adapter_host import AdapterHost, AdapterMember, AgentIdTaken, RequestFailed
 from tests.support.wsclient import WsClient
 
 SPACE = "lab"
@@ -28,7 +28,7 @@ class EchoAgent:
     def __init__(self, agent_id: str = "echo", space: str = SPACE):
         self.agent_id = agent_id
         self.space = space
-        self.member: VirtualMember | None = None
+        self.member: AdapterMember | None = None
         self.seen: list[dict[str, Any]] = []
         self._arrived = asyncio.Event()
 
@@ -39,7 +39,7 @@ class EchoAgent:
                 await self._arrived.wait()
 
     async def start(self, host: AdapterHost) -> None:
-        self.member = await host.attach(
+        self.member = await host.hosting.attach(
             self.agent_id, self.on_message, type="echo", capabilities=("urn:echo",)
         )
         await self.member.join(self.space)
@@ -119,7 +119,7 @@ async def test_virtual_member_is_an_agent_status_and_leaves_on_shutdown(hub):
 
 async def test_virtual_member_requests_get_the_protocol_errors(hub):
     server = await hub()
-    member = await server.node.host.attach("inner")
+    member = await server.node.host.hosting.attach("inner")
     with pytest.raises(RequestFailed) as info:
         await member.publish("nowhere", {"x": 1})
     assert info.value.code == "SPACE_NOT_FOUND"
@@ -128,13 +128,13 @@ async def test_virtual_member_requests_get_the_protocol_errors(hub):
         await member.publish(SPACE, {"x": 1}, to="ghost")
     assert info.value.code == "INVALID_REQUEST"
     with pytest.raises(AgentIdTaken):
-        await server.node.host.attach("inner")
+        await server.node.host.hosting.attach("inner")
     await member.aclose()
 
 
 async def test_virtual_member_rate_limit_holds(hub):
     server = await hub(bridge_rate_limit=5, bridge_rate_burst=5)
-    member = await server.node.host.attach("busy")
+    member = await server.node.host.hosting.attach("busy")
     await member.join(SPACE)
     results = await asyncio.gather(
         *(member.publish(SPACE, {"n": n}) for n in range(20)), return_exceptions=True
@@ -174,7 +174,7 @@ async def test_echo_agent_answers_across_two_nodes(hub, redis_server):
 async def test_a_virtual_member_is_never_silent(hub):
     """It sends no heartbeats: a duplicate must still find it alive after the timeout."""
     server = await hub(heartbeat_interval=0.1, heartbeat_timeout=0.3)
-    member = await server.node.host.attach("quiet")
+    member = await server.node.host.hosting.attach("quiet")
     await asyncio.sleep(0.6)  # past the heartbeat timeout on purpose: nothing to wait on
     dup = await WsClient.connect(server.url, "quiet", registered=False)
     code, _ = await dup.closed()
@@ -190,8 +190,8 @@ async def test_a_shared_member_keeps_its_membership_when_one_copy_fails_or_leave
     settings = {"redis_url": redis_server.url, "heartbeat_interval": 0.5, "heartbeat_timeout": 5}
     one = await hub(**settings)
     two = await hub(**settings)
-    first = await one.node.host.attach("relay", shared=True)
-    second = await two.node.host.attach("relay", shared=True)
+    first = await one.node.host.hosting.attach("relay", shared=True)
+    second = await two.node.host.hosting.attach("relay", shared=True)
     await first.join(SPACE)
     await second.join(SPACE)
     await second.leave(SPACE)  # one node's copy leaves: the space keeps its member
@@ -230,7 +230,7 @@ class Streamer:
 
 async def _receiver_cancel_reaches_the_bridge(publisher_node: Any, receiver_node: Any) -> None:
     streamer = Streamer()
-    member = await publisher_node.node.host.attach("streamer", streamer.on_message)
+    member = await publisher_node.node.host.hosting.attach("streamer", streamer.on_message)
     await member.join(SPACE)
     bob = await WsClient.connect(receiver_node.url, "bob")
     await bob.join(SPACE)

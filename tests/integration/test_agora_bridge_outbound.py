@@ -45,7 +45,7 @@ class RemoteAgora:
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self.server = TestServer(app, host="127.0.0.1", port=0)
-        await self.server.start_server()
+        await self.server.start_server()  # a caller that goes away cancels the handler
         return self
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
@@ -171,6 +171,33 @@ timeout = 5
     nxt = await alice.request({"type": "space.publish", "space": SPACE, "data": {"n": 1}})
     got = await bob.wait_for("space.event")
     assert got["event_id"] == nxt["event_id"]
+
+
+async def test_a_sender_that_stops_waiting_abandons_the_call(hub, remote, agents):
+    """Contract §19: ``{cancel: true, in_reply_to}`` to the bridge ends the HTTP
+    call it is making for that request; the bridge serves the next one."""
+    abandoned = asyncio.Event()
+
+    async def hang(request: web.Request, body: dict[str, Any] | None) -> web.Response:
+        assert body is not None
+        if body["body"] != "hang":
+            return web.json_response({"status": "success", "body": "quick"})
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            abandoned.set()
+            raise
+        return web.json_response({"status": "success", "body": "never"})
+
+    target = await remote(hang)
+    server = await hub(adapters=[bridge(target.url, timeout=30)])
+    alice = await agents(server, "alice")
+    request = await send(alice, {"body": "hang"})
+    await asyncio.wait_for(target.called.wait(), 10)
+    await send(alice, {"cancel": True, "in_reply_to": request})
+    await asyncio.wait_for(abandoned.wait(), 10)
+    assert (await ask(alice, {"body": "next"}))["data"]["body"] == "quick"
+    assert [c["json"]["body"] for c in target.calls] == ["hang", "next"]
 
 
 async def test_text_objects_and_what_is_not_a_request(hub, remote, agents):
@@ -385,11 +412,11 @@ async def test_standby_takes_over_when_the_holder_goes(hub, remote, agents, redi
     first, second = bridge(target.url, retry_interval=0.2), bridge(target.url, retry_interval=0.2)
     one = await hub(adapters=[first], **settings)
     two = await hub(adapters=[second], **settings)
-    assert first.holding.is_set() and not second.holding.is_set()
+    assert first.held.is_set() and not second.held.is_set()
     alice = await agents(two, "alice")  # on the standby's node
     assert (await ask(alice, {"body": "before"}))["data"]["body"] == "echo:before"
     await one.aclose()
-    await asyncio.wait_for(second.holding.wait(), 15)
+    await asyncio.wait_for(second.held.wait(), 15)
     assert (await ask(alice, {"body": "after"}))["data"]["body"] == "echo:after"
 
 

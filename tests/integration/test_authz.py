@@ -154,7 +154,7 @@ async def test_declared_space_rules_over_agent_ids(hub, auth_files):
 
 async def test_adapters_are_not_restricted_by_declared_rules(hub, auth_files):
     server = await hub(**auth_files)
-    member = await server.node.host.attach("bridge")
+    member = await server.node.host.hosting.attach("bridge")
     joined = await member.join("ops")
     assert joined["type"] == "space.joined"
     ops1 = await connect(server.url, "ops-1")

@@ -371,6 +371,64 @@ MCP_TOOLS: dict[str, tuple[Act | None, Callable[[str], dict[str, Any]]]] = {
 }
 
 
+#: Each resource method (contract §20): what it does in the space named by its
+#: URI (None: no space), and its params.
+MCP_RESOURCES: dict[str, tuple[Act | None, Callable[[str], dict[str, Any]]]] = {
+    "resources/list": (None, lambda space: {}),
+    "resources/templates/list": (None, lambda space: {}),
+    "resources/read": (Act.READ, lambda space: {"uri": f"agora://spaces/{space}"}),
+    "resources/subscribe": (Act.READ, lambda space: {"uri": f"agora://spaces/{space}"}),
+    # Stops what was followed: refuses nobody who is authenticated.
+    "resources/unsubscribe": (None, lambda space: {"uri": f"agora://spaces/{space}"}),
+}
+
+
+async def mcp_session(m: Matrix, identity: str) -> dict[str, str]:
+    """Headers of a new MCP session of ``identity`` (none when it is refused)."""
+    headers = {"Accept": "application/json", "MCP-Protocol-Version": "2025-06-18"}
+    init = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "m"},
+        },
+    }
+    url = m.server.http_url + "/mcp"
+    async with m.http.post(url, json=init, headers={**m.headers(identity), **headers}) as resp:
+        session = resp.headers.get("Mcp-Session-Id")
+    return {**headers, "Mcp-Session-Id": session} if session else headers
+
+
+async def mcp_rpc(
+    m: Matrix, identity: str, method: str, params: dict[str, Any], headers: dict[str, str]
+) -> Any:
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    status, raw = await m.request("POST", "/mcp", identity, json=body, headers=headers)
+    return status, orjson.loads(raw) if raw else None
+
+
+async def mcp_resources(m: Matrix, identity: str) -> None:
+    headers = await mcp_session(m, identity)
+    for method, (act, params) in MCP_RESOURCES.items():
+        if act is None:
+            status, answer = await mcp_rpc(m, identity, method, params(OPEN), headers)
+            want = expected(identity, Act.READ, OPEN)
+            m.check(f"mcp {identity} {method}", mcp_outcome(status, answer), want)
+            if status == 200 and method == "resources/list":
+                uris = {r["uri"] for r in answer["result"]["resources"]}
+                m.check(f"mcp {identity} resources/list shows {VAULT}",
+                        ok_if(f"agora://spaces/{VAULT}" in uris),
+                        ok_if(expected(identity, Act.READ, VAULT) is Outcome.OK))  # fmt: skip
+            continue
+        for space in SPACES:
+            status, answer = await mcp_rpc(m, identity, method, params(space), headers)
+            want = expected(identity, act, space)
+            m.check(f"mcp {identity} {method} {space}", mcp_outcome(status, answer), want)
+
+
 async def mcp_call(m: Matrix, identity: str, name: str, arguments: dict[str, Any]) -> Any:
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
             "params": {"name": name, "arguments": arguments}}  # fmt: skip
@@ -383,7 +441,8 @@ def mcp_outcome(status: int, answer: Any) -> Outcome:
     if status != 200:
         return http_outcome(status)
     if "error" in answer:
-        return Outcome.ABSENT if answer["error"]["code"] == -32602 else Outcome.FORBIDDEN
+        absent = answer["error"]["code"] in (-32602, -32002)  # unknown tool, unknown resource
+        return Outcome.ABSENT if absent else Outcome.FORBIDDEN
     result = answer["result"]
     text = result["content"][0].get("text", "") if result.get("content") else ""
     if result.get("isError") and "does not exist, or you may not read it" in text:
@@ -429,6 +488,7 @@ async def mcp_face(m: Matrix) -> None:
             if want is Outcome.FORBIDDEN:  # a tool the caller may not call is not there
                 want = Outcome.ABSENT
             m.check(f"mcp {identity} {tool}", mcp_outcome(status, answer), want)
+        await mcp_resources(m, identity)
 
 
 # A2A ------------------------------------------------------------------------------
@@ -456,6 +516,15 @@ async def a2a_face(m: Matrix) -> None:
     missing_rows = methods - set(A2A_METHODS)
     assert not missing_rows, f"A2A methods without a row in the matrix: {sorted(missing_rows)}"
     for identity in m.identities:
+        # The hub's own card at the root: its skills are the A2A spaces the caller may read.
+        got = await m.request("GET", f"/{CARD}", identity)
+        want = expected(identity, Act.READ, OPEN)
+        m.check(f"a2a {identity} GET /{CARD}", http_outcome(got[0]), want)
+        if got[0] == 200:
+            shown = {skill["id"] for skill in orjson.loads(got[1])["skills"]}
+            may = {s for s in (OPEN, VAULT) if expected(identity, Act.READ, s) is Outcome.OK}
+            m.check(f"a2a {identity} /{CARD} skills {sorted(shown)}", ok_if(shown == may),
+                    Outcome.OK)  # fmt: skip
         for space in SPACES:
             for path, names in ((f"/a2a/{space}/{CARD}", (space,)),
                                 (f"/a2a/{space}/keeper/{CARD}", (space, "keeper"))):  # fmt: skip
@@ -570,6 +639,7 @@ FACE_ROUTES = {
     "/mcp": "mcp",
     "/a2a/{space}": "a2a", "/a2a/{space}/{agent_id}": "a2a",
     f"/a2a/{{space}}/{CARD}": "a2a", f"/a2a/{{space}}/{{agent_id}}/{CARD}": "a2a",
+    f"/{CARD}": "a2a",
     "/agora/{space}": "agora", "/agora/{space}/conversations/{id}": "agora",
     "/agora/{space}/wellknown": "agora", "/agora{tail}": "agora",
     "/envelope/{space}": "envelope", "/agentprotocol/{space}": "envelope",

@@ -241,9 +241,9 @@ async def test_the_bridge_moves_to_another_node_when_its_holder_closes(hub, remo
     }
     one = await hub(**settings)
     two = await hub(**settings)
-    assert _peer(one).holding.is_set() and not _peer(two).holding.is_set()
+    assert _peer(one).held.is_set() and not _peer(two).held.is_set()
     await one.aclose()
-    await asyncio.wait_for(_peer(two).holding.wait(), 20)
+    await asyncio.wait_for(_peer(two).held.wait(), 20)
     alice = await alice_in(two)
     answer = await ask(alice, agora_request(ALICE))
     assert answer["verified"] is True and answer["signer"] == REMOTE_DID
@@ -255,7 +255,7 @@ async def test_the_bridge_survives_a_killed_node(hub, remote, redis_server, tmp_
     holder, standby = await _holder_process_and_standby(hub, remote, redis_server, tmp_path, 3)
     try:
         holder.kill()  # no goodbye: its presence lapses, probes go unanswered
-        await asyncio.wait_for(_peer(standby).holding.wait(), 30)
+        await asyncio.wait_for(_peer(standby).held.wait(), 30)
         alice = await alice_in(standby)
         answer = await ask(alice, agora_request(ALICE))
         assert answer["verified"] is True and answer["signer"] == REMOTE_DID
@@ -284,7 +284,7 @@ async def _holder_process_and_standby(
     except BaseException:
         holder.close()
         raise
-    assert not _peer(standby).holding.is_set()
+    assert not _peer(standby).held.is_set()
     return holder, standby
 
 
@@ -324,7 +324,7 @@ async def test_requests_a_killed_holder_left_are_answered_by_its_successor(
         gap = await alice.request(
             {"type": "space.publish", "space": SPACE, "data": in_gap, "to": "remote"}
         )
-        await asyncio.wait_for(_peer(standby).holding.wait(), 30)
+        await asyncio.wait_for(_peer(standby).held.wait(), 30)
         lost = await answer_about(alice, in_flight)
         assert hub_error(standby, lost, 503)["message"].startswith("the bridge moved")
         if gap["type"] == "space.event":  # (not when the dead holder had already left)

@@ -1,4 +1,4 @@
-"""adapters.joined: the inbound gateways' shared member, on a real hub.
+"""adapters.kit.joined: the inbound gateways' shared member, on a real hub.
 
 The HTTP Agora, A2A and MCP gateways publish through it; here it is driven
 directly: it joins a space again when its membership was lost behind its
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from adapters.joined import JoiningMember, JoinRefused, NodeNotReady
+from adapters.kit.joined import JoiningMember, JoinRefused, NodeNotReady
 from hub.adapter_host import RequestFailed
 
 SPACE = "lab"
@@ -32,7 +32,7 @@ async def wait_until(predicate: Any, timeout: float = 30) -> None:
 async def test_a_publish_after_the_membership_was_lost_joins_again_once(hub):
     server = await hub()
     joining = JoiningMember("gw", [SPACE], capabilities=("test",), label="test gateway")
-    await joining.start(server.node.host, _ignore)
+    await joining.start(server.node.host.hosting, _ignore)
     try:
         assert joining.member is not None and set(joining.member.session.spaces) == {SPACE}
         await joining.member.leave(SPACE)  # lost behind its back (Redis flushed, say)
@@ -48,7 +48,7 @@ async def test_a_publish_after_the_membership_was_lost_joins_again_once(hub):
 async def test_a_refused_join_is_told_apart_from_a_refused_publish(hub):
     server = await hub()
     joining = JoiningMember("gw", [SPACE], capabilities=("test",), label="test gateway")
-    await joining.start(server.node.host, _ignore)
+    await joining.start(server.node.host.hosting, _ignore)
     try:
         with pytest.raises(JoinRefused) as refused:
             await joining.publish("no such name!", {"n": 1})
@@ -66,7 +66,7 @@ async def test_nothing_is_joined_while_the_node_is_not_ready(hub, redis_server):
     redis_server.kill()
     await wait_until(lambda: not server.node.ready)
     joining = JoiningMember("gw", [SPACE], capabilities=("test",), label="test gateway")
-    await joining.start(server.node.host, _ignore)
+    await joining.start(server.node.host.hosting, _ignore)
     try:
         assert joining.member is not None and not joining.member.session.spaces
         with pytest.raises(NodeNotReady):

@@ -208,3 +208,35 @@ def mcp_meta() -> dict[str, Any]:
     from tests.support.mcphttp import META
 
     return META
+
+
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"
+
+
+async def test_an_agent_answers_mcp_content_blocks_checked_on_the_way(hub, http):
+    server = await hub(spaces=TOOLS_SPACE)
+    mcp = McpHttp(http, server.http_url, agent_id="alice")
+    await mcp.initialize()
+    painter = await offer(server, "painter", {"name": "paint"})
+    await until_listed(mcp, "painter.paint")
+    blocks = {
+        "good": [{"type": "text", "text": "a red pixel"},
+                 {"type": "image", "data": PNG, "mimeType": "image/png"},
+                 {"type": "audio", "data": "UklGRg==", "mimeType": "audio/wav"},
+                 {"type": "resource", "resource": {"uri": "agora://spaces/tools",
+                                                   "mimeType": "text/plain", "text": "x"}}],
+        "bad": [{"type": "image", "data": "<not base64>", "mimeType": "image/png"}],
+        "odd": "a string, not a list",
+    }  # fmt: skip
+    task = await serve_tool(painter, lambda data: {"content": blocks[data["arguments"]["kind"]]})
+    good = await mcp.call("painter.paint", {"kind": "good"})
+    assert good["isError"] is False and good["content"] == blocks["good"]
+    bad = await mcp.call("painter.paint", {"kind": "bad"})
+    assert bad["isError"] is True
+    assert text_of(bad) == "The agent's reply has invalid content: content[0].data is not base64"
+    odd = await mcp.call("painter.paint", {"kind": "odd"})
+    assert odd["isError"] is True and "non-empty list" in text_of(odd)
+    # and the hub goes on serving
+    assert (await mcp.call("painter.paint", {"kind": "good"}))["content"] == blocks["good"]
+    task.cancel()
+    await painter.close()

@@ -4,6 +4,7 @@ node two called through node one's /mcp; sessions valid on every node."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -118,3 +119,89 @@ async def test_a_stream_on_one_node_ends_when_its_session_ends_on_another(hub, h
         async with asyncio.timeout(10):
             rest = await stream.content.read()  # ends at the next keep-alive check
         assert b"data:" not in rest and time.monotonic() - started < 10
+
+
+async def test_a_space_followed_through_one_node_notifies_on_the_other(hub, http, redis_server):
+    """The session's stream is on node two; the subscription arrives through node
+    one; the event is published on node one."""
+    from adapters.mcp import McpOptions, McpServer
+
+    settings = {"redis_url": redis_server.url}
+    one = await hub(**settings)
+    two = await hub(adapters=[McpServer(options=McpOptions(keepalive=0.2))], **settings)
+    bob = await WsClient.connect(one.url, "bob", heartbeat=True)
+    await bob.join("lab")
+    via_one = McpHttp(http, one.http_url, agent_id="alice")
+    await via_one.initialize()
+    via_two = McpHttp(http, two.http_url, agent_id="alice")
+    via_two.session_id, via_two.revision = via_one.session_id, via_one.revision
+    stream = await http.get(via_two.url, headers=via_two.headers(Accept="text/event-stream"))
+    assert stream.status == 200
+    listed = (await via_one.rpc("resources/list")).result["resources"]
+    assert "agora://spaces/lab" in {r["uri"] for r in listed}
+    assert (await via_one.rpc("resources/subscribe", {"uri": "agora://spaces/lab"})).result == {}
+    # Node two picks the subscription up at its stream's next keep-alive (0.2 s
+    # here); a member event tells when its mcp agent joined the space.
+    await bob.wait_for("space.members", timeout=30, space="lab")
+    await bob.send({"type": "space.publish", "space": "lab", "data": {"text": "news"}})
+    async with asyncio.timeout(30):
+        while True:
+            note = await next_sse(stream.content, 30)
+            if note.get("method") == "notifications/resources/updated":
+                break
+    assert note["params"] == {"uri": "agora://spaces/lab"}
+    stream.close()
+    await bob.close()
+
+
+async def until_relaying(node: Any, mcp: McpHttp) -> None:
+    """Until the node's ``mcp`` agent relays ``mcp.calls`` (it joins it in the
+    background once the node is ready): an observer there sees a call."""
+    observer = await WsClient.connect(node.url, "observer", heartbeat=True)
+    await observer.join("mcp.calls")
+    async with asyncio.timeout(15):
+        while True:
+            await mcp.call("spaces_list")
+            with contextlib.suppress(TimeoutError):
+                await observer.wait_for("space.event", timeout=0.5, space="mcp.calls")
+                break
+    await observer.close()
+
+
+async def test_a_cancel_through_one_node_stops_the_call_running_on_another(
+    hub, http, clients, redis_server
+):
+    """The call runs on node two (its HTTP request is there); the client's
+    ``notifications/cancelled`` reaches node one: the agent is still told."""
+    settings = {"redis_url": redis_server.url, "spaces": TOOLS, "bridge_timeout": 60}
+    one, two = await hub(**settings), await hub(**settings)
+    asked, stopped = asyncio.Event(), asyncio.get_running_loop().create_future()
+
+    async def think(request: Any) -> str:
+        asked.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError as exc:
+            stopped.set_result(str(exc))
+            raise
+        return "never"
+
+    agent = await clients(one, "slow", metadata={"mcp_tools": [{"name": "think"}]})
+    await agent.join("tools")
+    serving = asyncio.create_task(agent.serve("tools", think, addressed_only=True))
+    on_two = McpHttp(http, two.http_url, agent_id="alice")
+    await on_two.initialize()
+    await until_relaying(two, on_two)
+    await until_listed(on_two, "slow.think")
+    call = {"jsonrpc": "2.0", "id": 41, "method": "tools/call",
+            "params": {"name": "slow.think", "arguments": {}}}  # fmt: skip
+    running = asyncio.create_task(on_two.post(call, Accept="application/json"))
+    await asyncio.wait_for(asked.wait(), 15)
+    on_one = McpHttp(http, one.http_url, agent_id="alice")
+    on_one.session_id, on_one.revision = on_two.session_id, on_two.revision
+    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 41}}
+    assert (await on_one.post(cancel)).status == 202
+    assert (await asyncio.wait_for(stopped, 15)).endswith("cancelled")
+    answer = await asyncio.wait_for(running, 15)
+    assert answer.result["isError"] is True and "Cancelled" in answer.result["content"][0]["text"]
+    serving.cancel()

@@ -107,3 +107,34 @@ async def test_the_real_mcp_client_connects_lists_calls_and_hears_changes(
         if agent is not None:
             agent.answering.cancel()  # type: ignore[attr-defined]
             await agent.close()
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_the_real_mcp_client_lists_reads_and_follows_a_space(hub, mcp_peer, mode):
+    """Spaces as resources through ``mcp.client.Client``: ``resources/subscribe``
+    on a session (legacy), ``subscriptions/listen`` on the stateless revision (auto)."""
+    server = await hub()
+    bob = await WsClient.connect(server.url, "bob", heartbeat=True)
+    await bob.join("lab")
+    await bob.send({"type": "space.publish", "space": "lab", "data": {"text": "first"}})
+    await bob.wait_for("space.event", timeout=10, space="lab")
+    uri = "agora://spaces/lab"
+    steps = [
+        {"op": "resources"},
+        {"op": "read", "uri": uri},
+        {"op": "follow", "uri": uri, "timeout": 15},
+    ]
+    async with mcp_peer.session(f"{server.http_url}/mcp?agent_id=host", steps, mode=mode) as peer:
+        connected = await peer.next()
+        assert connected["era"] == ("handshake" if mode == "legacy" else "stateless")
+        listed = await peer.next()
+        assert uri in listed["resources"] and listed["templates"] == ["agora://spaces/{space}"]
+        (content,) = (await peer.next())["contents"]
+        assert content["uri"] == uri and content["mimeType"] == "application/json"
+        assert [e["data"]["text"] for e in orjson.loads(content["text"])["events"]] == ["first"]
+        assert await peer.next() == {"following": [uri]}
+        await bob.wait_for("space.members", timeout=10, space="lab")  # mcp joined to follow
+        await bob.send({"type": "space.publish", "space": "lab", "data": {"text": "news"}})
+        assert await peer.next() == {"updated": uri}
+        assert await peer.next() == {"done": True}
+    await bob.close()

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from adapters.mcp import McpOptions, McpServer
-from tests.support.mcphttp import META, McpHttp, text_of
+from tests.support.mcphttp import META, McpHttp, next_sse, text_of
 from tests.support.wsclient import WsClient
 
 
@@ -48,7 +48,7 @@ MALFORMED = [
     (b'{"jsonrpc":"2.0","id":1}', 400, -32600),
     (b'{"jsonrpc":"2.0","id":[1],"method":"ping"}', 400, -32600),
     (b'{"jsonrpc":"2.0","id":1,"method":"nope/nope"}', 200, -32601),
-    (b'{"jsonrpc":"2.0","id":1,"method":"resources/list"}', 200, -32601),
+    (b'{"jsonrpc":"2.0","id":1,"method":"prompts/list"}', 200, -32601),
     (b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":[]}', 200, -32602),
     (b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}', 200, -32602),
     (b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":7}}', 200, -32602),
@@ -64,6 +64,15 @@ MALFORMED = [
         200,
         -32602,
     ),
+    (b'{"jsonrpc":"2.0","id":1,"method":"resources/read","params":[]}', 200, -32602),
+    (b'{"jsonrpc":"2.0","id":1,"method":"resources/read"}', 200, -32002),
+    (b'{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":{}}}', 200, -32002),
+    (
+        b'{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"agora://spaces/"}}',
+        200,
+        -32002,
+    ),
+    (b'{"jsonrpc":"2.0","id":1,"method":"resources/subscribe","params":{"uri":[1]}}', 200, -32002),
 ]
 
 
@@ -332,3 +341,32 @@ async def test_agents_list_answers_within_about_max_frame_bytes(hub, http):
     assert len(listed["agents"]) == 2 and listed["more"] is True
     for agent in agents:
         await agent.close()
+
+
+async def test_hostile_notifications_and_listen_filters_are_harmless(hub, http):
+    server = await hub()
+    mcp = McpHttp(http, server.http_url, agent_id="alice")
+    await mcp.initialize()
+    hostile_ids: list[Any] = [None, [1], True, "x" * 10_000, {"a": 1}]
+    for params in [{}, *({"requestId": i} for i in hostile_ids)]:
+        note = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
+        assert (await mcp.post(note)).status == 202
+    long_uri = "agora://spaces/" + "a" * 600
+    filters: list[Any] = [
+        [],
+        {"resourceSubscriptions": "agora://spaces/x"},
+        {"resourceSubscriptions": [7, None, long_uri, "agora://spaces/nowhere"]},
+    ]
+    headers = {
+        "Accept": "text/event-stream",
+        "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": "subscriptions/listen",
+    }
+    for wanted in filters:
+        params = {"notifications": wanted, "_meta": META}
+        body = {"jsonrpc": "2.0", "id": 9, "method": "subscriptions/listen", "params": params}
+        async with http.post(mcp.url, json=body, headers=headers) as resp:
+            assert resp.status == 200
+            ack = await next_sse(resp.content)
+        assert ack["params"]["notifications"] == {}
+    await still_serving(mcp)

@@ -368,7 +368,7 @@ async def test_disconnect_sends_an_error_and_closes_4403(hub, clients):
 
 async def test_the_hubs_own_members_cannot_be_disconnected(hub):
     server = await hub(api_key=KEY)
-    bridge = await server.node.host.attach("bridge-agent", type="bridge")
+    bridge = await server.node.host.hosting.attach("bridge-agent", type="bridge")
     status, body, _ = await call(server, "POST", "/api/agents/bridge-agent/disconnect", {})
     assert (status, error_code(body)) == (409, "CONFLICT")
     assert not bridge.closing

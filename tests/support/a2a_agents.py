@@ -9,6 +9,9 @@ the ``a2a`` virtual agent by the first word of its text:
   task's next message is answered ``thanks for <text>``;
 * ``fail`` — ``status: "failure"``, ``error: "it broke"``;
 * ``data`` — a JSON ``data`` reply;
+* ``work`` — a progress note (``state: "working"``, ``on it``): the task stays
+  ``WORKING`` until the test calls :meth:`Answerer.finish` (a follow-up
+  ``work`` message gets another note);
 * ``silent`` / ``slow`` — nothing (a ``slow`` one streams ``working…`` first and
   then stalls until the task is cancelled);
 * anything else — ``echo:<text>``.
@@ -36,6 +39,8 @@ class Answerer:
         self.changed = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
         self._slow: dict[str, Any] = {}
+        #: Requests answered with a progress note: task id → their event id.
+        self.working: dict[str, str] = {}
 
     @classmethod
     async def start(
@@ -81,7 +86,10 @@ class Answerer:
         text = str(data.get("text", ""))
         word = text.split(" ", 1)[0]
         reply: dict[str, Any] = {"in_reply_to": event_id}
-        if any(d.get("task_id") == data.get("task_id") for d in self.seen):
+        if word == "work":
+            self.working[str(data.get("task_id"))] = event_id
+            reply.update(state="working", text="on it")
+        elif any(d.get("task_id") == data.get("task_id") for d in self.seen):
             reply["text"] = f"thanks for {text}"
         elif word == "stream":
             async with self.client.stream(self.space, data={"in_reply_to": event_id}) as s:
@@ -106,3 +114,13 @@ class Answerer:
         else:
             reply["text"] = f"echo:{text}"
         await self.client.publish(self.space, reply)
+
+    async def finish(self, task_id: str, chunks: tuple[str, ...] = ("done",)) -> None:
+        """Answer a ``work`` request at last: one reply, or a stream of ``chunks``."""
+        event_id = self.working.pop(task_id)
+        if len(chunks) == 1:
+            await self.client.publish(self.space, {"in_reply_to": event_id, "text": chunks[0]})
+            return
+        async with self.client.stream(self.space, data={"in_reply_to": event_id}) as s:
+            for chunk in chunks:
+                await s.send(chunk)

@@ -52,10 +52,13 @@ async def send(url: str, text: str, **options: Any) -> dict[str, Any]:
     return dict(answer["result"]["task"])
 
 
-async def stream(url: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-    """``SendStreamingMessage``: every event's ``result``, in order, until the
-    gateway ends the response."""
-    body = {"jsonrpc": "2.0", "id": "s", "method": "SendStreamingMessage", "params": params}
+async def stream(
+    url: str, params: dict[str, Any], method: str = "SendStreamingMessage"
+) -> list[dict[str, Any]]:
+    """A streaming method (``SendStreamingMessage``, ``SubscribeToTask``): every
+    event's ``result`` — or its ``error``, as ``{"error": …}`` — in order,
+    until the gateway ends the response."""
+    body = {"jsonrpc": "2.0", "id": "s", "method": method, "params": params}
     results = []
     async with (
         aiohttp.ClientSession() as http,
@@ -66,7 +69,7 @@ async def stream(url: str, params: dict[str, Any]) -> list[dict[str, Any]]:
             if line.startswith(b"data: "):
                 event = json.loads(line[6:])
                 assert event["id"] == "s" and event["jsonrpc"] == "2.0"
-                results.append(event["result"])
+                results.append(event["result"] if "result" in event else {"error": event["error"]})
     return results
 
 

@@ -223,7 +223,7 @@ class HandlerRig:
             self.registry,
             self.backplane,
             self.subscriptions,
-            filling=self.gaps.holding.__contains__,
+            filling=self.gaps.filling.__contains__,
         )
         self.envelopes = EnvelopeCheck(
             SeenIds(self.kv), signed_spaces=self.limits.signed_spaces, max_skew=s.envelope_max_skew
@@ -256,7 +256,7 @@ class HandlerRig:
             self.registry,
             self.backplane,
             self.publishing,
-            filling=self.gaps.holding.__contains__,
+            filling=self.gaps.filling.__contains__,
         )
         self.token_expiry = TokenExpiry(auth) if auth is not None else None
         self.dispatcher = Dispatcher(self.counters, self.send_error, self.handlers())

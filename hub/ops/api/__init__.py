@@ -16,7 +16,7 @@ from aiohttp import web
 
 from hub import __version__
 from hub.cluster.nodestats import NodeStatsStore, create_node_stats
-from hub.cluster.presence import AgentRecord, Presence
+from hub.cluster.presence import AgentClaims, AgentRecord
 from hub.config.settings import Settings
 from hub.core.authz import SpacePolicy
 from hub.core.counters import Counters
@@ -34,7 +34,7 @@ class OperatorFaces:
         settings: Settings,
         node_id: str,
         run: Run,
-        presence: Presence,
+        claims: AgentClaims,
         space_exists: Callable[[str], Awaitable[bool]],
         counters: Counters,
         readings: NodeReadings,
@@ -54,7 +54,7 @@ class OperatorFaces:
             store = node_stats or create_node_stats(None)
             self.reporter = NodeStatsReporter(node_id, __version__, counters, readings, store)
             self.operations = Operations(
-                s, node_id, run, presence, space_exists, store,
+                s, node_id, run, claims, space_exists, store,
                 disconnect_local=disconnect_local, disconnect_remote=disconnect_remote,
                 own_figures=self.reporter.live, policy=policy,
             )  # fmt: skip

@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from hub.cluster.nodestats import NodeStatsStore
-from hub.cluster.presence import AgentRecord, Presence
+from hub.cluster.presence import AgentClaims, AgentRecord
 from hub.config.settings import Settings
 from hub.core.actions import Action, ListAgents, ListMembers, ListSpaces, Publish
 from hub.core.authz import Act, Grant, Refusal, SpacePolicy
@@ -112,7 +112,7 @@ class Operations:
         settings: Settings,
         node_id: str,
         run: Run,
-        presence: Presence,
+        claims: AgentClaims,
         space_exists: Callable[[str], Awaitable[bool]],
         node_stats: NodeStatsStore | None,
         *,
@@ -128,7 +128,7 @@ class Operations:
         self.policy = policy or SpacePolicy()
         self.node_id = node_id
         self.run = run
-        self.presence = presence
+        self.claims = claims
         self.space_exists = space_exists
         self.node_stats = node_stats
         self.disconnect_local = disconnect_local
@@ -268,7 +268,7 @@ class Operations:
             )
         if not is_valid_agent_id(agent_id):
             raise ApiError("AGENT_NOT_FOUND", f"no agent {str(agent_id)[:130]!r} is connected")
-        holder = await self.presence.get_agent(agent_id)
+        holder = await self.claims.get_agent(agent_id)
         if holder is None:
             raise ApiError("AGENT_NOT_FOUND", f"no agent {agent_id!r} is connected")
         if holder.connection_id.startswith(VIRTUAL_PREFIX):

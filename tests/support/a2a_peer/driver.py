@@ -5,7 +5,9 @@
 
 *client*: ``{"url", "token"?, "steps": [...]}``, each step one call made with
 the library's own client (``A2ACardResolver``, ``create_client``,
-``send_message`` blocking or streaming, ``get_task``, ``cancel_task``); a
+``send_message`` blocking or streaming, ``get_task``, ``cancel_task``,
+``list_tasks`` with ``params`` as the JSON binding spells them, ``subscribe``;
+``history_length`` on ``send`` and ``get``); a
 step's ``task_id`` / ``context_id`` may be ``{"from": n}``: the ids the
 result of step ``n`` carried. Prints ``{"results": [...]}`` with each step's
 events (as the library parsed them, back to JSON) or the error it raised.
@@ -54,11 +56,14 @@ async def run_client(plan: dict[str, Any]) -> dict[str, Any]:
     from a2a.types.a2a_pb2 import (
         CancelTaskRequest,
         GetTaskRequest,
+        ListTasksRequest,
         Message,
         Part,
         Role,
         SendMessageRequest,
+        SubscribeToTaskRequest,
     )
+    from google.protobuf.json_format import ParseDict
 
     headers = {"Authorization": f"Bearer {plan['token']}"} if plan.get("token") else {}
     http = httpx.AsyncClient(headers=headers, timeout=30)
@@ -67,6 +72,8 @@ async def run_client(plan: dict[str, Any]) -> dict[str, Any]:
     def ref(value: Any, which: int) -> Any:
         if isinstance(value, dict) and "from" in value:
             return results[value["from"]]["ids"][which]
+        if isinstance(value, dict) and "token" in value:  # a listing's next page
+            return results[value["token"]]["list"]["nextPageToken"]
         return value
 
     async def send(client: Any, step: dict[str, Any]) -> list[dict[str, Any]]:
@@ -79,6 +86,8 @@ async def run_client(plan: dict[str, Any]) -> dict[str, Any]:
         request = SendMessageRequest(message=message)
         if step.get("return_immediately"):
             request.configuration.return_immediately = True
+        if step.get("history_length") is not None:
+            request.configuration.history_length = step["history_length"]
         events = []
         async for event in client.send_message(request):
             events.append(MessageToDict(event))
@@ -103,8 +112,19 @@ async def run_client(plan: dict[str, Any]) -> dict[str, Any]:
                 if op == "send":
                     record["events"] = await send(client, step)
                 elif op == "get":
-                    task = await client.get_task(GetTaskRequest(id=ref(step["task_id"], 0)))
+                    request = GetTaskRequest(id=ref(step["task_id"], 0))
+                    if step.get("history_length") is not None:
+                        request.history_length = step["history_length"]
+                    task = await client.get_task(request)
                     record["events"] = [{"task": MessageToDict(task)}]
+                elif op == "list":
+                    params = {k: ref(v, 1) for k, v in step.get("params", {}).items()}
+                    listed = await client.list_tasks(ParseDict(params, ListTasksRequest()))
+                    record["list"] = MessageToDict(listed)
+                elif op == "subscribe":
+                    request = SubscribeToTaskRequest(id=ref(step["task_id"], 0))
+                    async for event in client.subscribe(request):
+                        record["events"].append(MessageToDict(event))
                 elif op == "cancel":
                     task = await client.cancel_task(CancelTaskRequest(id=ref(step["task_id"], 0)))
                     record["events"] = [{"task": MessageToDict(task)}]

@@ -10,6 +10,11 @@ one line per step, then ``{"done": true}``. Steps:
   "is_error"}`` or ``{"error": {"type", "message"}}``
 * ``{"op": "await_list_changed", "timeout": s}`` → prints ``{"waiting": true}``
   first, then ``{"list_changed": true|false}`` once the server notified (or not).
+* ``{"op": "resources"}`` → ``{"resources": [uris], "templates": [uri templates]}``
+* ``{"op": "read", "uri": …}`` → ``{"contents": [{"uri", "mimeType", "text"}]}``
+* ``{"op": "follow", "uri": …, "timeout": s}`` → prints ``{"following": [uris]}``
+  (``resources/subscribe`` on a session, ``subscriptions/listen`` on the stateless
+  revision), then ``{"updated": uri}`` at the first update (``null`` if none).
 """
 
 from __future__ import annotations
@@ -24,7 +29,10 @@ import httpx2
 import mcp_types as types
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.client.subscriptions import ToolsListChanged
+from mcp.client.subscriptions import ResourceUpdated, ToolsListChanged
+
+#: URIs of ``notifications/resources/updated`` heard on a session's stream.
+UPDATED: asyncio.Queue[str] = asyncio.Queue()
 
 
 def emit(record: dict[str, Any]) -> None:
@@ -37,6 +45,8 @@ async def main(spec: dict[str, Any]) -> None:
     async def on_message(message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
             changed.set()
+        if isinstance(message, types.ResourceUpdatedNotification):
+            UPDATED.put_nowait(message.params.uri)
 
     headers = {}
     if spec.get("token"):
@@ -77,6 +87,18 @@ async def run(client: Client, step: dict[str, Any], changed: asyncio.Event) -> d
                 "structured": result.structured_content,
                 "is_error": bool(result.is_error),
             }
+        if op == "resources":
+            listed = await client.list_resources()
+            templates = await client.list_resource_templates()
+            return {
+                "resources": [str(r.uri) for r in listed.resources],
+                "templates": [t.uri_template for t in templates.resource_templates],
+            }
+        if op == "read":
+            read = await client.read_resource(step["uri"])
+            return {"contents": [c.model_dump(mode="json", by_alias=True) for c in read.contents]}
+        if op == "follow":
+            return await follow(client, step["uri"], step.get("timeout", 10))
         if op == "await_list_changed":
             if getattr(client.session, "discover_result", None) is not None:
                 return await listen(client, step.get("timeout", 10))
@@ -104,6 +126,27 @@ async def listen(client: Client, timeout: float) -> dict[str, Any]:
         except TimeoutError:
             pass
     return {"list_changed": False}
+
+
+async def follow(client: Client, uri: str, timeout: float) -> dict[str, Any]:
+    """Follow ``uri`` the revision's way; the first update heard."""
+    if getattr(client.session, "discover_result", None) is None:
+        await client.subscribe_resource(uri)
+        emit({"following": [uri]})
+        try:
+            return {"updated": await asyncio.wait_for(UPDATED.get(), timeout)}
+        except TimeoutError:
+            return {"updated": None}
+    async with client.listen(resource_subscriptions=[uri]) as subscription:
+        emit({"following": list(subscription.honored.resource_subscriptions or [])})
+        try:
+            async with asyncio.timeout(timeout):
+                async for event in subscription:
+                    if isinstance(event, ResourceUpdated):
+                        return {"updated": event.uri}
+        except TimeoutError:
+            pass
+    return {"updated": None}
 
 
 if __name__ == "__main__":

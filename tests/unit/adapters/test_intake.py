@@ -1,11 +1,11 @@
-"""adapters.intake: which events an outbound bridge takes as requests, and its bounds (no I/O)."""
+"""adapters.kit.intake: which events an outbound bridge takes as requests, its bounds (no I/O)."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-from adapters.intake import RequestIntake
+from adapters.kit.intake import RequestIntake
 
 BRIDGE, SPACE = "bridge", "s"
 

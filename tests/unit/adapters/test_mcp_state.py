@@ -158,12 +158,25 @@ async def test_the_catalog_reads_at_most_scan_limit_members_per_space():
 
 
 class SlowHost:
-    """publish_system blocks until released, so events pile up."""
+    """The system spaces and the space reads a call log is started with:
+    publish_system blocks until released, so events pile up. ``mcp.calls``
+    has the relay and ``watchers`` as its members."""
 
-    def __init__(self) -> None:
+    def __init__(self, watchers: tuple[str, ...] = ("observer",)) -> None:
         self.published: list[dict[str, Any]] = []
         self.release = asyncio.Event()
         self.three = asyncio.Event()
+        self.first = asyncio.Event()
+        self.counted = asyncio.Event()
+        self.watchers = watchers
+
+    def local_members(self, space: str) -> int:
+        return 1  # the relay
+
+    async def member_records(self, space: str, limit: int) -> list[AgentRecord]:
+        assert space == "mcp.calls"
+        self.counted.set()
+        return [AgentRecord(a, "n1", f"c-{a}") for a in ("mcp", *self.watchers)][:limit]
 
     async def publish_system(
         self, space: str, data: dict[str, Any], *, to: tuple[str, ...] | None = None
@@ -171,6 +184,7 @@ class SlowHost:
         assert to == ("mcp",)  # to the relay, which shows each observer what it may see
         await self.release.wait()
         self.published.append(data)
+        self.first.set()
         if len(self.published) == 3:
             self.three.set()
 
@@ -178,7 +192,7 @@ class SlowHost:
 async def test_mcp_calls_events_past_the_backlog_bound_are_dropped():
     host = SlowHost()
     log = CallLog("node-1", max_pending=2, relay="mcp")
-    log.start(host)  # type: ignore[arg-type]
+    log.start(host, host)  # type: ignore[arg-type]
     log.call("c1", "spaces_list", "alice", None, {})
     await asyncio.sleep(0)  # the publisher takes the first and blocks on it
     log.result("c1", "spaces_list", "alice", None, None, 0.01)
@@ -197,3 +211,30 @@ async def test_mcp_calls_events_past_the_backlog_bound_are_dropped():
     assert second["event"] == "result" and second["is_error"] is False
     assert third["arguments_bytes"] > 10_000 and "arguments" not in third
     assert third["space"] == "lab"
+
+
+async def test_mcp_calls_events_are_made_only_while_someone_may_watch():
+    host = SlowHost(watchers=())
+    host.release.set()
+    log = CallLog("node-1", max_pending=10, relay="mcp")
+    log.start(host, host)  # type: ignore[arg-type]
+    async with asyncio.timeout(5):
+        await host.counted.wait()  # the first count: only the relay is a member
+    assert not log.observed
+    log.call("c1", "spaces_list", "alice", None, {})
+    log.result("c1", "spaces_list", "alice", None, None, 0.01)
+    assert log.pending == 0 and log.dropped == 0  # not made at all
+    # An observer joins: the relay hears it, and the next call is told.
+    log.show({"type": "space.members", "space": "mcp.calls", "member_count": 2,
+              "joined": "observer", "left": None})  # fmt: skip
+    log.call("c2", "spaces_list", "alice", None, {})
+    async with asyncio.timeout(5):
+        await host.first.wait()
+    assert [e["call_id"] for e in host.published] == ["c2"]
+    # It leaves: nothing more is made.
+    log.show({"type": "space.members", "space": "mcp.calls", "member_count": 1,
+              "joined": None, "left": "observer"})  # fmt: skip
+    log.result("c2", "spaces_list", "alice", None, None, 0.01)
+    assert log.pending == 0
+    await log.aclose()
+    assert len(host.published) == 1

@@ -183,6 +183,9 @@ def test_the_stateless_revision_gets_its_result_fields():
     assert discover["resultType"] == "complete" and discover["capabilities"]["tools"]
     init = results.initialize_result("2025-06-18", "1.0")
     assert init["protocolVersion"] == "2025-06-18"
-    assert init["capabilities"] == {"tools": {"listChanged": True}}
+    assert init["capabilities"] == {
+        "tools": {"listChanged": True},
+        "resources": {"subscribe": True, "listChanged": True},
+    }
     assert init["serverInfo"]["name"] == "agora-hub"
     orjson.dumps(init)

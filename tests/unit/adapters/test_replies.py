@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from adapters.replies import Asked, RelayStopped, ReplyWaiters, StreamAssembler
+from adapters.kit.replies import Asked, RelayStopped, ReplyWaiters, StreamAssembler
 
 
 def asked(event_id: str, to: Any = None) -> Asked:

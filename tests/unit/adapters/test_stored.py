@@ -1,10 +1,10 @@
-"""adapters.stored: how adapters key their records and read them back."""
+"""adapters.kit.stored: how adapters key their records and read them back."""
 
 from __future__ import annotations
 
 import pytest
 
-from adapters.stored import hashed_key, json_object
+from adapters.kit.stored import hashed_key, json_object
 
 
 def test_keys_are_the_ones_earlier_versions_wrote():

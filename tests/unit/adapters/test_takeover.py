@@ -1,10 +1,10 @@
-"""adapters.takeover: which requests a lost bridge holder left unanswered."""
+"""adapters.kit.takeover: which requests a lost bridge holder left unanswered."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from adapters.takeover import unanswered
+from adapters.kit.takeover import unanswered
 
 
 class History:

@@ -54,14 +54,14 @@ async def test_a_gap_is_filled_in_order_and_newer_messages_wait_for_it(rig: Hand
     await publish(rig, 1)
     await link_down(rig, 2, 3, 4)
     rig.delivery.missed("room", 1, 5)  # reported before 5 is delivered
-    assert rig.gaps.holding == {"room": []}
+    assert rig.gaps.filling == {"room": []}
     await publish(rig, 5)
     await publish(rig, 6)
     assert numbers(alice) == [1], "5 and 6 wait behind the gap"
     await rig.background()
     assert numbers(alice) == [1, 2, 3, 4, 5, 6] == numbers(bridge)
     assert [m["seq"] for m in alice.messages()] == [1, 2, 3, 4, 5, 6]
-    assert rig.gaps.filled == 3 and rig.gaps.holding == {}
+    assert rig.gaps.filled == 3 and rig.gaps.filling == {}
     await publish(rig, 7)
     assert numbers(alice)[-1] == 7, "straight through again"
     assert not alice.closing
@@ -91,7 +91,7 @@ async def test_filled_messages_keep_their_audience(rig: HandlerRig) -> None:
 async def test_a_gap_in_a_space_without_local_members_is_ignored(rig: HandlerRig) -> None:
     await members(rig)
     rig.delivery.missed("elsewhere", 0, 9)
-    assert rig.gaps.holding == {}
+    assert rig.gaps.filling == {}
     await rig.background()
     assert rig.gaps.filled == 0
 
@@ -114,7 +114,7 @@ async def test_lost_history_closes_socket_members_and_the_rest_carry_on(make_rig
     assert "'room'" in alice.messages("error")[0]["message"]
     assert not bridge.closing, "a virtual member cannot reconnect"
     assert numbers(bridge) == [4], "no partial fill; the held message still goes out"
-    assert rig.gaps.holding == {}
+    assert rig.gaps.filling == {}
 
 
 async def test_an_unreadable_history_gives_up(rig: HandlerRig) -> None:
@@ -141,7 +141,7 @@ async def test_a_second_gap_while_filling_gives_up(rig: HandlerRig) -> None:
 
 
 async def test_holding_too_much_gives_up(rig: HandlerRig, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gaps, "MAX_HELD", 3)
+    monkeypatch.setattr(gaps, "MAX_DEFERRED", 3)
     alice, bridge = await members(rig)
     await link_down(rig, 1)
     rig.delivery.missed("room", 0, 2)

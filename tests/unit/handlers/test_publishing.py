@@ -7,7 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from hub.handlers.publishing import split_utf8
 from tests.support.envelopes import agora_request, ap_request, bad_signature, forged
 from tests.support.handlers import HandlerRig, until
 from tests.support.peers import FakePeer
@@ -176,6 +179,23 @@ async def test_text_at_the_threshold_is_one_event(make_rig: Any) -> None:
     assert bob.one()["type"] == "space.event"
     await rig.publish(alice, "room", {"text": "x" * 65})
     assert bob.messages()[-1]["type"] == "space.event.done"
+
+
+@given(st.text(), st.integers(min_value=4, max_value=64))
+def test_split_utf8_reassembles_exactly(text: str, size: int) -> None:
+    pieces = split_utf8(text, size)
+    assert "".join(pieces) == text
+    assert all(0 < len(p.encode()) <= size for p in pieces)
+
+
+def test_split_utf8_never_cuts_a_character() -> None:
+    text = "a" + "€" * 10 + "😀" * 5  # 1, 3 and 4 byte characters
+    for size in range(4, 12):
+        for piece in split_utf8(text, size):
+            piece.encode()  # a cut character could not be encoded back
+        assert "".join(split_utf8(text, size)) == text
+    with pytest.raises(ValueError):
+        split_utf8(text, 3)
 
 
 # ── idempotency keys ─────────────────────────────────────────────────────────

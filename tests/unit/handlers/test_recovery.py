@@ -1,4 +1,4 @@
-"""Resume without sockets: the held-frames machinery (Holding and Boundary),
+"""Resume without sockets: the buffered-frames machinery (ReplayBuffer and Boundary),
 then Recovery's joins, replays and history reads through the handlers."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from hub.core.frames import OutFrame
 from hub.core.registry import Registry
-from hub.handlers.recovery import PAGE, Boundary, Holding
+from hub.handlers.recovery import PAGE, Boundary, ReplayBuffer
 from protocol.errors import CloseCode, ErrorCode
 from tests.support.handlers import HandlerRig, until
 from tests.support.peers import FakePeer
@@ -55,11 +55,11 @@ def seqs(member: Member) -> list[tuple[str, int | None]]:
 
 def test_held_frames_are_released_in_order_past_the_boundary() -> None:
     member, registry = member_of("room", "other")
-    hold = Holding(registry, member, limit=1 << 20)
+    buffer = ReplayBuffer(registry, member, limit=1 << 20)
     deliver(registry, frame("room", 3), frame("other", 9), frame("room", 5), frame("room", 6))
     assert member.got == []
     boundary = Boundary(registry, member, "room", 5)
-    hold.release(boundary.keep, lambda: True)
+    buffer.release(boundary.keep, lambda: True)
     assert seqs(member) == [("other", 9), ("room", 6)]
     deliver(registry, frame("room", 4))
     assert seqs(member)[-1] == ("room", 4), "settled: frames go to the member again"
@@ -68,9 +68,9 @@ def test_held_frames_are_released_in_order_past_the_boundary() -> None:
 
 def test_until_settled_late_frames_up_to_the_boundary_are_dropped() -> None:
     member, registry = member_of("room")
-    hold = Holding(registry, member, limit=1 << 20)
+    buffer = ReplayBuffer(registry, member, limit=1 << 20)
     settled = False
-    hold.release(Boundary(registry, member, "room", 10).keep, lambda: settled)
+    buffer.release(Boundary(registry, member, "room", 10).keep, lambda: settled)
     deliver(registry, frame("room", 8))  # still on its way from Redis: already replayed
     deliver(registry, frame("room", 11))
     settled = True
@@ -82,7 +82,7 @@ def test_until_settled_late_frames_up_to_the_boundary_are_dropped() -> None:
 
 def test_a_stream_cut_by_the_boundary_is_dropped_whole() -> None:
     member, registry = member_of("room")
-    hold = Holding(registry, member, limit=1 << 20)
+    buffer = ReplayBuffer(registry, member, limit=1 << 20)
     for f in (
         frame("room", 4, "space.event.delta", "bob/s"),  # before the position
         frame("room", 6, "space.event.delta", "bob/s"),
@@ -90,15 +90,15 @@ def test_a_stream_cut_by_the_boundary_is_dropped_whole() -> None:
         frame("room", None, "space.event.cancel", "bob/t"),
         frame("room", 8, "space.event.delta", "bob/u"),
     ):
-        hold.push(f)
-    hold.release(Boundary(registry, member, "room", 5).keep, lambda: True)
+        buffer.push(f)
+    buffer.release(Boundary(registry, member, "room", 5).keep, lambda: True)
     assert [orjson.loads(p)["event_id"] for p in member.got] == ["bob/t", "bob/u"]
 
 
 def test_overflow_is_reported_and_nested_holdings_unwind() -> None:
     member, registry = member_of("room")
-    outer = Holding(registry, member, limit=10)
-    inner = Holding(registry, member, limit=1 << 20)
+    outer = ReplayBuffer(registry, member, limit=10)
+    inner = ReplayBuffer(registry, member, limit=1 << 20)
     deliver(registry, frame("room", 1))
     inner.release()
     assert registry.route_of(member) == outer.push

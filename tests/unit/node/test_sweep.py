@@ -42,7 +42,7 @@ async def sweeper_with_a_relayed_stream(
     registry.deliver("room", first, stream=f"{publisher}/s", op=StreamOp.OPEN, now=100.0)
     sweeper = Sweeper(
         settings, registry, NoSessions(),  # type: ignore[arg-type]
-        preframe=False, log=structlog.get_logger(), presence=presence,
+        preframe=False, log=structlog.get_logger(), claims=presence,
     )  # fmt: skip
     return sweeper, receiver, presence, registry
 

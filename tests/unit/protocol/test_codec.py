@@ -97,20 +97,3 @@ def test_members_frame_keeps_nulls_like_the_seed():
         "joined": None,
         "left": "b",
     }
-
-
-@given(st.text(), st.integers(min_value=4, max_value=64))
-def test_split_utf8_reassembles_exactly(text, size):
-    pieces = codec.split_utf8(text, size)
-    assert "".join(pieces) == text
-    assert all(0 < len(p.encode()) <= size for p in pieces)
-
-
-def test_split_utf8_never_cuts_a_character():
-    text = "a" + "€" * 10 + "😀" * 5  # 1, 3 and 4 byte characters
-    for size in range(4, 12):
-        for piece in codec.split_utf8(text, size):
-            piece.encode()  # a cut character could not be encoded back
-        assert "".join(codec.split_utf8(text, size)) == text
-    with pytest.raises(ValueError):
-        codec.split_utf8(text, 3)

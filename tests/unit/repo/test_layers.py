@@ -134,6 +134,30 @@ def test_no_import_cycles_in_hub():
     assert not cycles, f"import cycles: {cycles}"
 
 
+def test_no_import_cycles_between_the_parts_of_hub():
+    """Part to part (the node and the adapter host, say), not only module to module."""
+    edges: dict[str, set[str]] = {}
+    for module, targets in GRAPH.items():
+        part = _part(module)
+        if part is None:
+            continue
+        edges.setdefault(part, set()).update(
+            p for t in targets if (p := _part(t)) is not None and p != part
+        )
+    cycles = []
+    for start in edges:
+        seen, stack = set(), list(edges[start])
+        while stack:
+            part = stack.pop()
+            if part == start:
+                cycles.append(start)
+                break
+            if part not in seen:
+                seen.add(part)
+                stack.extend(edges.get(part, ()))
+    assert not cycles, f"parts that import themselves through others: {cycles}"
+
+
 BELOW = ("hub.errors", "hub.core")
 #: What each part of ``hub`` may import of ``hub`` (besides itself).
 MAY_IMPORT: dict[str, tuple[str, ...]] = {
@@ -146,8 +170,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "hub.ops": (*BELOW, "hub.config", "hub.net", "hub.cluster", "hub.handlers"),
     "hub.node": (*BELOW, "hub.config", "hub.net", "hub.cluster", "hub.auth", "hub.handlers",
                  "hub.ops", "hub.adapter_host"),
-    "hub.adapter_host": (*BELOW, "hub.config", "hub.net", "hub.cluster", "hub.handlers",
-                         "hub.node"),
+    "hub.adapter_host": (*BELOW, "hub.config", "hub.net", "hub.cluster", "hub.handlers"),
     "hub.process": ("hub",),
 }  # fmt: skip
 
@@ -201,6 +224,20 @@ def test_adapters_import_only_their_host_the_protocol_and_adapters():
         for t in ts
         if t.startswith("hub") and t != "hub.adapter_host"
     ]
+    assert not bad, bad
+
+
+def test_the_bridge_kit_imports_no_adapter_package():
+    """``adapters.kit`` is what the adapter packages share: they import it, not the reverse."""
+    packages = ("adapters.a2a", "adapters.agora_http", "adapters.envelope", "adapters.mcp")
+    bad = [
+        f"{m} imports {t}"
+        for m, ts in GRAPH.items()
+        if m.startswith("adapters.kit")
+        for t in ts
+        if t.startswith(packages)
+    ]
+    assert any(m.startswith("adapters.kit.") for m in GRAPH)
     assert not bad, bad
 
 
@@ -261,3 +298,37 @@ def test_the_sdk_needs_only_websockets_and_orjson(module):
 def _path(module: str) -> Path:
     path = _source(module) / (module.replace(".", "/") + ".py")
     return path if path.exists() else _source(module) / module.replace(".", "/") / "__init__.py"
+
+
+def test_only_an_adapters_start_sees_the_whole_host():
+    """``AdapterHost`` is the bundle handed to ``start(host)`` (and an outbound
+    bridge's ``open(host)``): they pass on its parts, and nothing keeps it or
+    takes it — every other part of an adapter is typed on the small protocols
+    it calls (``AgentHosting``, ``HttpFaces``, ``SpaceReads``, ``SystemSpaces``)."""
+    bad = []
+    for path in sorted((ROOT / "adapters").rglob("*.py")):
+        module = _module_name(path)
+        tree = ast.parse(path.read_text(), str(path))
+        allowed: set[int] = set()  # the ``host`` parameter of start/open
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.AsyncFunctionDef) or node.name not in ("start", "open"):
+                continue
+            if [a.arg for a in node.args.args] == ["self", "host"]:
+                allowed.add(id(node.args.args[1]))
+            bad += [
+                f"{module}:{kept.lineno} keeps the host"
+                for kept in ast.walk(node)
+                if isinstance(kept, ast.Assign | ast.AnnAssign)
+                and isinstance(kept.value, ast.Name)
+                and kept.value.id == "host"
+            ]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.arg) and id(node) in allowed:
+                continue
+            annotation = getattr(node, "annotation", None) or getattr(node, "returns", None)
+            if isinstance(node, ast.arg | ast.AnnAssign | ast.FunctionDef | ast.AsyncFunctionDef):
+                if annotation is not None and any(
+                    isinstance(n, ast.Name) and n.id == "AdapterHost" for n in ast.walk(annotation)
+                ):
+                    bad.append(f"{module}:{node.lineno} takes the whole host")
+    assert not bad, bad

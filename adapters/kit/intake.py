@@ -18,7 +18,13 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from adapters.replies import StreamAssembler, in_reply_to
+from adapters.kit.replies import StreamAssembler, in_reply_to
+
+#: Why a request is refused (what ``refuse`` is called with, besides
+#: ``"Request lost: …"`` for a streamed request that could not be assembled).
+BUSY = "Bridge busy: try again"
+CLOSING = "Bridge shutting down"
+LOST = "Request lost: "
 
 #: Serve one request (publishing its answer).
 Serve = Callable[[dict[str, Any]], Awaitable[None]]
@@ -43,18 +49,22 @@ class RequestIntake:
         self._serve = serve
         self._refuse = refuse
         self._max_tasks = max_concurrency + max_queued
-        self._streams = StreamAssembler(max_request_bytes, max_streams=max_queued)
+        self._streams = StreamAssembler(max_request_bytes, max_streams=max(1, max_queued))
         self._tasks: dict[asyncio.Task[None], dict[str, Any]] = {}
 
     def addressed(self, msg: dict[str, Any]) -> bool:
         """Whether ``msg`` is a request to the bridge (see the module's docstring)."""
+        # An answer is not a request (no bridge loops).
+        return self.to_me(msg) and in_reply_to(msg) is None
+
+    def to_me(self, msg: dict[str, Any]) -> bool:
+        """Whether ``msg`` is addressed to the bridge, in its space, by another."""
         to = msg.get("to")
         recipients = [to] if isinstance(to, str) else to if isinstance(to, list) else ()
         return (
             self.agent_id in recipients
             and msg.get("space") == self.space
             and msg.get("from") != self.agent_id
-            and in_reply_to(msg) is None  # an answer is not a request (no bridge loops)
         )
 
     async def feed(self, msg: dict[str, Any]) -> None:
@@ -68,15 +78,30 @@ class RequestIntake:
             if self.addressed(msg):
                 lost = self._streams.start(msg)
                 if lost is not None:
-                    await self._refuse(lost.event, f"Request lost: {lost.failure}")
+                    await self._refuse(lost.event, f"{LOST}{lost.failure}")
             return
         whole = self._streams.feed(msg)
         if whole is None:
             return
         if whole.failure is not None:
-            await self._refuse(whole.event, f"Request lost: {whole.failure}")
+            await self._refuse(whole.event, f"{LOST}{whole.failure}")
         else:
             await self._take(whole.event)
+
+    def cancel(self, sender: object, event_id: object) -> bool:
+        """The request ``event_id`` of ``sender``, if being served, stops: its
+        task is cancelled (the asker no longer waits: no answer). Whether one was."""
+        for task, event in self._tasks.items():
+            if event.get("event_id") == event_id and event.get("from") == sender:
+                if task.done():
+                    return False
+                task.cancel()
+                return True
+        return False
+
+    def __len__(self) -> int:
+        """Requests being served now."""
+        return sum(not task.done() for task in self._tasks)
 
     async def aclose(self) -> None:
         """Stop serving; the requests being served get a failure, not silence."""
@@ -91,13 +116,11 @@ class RequestIntake:
         if pending:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(5):
-                    await asyncio.gather(
-                        *(self._refuse(e, "Bridge shutting down") for e in pending)
-                    )
+                    await asyncio.gather(*(self._refuse(e, CLOSING) for e in pending))
 
     async def _take(self, event: dict[str, Any]) -> None:
         if len(self._tasks) >= self._max_tasks:
-            await self._refuse(event, "Bridge busy: try again")
+            await self._refuse(event, BUSY)
             return
         task = asyncio.get_running_loop().create_task(self._serve(event))
         self._tasks[task] = event

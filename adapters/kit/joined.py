@@ -28,7 +28,7 @@ from typing import Any
 
 import structlog
 
-from hub.adapter_host import AdapterHost, MessageHandler, RequestFailed, VirtualMember
+from hub.adapter_host import AdapterMember, AgentHosting, MessageHandler, RequestFailed, Take
 
 log = structlog.get_logger("adapters")
 
@@ -64,20 +64,31 @@ class JoiningMember:
         self.served = tuple(served)
         self.capabilities = capabilities
         self.max_joined = max_joined
-        self.member: VirtualMember | None = None
+        self.member: AdapterMember | None = None
         self._label = label
         self._busy = busy
-        self._host: AdapterHost | None = None
+        self._hosting: AgentHosting | None = None
         self._joined: OrderedDict[str, None] = OrderedDict()
         self._joiner: asyncio.Task[None] | None = None
 
-    async def start(self, host: AdapterHost, handler: MessageHandler) -> None:
-        self.member = await host.attach(
-            self.agent_id, handler, shared=True, type="bridge", capabilities=self.capabilities
-        )
-        self._host = host
+    async def start(
+        self,
+        hosting: AgentHosting,
+        handler: MessageHandler,
+        take: Take | None = None,
+        *,
+        retry: float = 1.0,
+    ) -> None:
+        """Attach the member and join the served spaces; what cannot be
+        joined yet is retried every ``retry`` seconds (the gateways pass
+        ``min(1.0, heartbeat_interval)``). ``take``: the member's synchronous
+        first try on each message (see :meth:`~hub.adapter_host.AgentHosting.attach`)."""
+        self.member = await hosting.attach(
+            self.agent_id, handler, shared=True, type="bridge", capabilities=self.capabilities,
+            take=take,
+        )  # fmt: skip
+        self._hosting = hosting
         if not await self._join_served():
-            retry = min(1.0, host.settings.heartbeat_interval)
             self._joiner = asyncio.get_running_loop().create_task(self._keep_joining(retry))
 
     async def aclose(self) -> None:
@@ -109,7 +120,7 @@ class JoiningMember:
         if space in self._joined:
             self._joined.move_to_end(space)
             return
-        if self._host is None or not self._host.ready:
+        if self._hosting is None or not self._hosting.ready:
             raise NodeNotReady(space)
         assert self.member is not None
         try:
@@ -136,7 +147,7 @@ class JoiningMember:
 
     async def _join_served(self) -> bool:
         """Join every served space not joined yet, if the node is ready; True when done."""
-        if self._host is None or not self._host.ready:
+        if self._hosting is None or not self._hosting.ready:
             return False
         for space in self.served:
             try:

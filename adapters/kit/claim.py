@@ -1,13 +1,13 @@
 """An outbound bridge's agent id, held by exactly one node of a cluster.
 
-Every outbound bridge (A2A, HTTP Agora, signed envelopes) holds its id with a
-:class:`Holding`: it claims the id (a virtual member, :meth:`AdapterHost.attach`)
+Every outbound bridge (A2A, HTTP Agora, signed envelopes) holds its id with an
+:class:`AgentIdClaim`: it claims the id (a virtual member, :meth:`AgentHosting.attach`)
 and joins the bridge's space with it. A node that cannot claim it — another
 node holds it — stands by and tries again every ``retry`` seconds, so when the
 holder's node dies (its claim expires) or shuts down, a standby takes the
 bridge over. The new holder is handed the space's ``seq`` at its join
 (``on_claimed``): what was addressed to the bridge before it, and not
-answered, is in the space's history (:func:`adapters.takeover.answer_unanswered`).
+answered, is in the space's history (:func:`adapters.kit.takeover.answer_unanswered`).
 
 The messages the member receives go to ``handler``; what to register
 (capabilities, metadata) is asked of ``registration`` at each claim.
@@ -22,12 +22,12 @@ from typing import Any
 import structlog
 
 from hub.adapter_host import (
-    AdapterHost,
+    AdapterMember,
+    AgentHosting,
     AgentIdTaken,
     BackplaneUnavailable,
     MessageHandler,
     RequestFailed,
-    VirtualMember,
 )
 
 log = structlog.get_logger("adapters")
@@ -35,7 +35,9 @@ log = structlog.get_logger("adapters")
 Registration = Callable[[], tuple[tuple[str, ...], dict[str, Any]]]
 
 
-class Holding:
+class AgentIdClaim:
+    """The claim on one bridge's agent id (see the module)."""
+
     def __init__(
         self,
         agent_id: str,
@@ -44,28 +46,28 @@ class Holding:
         *,
         type: str,
         registration: Registration,
-        on_claimed: Callable[[VirtualMember, int], Awaitable[None]],
+        on_claimed: Callable[[AdapterMember, int], Awaitable[None]],
         label: str,
     ):
         """``label`` names the bridge kind in the log (``"a2a bridge active"``)."""
         self.agent_id = agent_id
         self.space = space
-        self.member: VirtualMember | None = None
+        self.member: AdapterMember | None = None
         #: Set while this node holds the id.
-        self.holding = asyncio.Event()
+        self.held = asyncio.Event()
         self._handler = handler
         self._type = type
         self._registration = registration
         self._on_claimed = on_claimed
         self._label = label
 
-    async def keep(self, host: AdapterHost, retry: float) -> None:
+    async def keep(self, hosting: AgentHosting, retry: float) -> None:
         """Hold the agent id, or stand by and retry the claim until it is free."""
         while True:
             member = self.member
             if member is None:
                 try:
-                    claimed = await self.claim(host)
+                    claimed = await self.claim(hosting)
                 except Exception as exc:  # a standby outlives whatever one try met
                     log.warning(
                         f"{self._label} cannot claim", agent_id=self.agent_id, reason=repr(exc)
@@ -77,7 +79,7 @@ class Holding:
             await member.cleaned_up.wait()  # closed by the hub (replaced elsewhere)
             if self.member is member:
                 self.member = None
-                self.holding.clear()
+                self.held.clear()
                 log.warning(f"{self._label} lost its agent id", agent_id=self.agent_id)
 
     async def answer(self, event: dict[str, Any], data: dict[str, Any]) -> None:
@@ -95,16 +97,16 @@ class Holding:
 
     async def release(self) -> None:
         member, self.member = self.member, None
-        self.holding.clear()
+        self.held.clear()
         if member is not None:
             await member.aclose()
 
-    async def claim(self, host: AdapterHost) -> bool:
+    async def claim(self, hosting: AgentHosting) -> bool:
         """Try to hold the agent id now; False: another node holds it, or
         this one cannot (it stands by)."""
         capabilities, metadata = self._registration()
         try:
-            member = await host.attach(
+            member = await hosting.attach(
                 self.agent_id, self._handler, type=self._type,
                 capabilities=capabilities, metadata=metadata,
             )  # fmt: skip
@@ -117,7 +119,7 @@ class Holding:
             await member.aclose()
             return False
         self.member = member
-        self.holding.set()
+        self.held.set()
         log.info(f"{self._label} active", agent_id=self.agent_id, space=self.space)
         await self._on_claimed(member, int(joined.get("seq", 0)))
         return True

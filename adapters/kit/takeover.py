@@ -8,7 +8,7 @@ exactly what it would have received, and what it published itself) and
 returns the requests addressed to the bridge that have no answer from it, so
 the new holder answers each one with a failure instead of leaving its sender
 waiting in silence (:func:`answer_unanswered`, what every outbound bridge does
-once :class:`~adapters.holding.Holding` has claimed its id). Only events up to
+once :class:`~adapters.kit.claim.AgentIdClaim` has claimed its id). Only events up to
 ``upto_seq`` (the space's ``seq`` when the new holder joined) are looked at:
 later ones reach it live.
 """

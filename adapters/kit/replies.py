@@ -278,6 +278,11 @@ class ReplyWaiters:
                 if not self._route(msg):
                     self._stash.append(msg)
 
+    def stream_of(self, event_id: str) -> str | None:
+        """The id (as received) of the stream answering the request
+        ``event_id``, once its first delta came and until it ends."""
+        return self._stream_of.get(event_id)
+
     def fail_all(self, error: BaseException) -> None:
         """Every waiting request gets ``error`` raised (the hub is shutting down)."""
         for future in self._pending.values():
@@ -296,6 +301,12 @@ class ReplyWaiters:
     def feed(self, msg: dict[str, Any]) -> None:
         if not self._route(msg) and self._publishing:
             self._stash.append(msg)
+
+    def take(self, msg: dict[str, Any]) -> bool:
+        """Hand ``msg`` to the request it answers, if one waits for it here
+        (a virtual member's ``take``, in the delivery itself); False leaves it
+        to :meth:`feed`. Nothing is stashed: that is :meth:`feed`'s."""
+        return self._route(msg)
 
     def _answers(self, msg: dict[str, Any], answered: str | None) -> bool:
         """Is ``msg`` a legitimate answer to the request ``answered`` we wait for?"""

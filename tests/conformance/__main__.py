@@ -1,0 +1,5 @@
+import sys
+
+from tests.conformance.run import main
+
+sys.exit(main())
