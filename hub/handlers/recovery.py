@@ -24,6 +24,8 @@ and a stream only when it is *complete* inside the window (opened after
 skipped, live continuations of them too. A replay that cannot finish (the
 history was trimmed or lost meanwhile, Redis failed) closes the connection
 with an error: the client resumes again and learns ``recovered: false``.
+A member whose connection closed meanwhile is sent nothing and no further
+page of history is read for it.
 
 **History.** ``space.history`` answers a member with the newest recorded
 frames of the space (before ``before_seq``), filtered by the same rules,
@@ -206,6 +208,11 @@ class Recovery:
             if self.registry.leave(space, conn):
                 self.subscriptions.release(space)
             raise
+        if conn.closing:
+            # Gone while its position was read (its client gave up): no reply
+            # to send, no replay to read. Its clean-up leaves the space.
+            buffer.release()
+            return
         boundary = Boundary(self.registry, conn, space, position.seq)
 
         def settled() -> bool:
@@ -344,6 +351,8 @@ class Replay:
                     self.buffer.direct(OutFrame(env.frame, self.preframe))
             if self.next > self.end:
                 return
+            if self.conn.closing:
+                raise _Gone  # no page is read for a connection that is gone
             try:
                 page = await self.recovery.backplane.history(
                     self.space, after=self.next - 1, limit=PAGE

@@ -17,6 +17,7 @@ its base). Every connection of a server is handed the node-wide parts in one
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -90,6 +91,7 @@ class HubConnection(WebSocketsConnection):
         "_close_task",
         "_ending",
         "_failure_reported",
+        "_first",
         "_in_handshake",
         "_in_line",
         "agent_id",
@@ -140,33 +142,60 @@ class HubConnection(WebSocketsConnection):
         self.holds_ip_slot = False
         self._in_handshake = False
         self._in_line = False
+        #: b"" until the request's first bytes came; while in line, those bytes.
+        self._first: bytes | None = None
         self._failure_reported = False
         self._close_task: asyncio.Task[None] | None = None
         # Resolved once the hub gives up on the connection (a probe stops waiting).
         self._ending: asyncio.Future[None] | None = None
 
     def connection_ready(self, transport: asyncio.Transport) -> None:
-        context = self.context
-        context.deadlines.start(self)
-        slots = context.handshakes
+        # The handshake's deadline runs from now; a slot is taken with the
+        # request's first bytes (_first_bytes): a client that has not written
+        # yet holds no slot that one whose request is waiting could use.
+        self.context.deadlines.start(self)
+        self._first = b""
+
+    def _first_bytes(self, data: bytes) -> bool:
+        """The request's first bytes: a slot, a place in line (keeping them,
+        unread by websockets), or cut. True when they are to be read now."""
+        self._first = None
+        slots = self.context.handshakes
         if slots.acquire():
             self._in_handshake = True
-        elif slots.wait(self, self._admitted):
+            return True
+        transport = self.transport
+        if slots.wait(self, self._admitted):
             # Too many handshakes in progress: wait in line, unread, for a
             # slot (the handshake's deadline still runs).
             self._in_line = True
+            self._first = data
             transport.pause_reading()
         else:
-            # The line is full too: cut at once, before any read.
-            transport.abort()
+            transport.abort()  # the line is full too: cut at once
+        return False
 
-    def _admitted(self) -> None:
-        """A slot passed on from a finished handshake: read the request now."""
+    def _admitted(self) -> bool:
+        """A slot passed on from a finished handshake: read the request now —
+        unless the client gave up while it waited (the slot then passes on and
+        the connection is cut, its request never read nor upgraded)."""
         self._in_line = False
-        self._in_handshake = True
         transport = self.transport
-        if not transport.is_closing():
-            transport.resume_reading()
+        if transport.is_closing() or client_gone(transport):
+            transport.abort()
+            return False
+        self._in_handshake = True
+        self.loop.call_soon(self._read_kept)
+        return True
+
+    def _read_kept(self) -> None:
+        """The bytes kept while in line, then what the socket has since."""
+        data, self._first = self._first, None
+        if self.transport.is_closing() or not data:
+            return
+        super().data_received(data)
+        if not self.transport.is_closing():
+            self.transport.resume_reading()
 
     def handshake_timed_out(self) -> None:
         """Past ``handshake_timeout``: cut (the handshake then ends)."""
@@ -256,6 +285,13 @@ class HubConnection(WebSocketsConnection):
         self.outbox.paused = False
 
     def data_received(self, data: bytes) -> None:
+        first = self._first
+        if first is not None:  # the request's first bytes, or more while in line
+            if self._in_line:
+                self._first = first + data
+                return
+            if not self._first_bytes(data):
+                return
         # Any inbound frame is liveness, control frames included: browsers and
         # client libraries keep connections alive with pings. One clock read
         # per socket read.
@@ -363,6 +399,28 @@ class HubConnection(WebSocketsConnection):
         finally:
             task.cancel()
         return task in done and not task.cancelled() and task.exception() is None
+
+
+_TCP_INFO = getattr(socket, "TCP_INFO", None)  # Linux
+_ESTABLISHED = 1  # tcpi_state, the first byte of struct tcp_info
+
+
+def client_gone(transport: asyncio.BaseTransport) -> bool:
+    """Has the client closed or reset a connection the hub is not reading?
+
+    A connection waiting in line is not read, so its reset or end of stream
+    is not seen: the kernel's TCP state says it (one system call, made only
+    when its turn comes). Where that is not known (no ``TCP_INFO``), it is
+    taken as still there.
+    """
+    sock = transport.get_extra_info("socket")
+    if sock is None or _TCP_INFO is None:
+        return False
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 1)
+    except (OSError, ValueError):
+        return False
+    return bool(info) and info[0] != _ESTABLISHED
 
 
 def _retrieve(task: asyncio.Task[None]) -> None:

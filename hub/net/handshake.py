@@ -10,12 +10,14 @@
 - **Per-client connections**: ``max_connections_per_ip`` (0 = off) refuses a
   client IP holding that many connections with HTTP 429.
 - **Handshakes in progress**: at most ``max_handshakes`` TCP connections may
-  be in their opening handshake at once, each for at most
-  ``handshake_timeout`` seconds (:class:`HandshakeDeadlines`); as many more
+  be in their opening handshake at once (from their request's first bytes:
+  one whose client has not written yet holds no slot), each for at most
+  ``handshake_timeout`` seconds (:class:`HandshakeDeadlines`); four times as many
   wait in line (not read) for a free slot, within the same timeout; beyond
   that a new TCP connection is dropped at once, so stalled (slow-loris)
   handshakes cannot exhaust a node and a reconnect storm is absorbed, not
-  refused. Request
+  refused. One whose client gave up while it waited in line is dropped
+  when its turn comes, unread. Request
   lines and headers are bounded by websockets (8 KiB a line, 128 headers).
 """
 
@@ -119,24 +121,35 @@ class ConnectionsPerIp:
         return sum(self._open.values())
 
 
+#: The waiting line, in handshake slots (``max_handshakes``): connections
+#: whose request came while every slot was taken wait here, unread, rather
+#: than being cut (a reset is a failed attempt its client retries).
+LINE_FACTOR = 4
+
+
 class HandshakeSlots:
     """TCP connections in their opening handshake, bounded, with a waiting line.
 
-    At most ``limit`` connections are in their handshake at once. One beyond
-    waits in line (the caller stops reading it) for a slot another frees, up
-    to ``limit`` more; only beyond the line is a connection dropped at once.
-    So a reconnect storm is absorbed — its connections wait their turn, each
-    still within its ``handshake_timeout`` — while a slow-loris attack holds
-    at most twice ``limit`` connections, each for at most the timeout.
+    At most ``limit`` connections are in their handshake at once (a connection
+    takes a slot with its request's first bytes). One beyond
+    waits in line (the caller stops reading it, keeping those bytes) for a slot another frees, up
+    to ``line`` more (default ``LINE_FACTOR * limit``); only beyond the line is a connection
+    dropped at once. So a reconnect storm is absorbed — its connections wait
+    their turn, each still within its ``handshake_timeout`` — while a
+    slow-loris attack holds at most ``limit + line`` connections, each for at
+    most the timeout. A freed slot skips whoever in line has gone meanwhile
+    (its client gave up waiting): that handshake is never read.
     """
 
     def __init__(self, limit: int, line: int | None = None):
         self.limit = limit
-        self.line_limit = limit if line is None else line
+        self.line_limit = LINE_FACTOR * limit if line is None else line
         self.in_progress = 0
         self.refused = 0
+        #: Connections skipped in line because their client had gone.
+        self.abandoned = 0
         #: Waiting connections (insertion order is arrival order) → admit them.
-        self._line: dict[object, Callable[[], None]] = {}
+        self._line: dict[object, Callable[[], bool]] = {}
 
     @property
     def waiting(self) -> int:
@@ -149,9 +162,10 @@ class HandshakeSlots:
         self.in_progress += 1
         return True
 
-    def wait(self, key: object, admit: Callable[[], None]) -> bool:
-        """Queue ``key`` for the next free slot (``admit`` is called with the
-        slot held); False, and counted as refused, when the line is full."""
+    def wait(self, key: object, admit: Callable[[], bool]) -> bool:
+        """Queue ``key`` for the next free slot: ``admit()`` is called with the
+        slot held and answers whether it took it (False: its client has gone,
+        the slot passes on). False, and counted as refused, when the line is full."""
         if len(self._line) >= self.line_limit:
             self.refused += 1
             return False
@@ -163,12 +177,14 @@ class HandshakeSlots:
         self._line.pop(key, None)
 
     def release(self) -> None:
-        """A handshake is over: its slot passes to the first in line, if any."""
+        """A handshake is over: its slot passes to the first in line still
+        there, if any."""
         line = self._line
-        if line:
+        while line:
             key = next(iter(line))
-            line.pop(key)()
-            return
+            if line.pop(key)():
+                return
+            self.abandoned += 1
         self.in_progress -= 1
 
 

@@ -1,7 +1,7 @@
 """Everything the hub knows of websockets' private API (websockets 17), and nothing else.
 
 The hub builds and drives websockets' connections itself where that was
-measured to pay (docs/performance.md, "What each remaining piece buys"); each
+measured to pay (docs/performance.md, "What each optimisation bought"); each
 such piece relies on how websockets 17 works inside, not on its documented
 API. This module is the only one of the hub that does, and
 tests/unit/net/test_ws_internals.py checks each reliance by behaviour, so a
@@ -295,8 +295,10 @@ class WebSocketsConnection(ServerConnection):
         if not self.request_rcvd.done():
             await self.request_rcvd
         request = self.request
-        if request is None:
-            return  # the connection was lost before a request came
+        if request is None or self.transport.is_closing():
+            # The connection was lost before a request came, or with it (the
+            # client gave up waiting): nothing is checked, nothing upgraded.
+            return
         if process_response is not None or process_request is None:
             await super().handshake(process_request, process_response, server_header)
             return

@@ -17,14 +17,13 @@ from tests.benchmarks.procs import ServerProcess
 from tests.benchmarks.scenarios import Target
 from tests.benchmarks.suite import Bench, log
 
-PROFILED = ("fanout", "latency", "cluster-fanout")
-# Profiled only when the scenario itself is in the run (it is long).
-PROFILED_WHEN_RUN = ("storm",)
+#: The profiled runs, each done when its scenario is in the run.
+PROFILED = {"fanout": "fanout", "latency": "latency", "cluster-fanout": "cluster", "storm": "storm"}
 
 
 def to_profile(scenarios_run: list[str]) -> list[str]:
     """The scenarios ``--profile`` profiles in a run of ``scenarios_run``."""
-    return [*PROFILED, *(s for s in PROFILED_WHEN_RUN if s in scenarios_run)]
+    return [name for name, scenario in PROFILED.items() if scenario in scenarios_run]
 
 
 async def run_profile(bench: Bench, out_dir: Path, scenario: str) -> None:
@@ -57,16 +56,12 @@ async def run_profile(bench: Bench, out_dir: Path, scenario: str) -> None:
         hook = attach(t.servers[0].pid)
         try:
             if scenario == "storm":
-                # py-spy attaches once the agents are away and the events
-                # published: only the reconnect storm itself is sampled.
+                # py-spy attaches once the agents are connected and joined:
+                # the drop and the storm (all at once) are sampled.
                 from tests.benchmarks import scale
 
                 return await scale.storm(
-                    t,
-                    agents=s.storm_agents,
-                    space_size=s.storm_space,
-                    concurrency=s.storm_concurrency,
-                    before_measure=hook,
+                    t, agents=s.storm_agents, space_size=s.storm_space, before_measure=hook
                 )
             if scenario == "latency":
                 return await scenarios.latency(

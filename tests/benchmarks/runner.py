@@ -76,8 +76,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--profile",
         action="store_true",
-        help="also profile a hub with py-spy during extra fan-out, latency and cluster runs"
-        " (and a reconnect storm when storm is run)",
+        help="also profile a hub with py-spy in an extra run of each of fanout, latency,"
+        " cluster (its fan-out) and storm that is in the run",
     )
     p.add_argument(
         "--variant",
@@ -175,6 +175,7 @@ async def amain(bench: Bench) -> None:
 #: The figure compared between hub variants, per scenario.
 _VARIANT_KEYS = {
     "storm": "reconnects_per_cpu_s",
+    "storm-capped": "reconnects_per_cpu_s",
     "scalejoin-2000": "server_cpu_s",
     "scalejoin-10000": "server_cpu_s",
     "capacity": "rss_per_conn_kib",

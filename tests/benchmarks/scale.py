@@ -5,11 +5,14 @@
   (:mod:`tests.benchmarks.fleet`) from several loopback source addresses,
   every one probe-verified; RSS per connection, the server's CPU while idle
   at that size, and both projected to 50,000.
-- ``storm``: N agents in spaces of ``space_size`` plus an observer in every
+- ``storm``: N agents in spaces of ``space_size`` (held by load-generator
+  processes, :mod:`tests.benchmarks.storm_fleet`) plus an observer in every
   space; all N dropped at once, events published while they are away, then
-  all reconnect at once and re-join with ``since``. Each must get every
-  missed event exactly once and ``recovered: true``; the observer must stay
-  connected. The baseline: the same N dropped and reconnecting bare.
+  all reconnect at the same instant — no cap (``storm-capped``: at most
+  ``storm_concurrency`` in flight), each attempt given up after 10 s and
+  retried with a jittered backoff — and re-join with ``since``. Each must get
+  every missed event exactly once and ``recovered: true``; the observer must
+  stay connected. The baseline: the same N dropped and reconnecting bare.
 - ``scalejoin``: 2,000 and 10,000 agents join one space at once, beside the
   baseline connecting as many bare connections. The 2,000 join is short (half
   a CPU-second) and its single runs scatter by a third: its figure is the
@@ -26,11 +29,11 @@ import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
-from tests.benchmarks import procs, scenarios
+from tests.benchmarks import procs, scenarios, storm_fleet
 from tests.benchmarks.fleet import Fleet, split
 from tests.benchmarks.procs import machine_cpu
 from tests.benchmarks.report import Row, fig, fmt, ratio, verdict
-from tests.benchmarks.scenarios import Target, Window, self_cpu, settle
+from tests.benchmarks.scenarios import Target, Window, self_cpu
 from tests.benchmarks.wsload import LoadClient
 
 if TYPE_CHECKING:
@@ -40,6 +43,9 @@ HEARTBEAT_S = 30.0  # the hub's default heartbeat_interval
 PROJECT_TO = 50_000
 MEMBERS = b'"space.members"'
 STORM_RATIO_TARGET = 1.0  # hub reconnects-with-resume per CPU-s / baseline bare reconnects
+STORM_TIME_SLACK = 1.2  # all back no later than the baseline's time + 20 %
+STORM_EVENTS = 5  # published in every space while its agents are away
+CONNECT_RATIO_TARGET = 1.0  # capacity: hub connects per CPU-s / baseline's
 JOIN_RATIO_TARGET = 1.0  # hub joins per CPU-s / baseline connects per CPU-s, at 2,000
 JOIN_BINDING = 2000
 JOIN_BIG = 10_000
@@ -141,9 +147,27 @@ def _nofile(pid: int) -> int | None:
 # ── reconnect storm ─────────────────────────────────────────────────────────
 
 
-async def _connect(
-    target: Target, agent_id: str, source: str, *, keep: bool = True
-) -> tuple[LoadClient, dict[str, Any]]:
+#: Each reconnect attempt is given up after this long (a client library's
+#: open timeout), then retried after a jittered backoff, at most RETRIES times.
+ATTEMPT_TIMEOUT_S = 10.0
+RETRIES = 8
+#: Load-generator processes holding the storm's agents.
+STORM_WORKERS = 8
+
+
+def listen_drops() -> tuple[int, int]:
+    """(ListenOverflows, ListenDrops) of this network namespace so far: the
+    connections the kernel dropped because an accept queue was full."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        lines = open("/proc/net/netstat").read().splitlines()
+        for names, values in zip(lines[::2], lines[1::2], strict=False):
+            if names.startswith("TcpExt:"):
+                row = dict(zip(names.split()[1:], map(int, values.split()[1:]), strict=False))
+                return row.get("ListenOverflows", 0), row.get("ListenDrops", 0)
+    return 0, 0
+
+
+async def _connect(target: Target, agent_id: str, source: str) -> tuple[LoadClient, dict[str, Any]]:
     path = f"/ws?agent_id={agent_id}" if target.is_hub else "/"
     client = await LoadClient.connect(
         "127.0.0.1", target.ports[0], path, source=source, skip=(MEMBERS,)
@@ -165,13 +189,16 @@ async def _join_all(client: LoadClient, spaces: list[str]) -> None:
         await client.expect("space.joined", timeout=120)
 
 
+def _server_sockets(target: Target) -> int:
+    return sum(sum(s.sockets().values()) for s in target.servers)
+
+
 async def _wait_sockets(target: Target, at_most: int, timeout: float = 30.0) -> float:
     """Seconds until the server holds at most ``at_most`` sockets (it saw the drop)."""
     t0 = time.monotonic()
     deadline = t0 + timeout
     while time.monotonic() < deadline:
-        n = sum(sum(s.sockets().values()) for s in target.servers)
-        if n <= at_most:
+        if _server_sockets(target) <= at_most:
             break
         await asyncio.sleep(0.2)
     return time.monotonic() - t0
@@ -182,55 +209,56 @@ async def storm(
     *,
     agents: int,
     space_size: int,
-    concurrency: int,
-    events_per_space: int = 1,
+    concurrency: int | None = None,
+    events_per_space: int = STORM_EVENTS,
+    attempt_timeout: float = ATTEMPT_TIMEOUT_S,
+    retries: int = RETRIES,
+    workers: int = STORM_WORKERS,
     timeout: float = 600.0,
     before_measure: scenarios.Hook = None,
 ) -> dict[str, Any]:
-    """Drop ``agents`` at once, publish while they are away, reconnect them all."""
+    """Drop ``agents`` at once, publish while they are away, reconnect them all.
+
+    The agents are held by ``workers`` load-generator processes
+    (:mod:`tests.benchmarks.storm_fleet`). Every agent reconnects at the same
+    instant (``concurrency`` None: no cap; else at most that many attempts in
+    flight), each attempt given up after ``attempt_timeout`` and retried after
+    a jittered backoff, at most ``retries`` times; a hub agent then re-joins
+    its space with ``since``. Server CPU counts from the drop until the node
+    settles (every agent back, no frame for 0.5 s, the server holding only the
+    live connections: handshakes of attempts given up are over).
+    """
     hub = target.is_hub
-    srcs = sources(agents)
     nspaces = -(-agents // space_size)
     names = [f"storm-{k}" for k in range(nspaces)]
-    sockets0 = sum(sum(s.sockets().values()) for s in target.servers)
+    sockets0 = _server_sockets(target)
     extra: list[LoadClient] = []
-    agents_now: list[LoadClient] = []
+    specs = storm_fleet.split(target.kind, target.ports[0], agents, space_size, workers)
+    fleet = storm_fleet.StormFleet(specs)
     try:
         observer = publisher = None
         if hub:
-            observer, _ = await _connect(target, "storm-observer", srcs[0])
+            source = "127.0.1.1"
+            observer, _ = await _connect(target, "storm-observer", source)
             # The publisher joins the spaces only while the agents are away:
             # it is not a second member of every space during the drop and the
             # storm, where membership traffic would cut it off as it may the
             # observer (which is what the run watches for).
-            publisher, _ = await _connect(target, "storm-publisher", srcs[0])
+            publisher, _ = await _connect(target, "storm-publisher", source)
             extra += [observer, publisher]
             await _join_all(observer, names)
-        position: list[tuple[int, str]] = [(0, "")] * agents
-        sem = asyncio.Semaphore(200)  # setup: not the measured part
-
-        async def setup(i: int) -> None:
-            async with sem:
-                client, _ = await _connect(target, f"st{i}", srcs[i % len(srcs)])
-                agents_now.append(client)
-                if hub:
-                    client.send_json(
-                        {"type": "space.join", "id": "j", "space": names[i // space_size]}
-                    )
-                    joined = await client.expect("space.joined", timeout=120)
-                    position[i] = (joined["seq"], joined["epoch"])
-                client.start_counting()
-
-        async with asyncio.timeout(timeout):
-            await asyncio.gather(*(setup(i) for i in range(agents)))
-        await settle([*agents_now, *extra], quiet=0.5, timeout=timeout)
+        await fleet.call("setup", timeout=timeout)
+        await _fleet_settle(fleet, extra, timeout=timeout)
+        if before_measure is not None:
+            await before_measure()
 
         # ── the drop ──
         closed_before_drop = observer is not None and observer.closed
         if observer is not None:
             observer.start_counting()
-        scenarios.close_all(agents_now)
-        agents_now.clear()
+        win = Window(target)
+        fleet_cpu0 = sum(_cpu(p) for p in fleet.pids)
+        await fleet.call("drop")
         departed_s = await _wait_sockets(target, sockets0 + len(extra))
         expected: dict[str, list[int]] = {name: [] for name in names}
         if publisher is not None:
@@ -247,104 +275,65 @@ async def storm(
                 publisher.send_json({"type": "space.leave", "id": f"l{k}", "space": name})
             for _ in names:
                 await publisher.expect("space.left", timeout=120)
-        if before_measure is not None:
-            await before_measure()
+        drop_cpu = target.cpu() - win.user0 - win.sys0
 
-        # ── the storm ──
-        failed = exists = 0
-        errors: list[str] = []
-        done_ns = [0] * agents
-        results: list[dict[str, Any]] = [{}] * agents
-        gate = asyncio.Semaphore(concurrency)
-        win = Window(target)
-
-        async def back(i: int) -> None:
-            nonlocal failed, exists
-            for _attempt in range(10):
-                async with gate:
-                    try:
-                        client, _ = await _connect(target, f"st{i}", srcs[i % len(srcs)])
-                        break
-                    except Exception as exc:
-                        failed += 1
-                        if "AGENT_EXISTS" in str(exc):
-                            exists += 1
-                        if len(errors) < 5:
-                            errors.append(f"{type(exc).__name__}: {exc}")
-                await asyncio.sleep(0.5)
-            else:
-                raise RuntimeError(f"st{i} could not reconnect: {errors[-1:]}")
-            agents_now.append(client)
-            if hub:
-                space = names[i // space_size]
-                seq, epoch = position[i]
-                client.send_json(
-                    {
-                        "type": "space.join",
-                        "id": "r",
-                        "space": space,
-                        "since": {"seq": seq, "epoch": epoch},
-                    }
-                )
-                want = set(expected[space])
-                got: list[int] = []
-                joined: dict[str, Any] | None = None
-                while joined is None or not want <= set(got):
-                    msg = await client.recv(timeout=timeout)
-                    kind = msg.get("type")
-                    if kind == "space.joined" and msg.get("space") == space:
-                        joined = msg
-                    elif kind == "space.event" and msg.get("space") == space:
-                        got.append(msg["seq"])
-                    elif kind == "error":
-                        raise RuntimeError(f"st{i}: {msg}")
-                results[i] = {"joined": joined, "got": got, "client": client}
-            done_ns[i] = time.monotonic_ns()
-
-        async with asyncio.timeout(timeout):
-            await asyncio.gather(*(back(i) for i in range(agents)))
-        all_back_s = (max(done_ns) - win.t0) / 1e9
-        await settle([*agents_now, *extra], quiet=0.5, timeout=60)
+        # ── the storm: every worker starts at the same instant ──
+        overflows0, drops0 = listen_drops()
+        start_at = time.monotonic() + 0.5
+        cap = -(-concurrency // len(specs)) if concurrency else 0
+        answers = await fleet.call(
+            "storm",
+            timeout=timeout,
+            expected=expected,
+            start_at=start_at,
+            concurrency=cap,
+            attempt_timeout=attempt_timeout,
+            retries=retries,
+        )
+        all_back_s = max(a["done_ns"] for a in answers) / 1e9 - start_at
+        overflows1, drops1 = listen_drops()
+        # The node settles: no frame for 0.5 s, and only the live connections
+        # left (handshakes of attempts given up have ended).
+        await _fleet_settle(fleet, extra, timeout=60)
+        await _wait_sockets(target, sockets0 + len(extra) + agents, timeout=60)
         out: dict[str, Any] = win.close()
+        fleet_cpu = sum(_cpu(p) for p in fleet.pids) - fleet_cpu0
+        # The workers' CPU is the load generator's too (Window counts only this process).
+        out["loadgen_cpu_pct"] += 100 * fleet_cpu / out["wall_s"]
+        out["other_cpu_pct"] = max(0.0, out["other_cpu_pct"] - 100 * fleet_cpu / out["wall_s"])
+        cpu = out["server_cpu_s"]
+        retried = sum(a["retried"] for a in answers)
         out.update(
             agents=agents,
             concurrency=concurrency,
-            sources=len(srcs),
+            workers=len(specs),
+            sources=[s.source for s in specs],
             all_back_s=all_back_s,
             departed_s=departed_s,
+            drop_cpu_s=drop_cpu,
+            storm_cpu_s=cpu - drop_cpu,
             reconnects_per_s=agents / all_back_s,
-            reconnects_per_cpu_s=agents / out["server_cpu_s"] if out["server_cpu_s"] > 0 else None,
-            failed_connections=failed,
-            agent_exists=exists,
-            errors=errors,
+            reconnects_per_cpu_s=agents / cpu if cpu > 0 else None,
+            retried_attempts=retried,
+            timed_out_attempts=sum(a["timed_out"] for a in answers),
+            failed_connections=retried,
+            agent_exists=sum(a["exists"] for a in answers),
+            listen_overflows=overflows1 - overflows0,
+            listen_drops=drops1 - drops0,
+            errors=[e for a in answers for e in a["errors"]][:5],
         )
         if hub:
             assert observer is not None
-            lost = dup = unexpected = not_recovered = 0
-            for i, r in enumerate(results):
-                space = names[i // space_size]
-                # Whatever arrived after the resume completed counts too.
-                extra_msgs = list(r["client"].inbox)
-                got = r["got"] + [
-                    m["seq"]
-                    for m in map(_loads, extra_msgs)
-                    if m.get("type") == "space.event" and m.get("space") == space
-                ]
-                want = set(expected[space])
-                lost += len(want - set(got))
-                dup += len(got) - len(set(got))
-                unexpected += len(set(got) - want)
-                if not (r["joined"] or {}).get("recovered"):
-                    not_recovered += 1
+            tallies = await fleet.call("tally")
             out.update(
                 spaces=nspaces,
                 space_size=space_size,
                 events_published=nspaces * events_per_space,
                 missed_events=sum(len(expected[names[i // space_size]]) for i in range(agents)),
-                lost_events=lost,
-                duplicate_events=dup,
-                unexpected_events=unexpected,
-                not_recovered=not_recovered,
+                lost_events=sum(t["lost"] for t in tallies),
+                duplicate_events=sum(t["dup"] for t in tallies),
+                unexpected_events=sum(t["unexpected"] for t in tallies),
+                not_recovered=sum(t["not_recovered"] for t in tallies),
                 observer_closed=observer.closed,
                 observer_close_code=observer.close_code,
                 observer_closed_before_drop=closed_before_drop,
@@ -352,13 +341,27 @@ async def storm(
             )
         return out
     finally:
-        scenarios.close_all([*agents_now, *extra])
+        scenarios.close_all(extra)
+        await fleet.aclose()
 
 
-def _loads(raw: bytes) -> dict[str, Any]:
-    import orjson
-
-    return orjson.loads(raw)
+async def _fleet_settle(
+    fleet: storm_fleet.StormFleet, extra: list[LoadClient], *, timeout: float, quiet: float = 0.5
+) -> None:
+    """Wait until no frame has reached the fleet or ``extra`` for ``quiet`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    last = -1
+    quiet_since = loop.time()
+    while loop.time() < deadline:
+        await asyncio.sleep(0.1)
+        counts = await fleet.call("frames", timeout=60)
+        total = sum(c["frames"] for c in counts) + sum(c.total_frames for c in extra)
+        now = loop.time()
+        if total != last:
+            last, quiet_since = total, now
+        elif now - quiet_since >= quiet:
+            return
 
 
 # ── the runs ────────────────────────────────────────────────────────────────
@@ -383,23 +386,26 @@ async def run_capacity(bench: Bench, comp: str) -> None:
 
 
 async def run_storm(bench: Bench, comp: str) -> None:
+    """The storm uncapped (every agent at once), then capped (at most
+    ``storm_concurrency`` attempts in flight), each beside the baseline."""
     if comp != "none":
         return
     s = bench.sizes
-    params = {
-        "agents": s.storm_agents,
-        "space_size": s.storm_space,
-        "concurrency": s.storm_concurrency,
-        "events_per_space": 1,
-        "settings": "defaults",
-    }
+    for scenario, cap in (("storm", None), ("storm-capped", s.storm_concurrency)):
+        params = {
+            "agents": s.storm_agents,
+            "space_size": s.storm_space,
+            "concurrency": cap or "all at once",
+            "events_per_space": STORM_EVENTS,
+            "attempt_timeout_s": ATTEMPT_TIMEOUT_S,
+            "retries": RETRIES,
+            "settings": "defaults",
+        }
 
-    def body(t: Target) -> Awaitable[dict]:
-        return storm(
-            t, agents=s.storm_agents, space_size=s.storm_space, concurrency=s.storm_concurrency
-        )
+        def body(t: Target, cap: int | None = cap) -> Awaitable[dict]:
+            return storm(t, agents=s.storm_agents, space_size=s.storm_space, concurrency=cap)
 
-    await bench.both("storm", comp, body, params)
+        await bench.both(scenario, comp, body, params)
 
 
 async def run_scalejoin(bench: Bench, comp: str) -> None:
@@ -454,6 +460,7 @@ def rows(records: list[dict], comp: str) -> list[Row]:
             _pair(sc, "projected idle CPU % at 50,000", comp, hub, base,
                   "projected_50k_idle_cpu_pct", 1),
             _pair(sc, "connects/s while filling", comp, hub, base, "connects_per_s"),
+            _connects_row(sc, comp, hub, base),
             # Which side bounds the fill rate: the server's core or the load generator's.
             _pair(sc, "server CPU % while filling", comp, hub, base,
                   "server_cpu_pct_while_filling"),
@@ -464,80 +471,8 @@ def rows(records: list[dict], comp: str) -> list[Row]:
                 with_ratio=False,
             ),
         ]  # fmt: skip
-    hub, base = find(records, "storm", "hub", comp), find(records, "storm", "baseline", comp)
-    if (hub or base) and not _notice(out, "storm", comp, hub, base):
-        p = (hub or base or {}).get("params", {})
-        sc = f"storm ({p.get('agents', 0):,}/{p.get('space_size', 0)})"
-        out.append(_pair(sc, "seconds until all resumed | back", comp, hub, base, "all_back_s", 1))
-        h, b = fig(hub, "reconnects_per_cpu_s"), fig(base, "reconnects_per_cpu_s")
-        r = ratio(h, b)
-        out.append(
-            Row(
-                sc,
-                "reconnects (with resume) per server CPU-s",
-                comp,
-                fmt(h),
-                fmt(b),
-                fmt(r, 2),
-                f">= {STORM_RATIO_TARGET:g}x",
-                verdict(None if r is None else r >= STORM_RATIO_TARGET, comp),
-            )
-        )
-        out.append(_failed_row(sc, "failed connection attempts", comp, hub, base))
-        lost, dup = fig(hub, "lost_events"), fig(hub, "duplicate_events")
-        missed = fig(hub, "missed_events")
-        ok = None if lost is None or dup is None else lost == 0 and dup == 0
-        out.append(
-            Row(
-                sc,
-                f"events lost / duplicated (of {fmt(missed)} missed)",
-                comp,
-                f"{fmt(lost)} / {fmt(dup)}",
-                "",
-                "",
-                "0 / 0",
-                verdict(ok, comp),
-            )
-        )
-        nr = fig(hub, "not_recovered")
-        out.append(
-            Row(
-                sc,
-                "joins not recovered",
-                comp,
-                fmt(nr),
-                "",
-                "",
-                "0",
-                verdict(None if nr is None else nr == 0, comp),
-            )
-        )
-        if hub is not None and "figures" in hub:
-            f = hub["figures"]
-            closed = f.get("observer_closed")
-            code = f.get("observer_close_code")
-            text = ("yes" + (f" ({code})" if code else "")) if closed else "no"
-            out.append(
-                Row(
-                    sc,
-                    "observer (in every space) closed",
-                    comp,
-                    text,
-                    "",
-                    "",
-                    "no",
-                    verdict(not closed, comp),
-                )
-            )
-            out.append(
-                Row(
-                    sc,
-                    "frames to the observer during the storm",
-                    comp,
-                    fmt(f.get("observer_frames")),
-                    "",
-                )
-            )
+    for scenario in ("storm", "storm-capped"):
+        out += _storm_rows(records, scenario, comp)
     for r in sorted(
         (r for r in records if r["scenario"].startswith("scalejoin-") and r["compression"] == comp),
         key=lambda r: r.get("params", {}).get("agents", 0),
@@ -596,6 +531,122 @@ def rows(records: list[dict], comp: str) -> list[Row]:
     return out
 
 
+def _connects_row(sc: str, comp: str, hub: dict | None, base: dict | None) -> Row:
+    """Connections opened per server CPU-second while filling (hub: registered
+    and joined), against the baseline's bare connects."""
+    h, b = fig(hub, "server_cpu_ms_per_connect"), fig(base, "server_cpu_ms_per_connect")
+    h, b = (1000 / h if h else None), (1000 / b if b else None)
+    r = ratio(h, b)
+    return Row(
+        sc,
+        "connects (hub: registered, joined) per server CPU-s",
+        comp,
+        fmt(h),
+        fmt(b),
+        fmt(r, 2),
+        f">= {CONNECT_RATIO_TARGET:g}x",
+        verdict(None if r is None else r >= CONNECT_RATIO_TARGET, comp),
+    )
+
+
+def _storm_rows(records: list[dict], scenario: str, comp: str) -> list[Row]:
+    from tests.benchmarks.report import _notice, find
+
+    out: list[Row] = []
+    hub, base = find(records, scenario, "hub", comp), find(records, scenario, "baseline", comp)
+    if not (hub or base) or _notice(out, scenario, comp, hub, base):
+        return out
+    p = (hub or base or {}).get("params", {})
+    cap = p.get("concurrency")
+    how = "all at once" if not isinstance(cap, int) else f"<= {cap:,} in flight"
+    sc = f"{scenario} ({p.get('agents', 0):,}/{p.get('space_size', 0)}, {how})"
+    uncapped = scenario == "storm"
+    h, b = fig(hub, "reconnects_per_cpu_s"), fig(base, "reconnects_per_cpu_s")
+    r = ratio(h, b)
+    out.append(
+        Row(
+            sc,
+            "reconnects (hub: with resume) per server CPU-s",
+            comp,
+            fmt(h),
+            fmt(b),
+            fmt(r, 2),
+            f">= {STORM_RATIO_TARGET:g}x",
+            verdict(None if r is None else r >= STORM_RATIO_TARGET, comp),
+        )
+    )
+    out.append(
+        Row(
+            sc,
+            "server CPU-s: the drop + the storm",
+            comp,
+            f"{fmt(fig(hub, 'drop_cpu_s'), 2)} + {fmt(fig(hub, 'storm_cpu_s'), 2)}",
+            f"{fmt(fig(base, 'drop_cpu_s'), 2)} + {fmt(fig(base, 'storm_cpu_s'), 2)}",
+        )
+    )
+    h, b = fig(hub, "all_back_s"), fig(base, "all_back_s")
+    ok = None if h is None or b is None else h <= STORM_TIME_SLACK * b
+    out.append(
+        Row(
+            sc,
+            "seconds until all back (hub: resumed)",
+            comp,
+            fmt(h, 1),
+            fmt(b, 1),
+            fmt(ratio(h, b), 2),
+            f"<= {STORM_TIME_SLACK:g}x" if uncapped else "",
+            verdict(ok, comp) if uncapped else "",
+        )
+    )
+    h, b = fig(hub, "retried_attempts"), fig(base, "retried_attempts")
+    ok = None if h is None or b is None else h <= b
+    out.append(
+        Row(
+            sc,
+            "retried attempts (of which timed out)",
+            comp,
+            f"{fmt(h)} ({fmt(fig(hub, 'timed_out_attempts'))})",
+            f"{fmt(b)} ({fmt(fig(base, 'timed_out_attempts'))})",
+            "",
+            "<= baseline" if uncapped else "",
+            verdict(ok, comp) if uncapped else "",
+        )
+    )
+    out.append(_pair(sc, "listen-queue overflows (whole machine)", comp, hub, base,
+                     "listen_overflows", with_ratio=False))  # fmt: skip
+    lost, dup = fig(hub, "lost_events"), fig(hub, "duplicate_events")
+    missed = fig(hub, "missed_events")
+    ok = None if lost is None or dup is None else lost == 0 and dup == 0
+    out.append(
+        Row(
+            sc,
+            f"events lost / duplicated (of {fmt(missed)} missed)",
+            comp,
+            f"{fmt(lost)} / {fmt(dup)}",
+            "",
+            "",
+            "0 / 0",
+            verdict(ok, comp),
+        )
+    )
+    nr = fig(hub, "not_recovered")
+    out.append(
+        Row(sc, "joins not recovered", comp, fmt(nr), "", "", "0",
+            verdict(None if nr is None else nr == 0, comp))
+    )  # fmt: skip
+    if hub is not None and "figures" in hub:
+        f = hub["figures"]
+        closed = f.get("observer_closed")
+        code = f.get("observer_close_code")
+        text = ("yes" + (f" ({code})" if code else "")) if closed else "no"
+        out.append(
+            Row(sc, "observer (in every space) closed", comp, text, "", "", "no",
+                verdict(not closed, comp))
+        )  # fmt: skip
+        out.append(Row(sc, "frames to the observer", comp, fmt(f.get("observer_frames")), ""))
+    return out
+
+
 def _pair(
     sc: str,
     label: str,
@@ -643,6 +694,7 @@ def headline(f: dict[str, Any]) -> str | None:
         per = f["reconnects_per_cpu_s"] or 0
         return (
             f"{f['agents']:,} back in {f['all_back_s']:.1f} s, {per:,.0f} reconnects/CPU-s,"
-            f" failed {f['failed_connections']}{tail}"
+            f" retried {f['failed_connections']}, listen overflows {f.get('listen_overflows')}"
+            f"{tail}"
         )
     return None

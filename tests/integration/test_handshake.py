@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import struct
 
 import orjson
 import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
+from hub.net.handshake import LINE_FACTOR
 from tests.support.wsclient import WsClient
 
 TOKENS = {"alice": "tok-alice-7f3a91", "bob": "tok-bob-0c55e2"}
@@ -257,7 +259,7 @@ async def test_an_upgrade_in_pieces_or_with_a_frame_behind_it_goes_through_webso
 
 async def test_handshakes_in_progress_are_bounded(hub):
     server = await hub(max_handshakes=20, handshake_timeout=30)
-    socks = await asyncio.to_thread(_stall, server.port, 50)
+    socks = await asyncio.to_thread(_stall, server.port, 20 + 20 * LINE_FACTOR + 10)
     try:
 
         def closed_by_hub(s: socket.socket) -> bool:
@@ -267,11 +269,14 @@ async def test_handshakes_in_progress_are_bounded(hub):
             except (ConnectionResetError, TimeoutError, OSError) as exc:
                 return not isinstance(exc, TimeoutError)
 
-        # 20 in their handshake, 20 waiting in line; the ten beyond are dropped at once.
-        cut = await asyncio.to_thread(lambda: [closed_by_hub(s) for s in socks[40:]])
+        # 20 in their handshake, 80 waiting in line (LINE_FACTOR); the ten beyond are
+        # dropped at once.
+        cut = await asyncio.to_thread(
+            lambda: [closed_by_hub(s) for s in socks[20 + 20 * LINE_FACTOR :]]
+        )
         assert all(cut)
         assert server.handshakes.in_progress == 20
-        assert server.handshakes.waiting == 20
+        assert server.handshakes.waiting == 20 * LINE_FACTOR
         assert server.handshakes.refused >= 10
     finally:
         for s in socks:
@@ -322,3 +327,63 @@ async def test_tokens_never_appear_in_the_log(hub_process, tmp_path):
     assert "connection opened" in log and "connection refused" in log
     for secret in secrets:
         assert secret not in log
+
+
+def _request_then_leave(port: int, agent_id: str, *, reset: bool) -> socket.socket:
+    """A complete upgrade request, then the client gives up: a reset (abort)
+    or an orderly close."""
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(
+        f"GET /ws?agent_id={agent_id} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+        "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        "Sec-WebSocket-Version: 13\r\n\r\n".encode()
+    )
+    if reset:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()
+    return s
+
+
+@pytest.mark.parametrize("reset", [True, False], ids=["reset", "closed"])
+async def test_a_handshake_whose_client_left_while_waiting_in_line_is_never_upgraded(hub, reset):
+    """A storm's client that gave up while its handshake waited in line: when
+    the slot frees, its request is not read, nor the agent registered."""
+    server = await hub(max_handshakes=1, handshake_timeout=30)
+    counters = server.node.counters
+    stalled = await asyncio.to_thread(_stall, server.port, 1)
+    try:
+        async with asyncio.timeout(10):
+            while server.handshakes.in_progress < 1:  # noqa: ASYNC110 - the hub's count
+                await asyncio.sleep(0.02)
+        await asyncio.to_thread(_request_then_leave, server.port, "gone", reset=reset)
+        async with asyncio.timeout(10):
+            while not server.handshakes.waiting:  # noqa: ASYNC110 - the hub's count
+                await asyncio.sleep(0.02)
+        stalled[0].close()  # the slot frees: the one in line has its turn
+        async with asyncio.timeout(10):
+            while server.handshakes.waiting or server.handshakes.in_progress:  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        # One who comes after goes through: by then the one that left is done with.
+        after = await WsClient.connect(server.url, "after")
+        await after.close()
+        assert counters.connections_opened == 1, "only the client still there was upgraded"
+        assert server.handshakes.abandoned == 1
+    finally:
+        for s in stalled:
+            s.close()
+
+
+async def test_a_client_that_has_not_written_yet_holds_no_handshake_slot(hub):
+    """A storm's connection accepted before its client sent the request does
+    not keep one whose request is there waiting in line."""
+    server = await hub(max_handshakes=1, handshake_timeout=30)
+    silent = await asyncio.to_thread(socket.create_connection, ("127.0.0.1", server.port))
+    try:
+        async with asyncio.timeout(10):
+            while not len(server.deadlines):  # noqa: ASYNC110 - the hub's count
+                await asyncio.sleep(0.02)
+        c = await WsClient.connect(server.url, "ready-to-talk")  # not held in line for 30 s
+        assert server.handshakes.refused == 0
+        await c.close()
+    finally:
+        silent.close()

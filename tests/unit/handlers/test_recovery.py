@@ -344,3 +344,30 @@ async def test_a_resume_that_missed_nothing_replays_nothing_and_goes_live(rig: H
     assert said(carol) == []
     await say(rig, alice, 3)
     assert said(carol) == [3]
+
+
+async def test_a_resume_whose_connection_closed_meanwhile_reads_and_sends_no_replay(
+    rig: HandlerRig,
+) -> None:
+    """A storm's client that gave up while its position was read: nothing is
+    sent to it and no further page of history is read for it."""
+    alice, _ = await resumer(rig)
+    await say(rig, alice, *range(1, PAGE + 20))
+    epoch = (await rig.backplane.position("room")).epoch
+    carol = await rig.connect("carol")
+    switches = rig.backplane.switches
+    gate = switches.hold("history")
+    join = asyncio.create_task(
+        rig.send(
+            carol,
+            {"type": "space.join", "id": "r", "space": "room", "since": {"seq": 0, "epoch": epoch}},
+        )
+    )
+    await until(lambda: "history" in switches.calls)
+    carol.abort()  # the client gives up while the first page is read
+    pushed = len(carol.frames)
+    gate.set()
+    await join
+    assert switches.calls.count("history") == 1, "no second page read for a closed connection"
+    assert len(carol.frames) == pushed
+    assert rig.registry.route_of(carol) == carol.push, "nothing left holding its frames"

@@ -202,31 +202,40 @@ async def until(predicate: Any) -> None:
 async def test_handshakes_beyond_the_slots_wait_unread_and_beyond_the_line_are_cut(
     make_rig: Any,
 ) -> None:
+    """A slot is taken with the request's first bytes; beyond the slots a
+    request waits in line, kept and not parsed; beyond the line it is cut."""
     rig = make_rig(slots=1, line=1)
     first, first_t = rig.accept()
     waiting, waiting_t = rig.accept()
-    _, cut_t = rig.accept()
-    assert first_t.reading
-    assert not waiting_t.reading and rig.context.handshakes.waiting == 1, "in line, unread"
-    assert cut_t.aborted and cut_t.data == b"", "the line is full: cut before any read"
-    assert rig.context.handshakes.refused == 1
-
-    first.data_received(REQUEST)
-    assert await asyncio.wait_for(rig.opened.get(), WAIT) is first
-    assert waiting_t.reading, "the finished handshake passed its slot on"
-    assert rig.context.handshakes.waiting == 0 and rig.context.handshakes.in_progress == 1
+    cut, cut_t = rig.accept()
+    _silent, silent_t = rig.accept()
+    slots = rig.context.handshakes
+    assert slots.in_progress == 0, "no slot before the first bytes"
+    first.data_received(REQUEST[:10])
     waiting.data_received(REQUEST)
-    assert await asyncio.wait_for(rig.opened.get(), WAIT) is waiting
-    assert rig.context.handshakes.in_progress == 0
+    cut.data_received(REQUEST)
+    assert first_t.reading and slots.in_progress == 1
+    assert not waiting_t.reading and slots.waiting == 1, "in line, unread"
+    assert cut_t.aborted and slots.refused == 1, "the line is full: cut"
+    assert silent_t.reading and not silent_t.aborted, "a client that has not written holds no slot"
+
+    first.data_received(REQUEST[10:])
+    assert await asyncio.wait_for(rig.opened.get(), WAIT) is first
+    assert await asyncio.wait_for(rig.opened.get(), WAIT) is waiting, "its kept request read"
+    assert waiting_t.reading and slots.waiting == 0 and slots.in_progress == 0
+    assert silent_t.reading
 
 
 async def test_one_that_leaves_the_line_is_never_admitted(make_rig: Any) -> None:
     rig = make_rig(slots=1, line=4)
     first, _ = rig.accept()
-    _, gone_t = rig.accept()
+    first.data_received(REQUEST[:10])
+    gone, gone_t = rig.accept()
+    gone.data_received(REQUEST)
+    assert rig.context.handshakes.waiting == 1
     gone_t.abort()
     await until(lambda: rig.context.handshakes.waiting == 0)
-    first.data_received(REQUEST)
+    first.data_received(REQUEST[10:])
     await asyncio.wait_for(rig.opened.get(), WAIT)
     assert not gone_t.reading and rig.context.handshakes.in_progress == 0
 
