@@ -282,7 +282,7 @@ class Settings(BaseSettings):
     max_handshakes: int = Field(
         1000,
         ge=1,
-        description="TCP connections in their opening handshake at once (four times as many wait).",
+        description="TCP connections in their opening handshake at once (nine times as many wait).",
     )
     handshake_timeout: float = Field(
         10.0, gt=0, description="Seconds a client has to finish the opening handshake."

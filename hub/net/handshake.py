@@ -12,7 +12,7 @@
 - **Handshakes in progress**: at most ``max_handshakes`` TCP connections may
   be in their opening handshake at once (from their request's first bytes:
   one whose client has not written yet holds no slot), each for at most
-  ``handshake_timeout`` seconds (:class:`HandshakeDeadlines`); four times as many
+  ``handshake_timeout`` seconds (:class:`HandshakeDeadlines`); nine times as many
   wait in line (not read) for a free slot, within the same timeout; beyond
   that a new TCP connection is dropped at once, so stalled (slow-loris)
   handshakes cannot exhaust a node and a reconnect storm is absorbed, not
@@ -123,8 +123,11 @@ class ConnectionsPerIp:
 
 #: The waiting line, in handshake slots (``max_handshakes``): connections
 #: whose request came while every slot was taken wait here, unread, rather
-#: than being cut (a reset is a failed attempt its client retries).
-LINE_FACTOR = 4
+#: than being cut (a reset is a failed attempt its client retries). Nine:
+#: with the default 1,000 slots, an all-at-once storm of 10,000 reconnects
+#: waits whole (with four, 1,000-1,400 of them were reset and retried), while a
+#: slow-loris still holds at most ten times the slots, each for the timeout.
+LINE_FACTOR = 9
 
 
 class HandshakeSlots:
