@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import multiprocessing
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -172,26 +173,38 @@ async def _serve(spec: FleetSpec, conn: Connection) -> None:
         worker.close()  # the parent is gone
 
 
-def worker_main(spec: FleetSpec, conn: Connection) -> None:
+def run_worker(
+    serve: Callable[[Any, Connection], Awaitable[None]], spec: Any, conn: Connection
+) -> None:
+    """A worker process's body: ``serve(spec, conn)`` on uvloop when it is installed."""
     factory = None
     with contextlib.suppress(ImportError):
         import uvloop
 
         factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=factory) as runner:
-        runner.run(_serve(spec, conn))
+        runner.run(serve(spec, conn))
 
 
-class Fleet:
-    """The parent's handle on the worker processes."""
+def worker_main(spec: FleetSpec, conn: Connection) -> None:
+    run_worker(_serve, spec, conn)
 
-    def __init__(self, specs: list[FleetSpec]):
+
+class Workers:
+    """The parent's handle on load-generator processes, one per spec, each
+    running ``target(spec, pipe)`` and answering what it is sent on its pipe."""
+
+    #: Names the workers in errors.
+    kind = "a load-generator worker"
+
+    def __init__(self, specs: list[Any], target: Callable[[Any, Connection], None]):
         ctx = multiprocessing.get_context("spawn")
+        self.specs = specs
         self.pipes: list[Connection] = []
         self.procs: list[Any] = []
         for spec in specs:
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=worker_main, args=(spec, child), daemon=True)
+            proc = ctx.Process(target=target, args=(spec, child), daemon=True)
             proc.start()
             child.close()
             self.pipes.append(parent)
@@ -201,16 +214,19 @@ class Fleet:
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs]
 
-    async def call(self, cmd: str, timeout: float = 900.0) -> list[dict[str, Any]]:
-        """Send ``cmd`` to every worker; their answers, in order."""
+    async def ask_all(self, message: Any, what: str, timeout: float) -> list[Any]:
+        """Send ``message`` to every worker; their answers, in order."""
 
-        def ask(pipe: Connection) -> dict[str, Any]:
-            pipe.send(cmd)
+        def ask(pipe: Connection) -> Any:
+            pipe.send(message)
             if not pipe.poll(timeout):
-                raise TimeoutError(f"a load-generator worker did not answer {cmd!r}")
+                raise TimeoutError(f"{self.kind} did not answer {what!r}")
             return pipe.recv()
 
         return list(await asyncio.gather(*(asyncio.to_thread(ask, p) for p in self.pipes)))
+
+    async def call(self, cmd: str, timeout: float = 900.0) -> list[Any]:
+        return await self.ask_all(cmd, cmd, timeout)
 
     async def aclose(self) -> None:
         with contextlib.suppress(Exception):
@@ -220,6 +236,13 @@ class Fleet:
             if proc.is_alive():
                 proc.kill()
                 await asyncio.to_thread(proc.join, 5)
+
+
+class Fleet(Workers):
+    """The parent's handle on the worker processes."""
+
+    def __init__(self, specs: list[FleetSpec]):
+        super().__init__(specs, worker_main)
 
 
 def split(kind: str, port: int, n: int, *, space_size: int, heartbeat_s: float,

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import multiprocessing
 import random
 import time
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from tests.benchmarks.fleet import Workers, run_worker
 from tests.benchmarks.wsload import LoadClient
 
 MEMBERS = b'"space.members"'
@@ -230,58 +230,24 @@ async def _serve(spec: StormSpec, conn: Connection) -> None:
 
 
 def worker_main(spec: StormSpec, conn: Connection) -> None:
-    factory = None
-    with contextlib.suppress(ImportError):
-        import uvloop
-
-        factory = uvloop.new_event_loop
-    with asyncio.Runner(loop_factory=factory) as runner:
-        runner.run(_serve(spec, conn))
+    run_worker(_serve, spec, conn)
 
 
-class StormFleet:
+class StormFleet(Workers):
     """The parent's handle on the storm's worker processes."""
 
-    def __init__(self, specs: list[StormSpec]):
-        ctx = multiprocessing.get_context("spawn")
-        self.specs = specs
-        self.pipes: list[Connection] = []
-        self.procs: list[Any] = []
-        for spec in specs:
-            parent, child = ctx.Pipe()
-            proc = ctx.Process(target=worker_main, args=(spec, child), daemon=True)
-            proc.start()
-            child.close()
-            self.pipes.append(parent)
-            self.procs.append(proc)
+    kind = "a storm worker"
 
-    @property
-    def pids(self) -> list[int]:
-        return [p.pid for p in self.procs]
+    def __init__(self, specs: list[StormSpec]):
+        super().__init__(specs, worker_main)
 
     async def call(self, cmd: str, timeout: float = 900.0, **args: Any) -> list[Any]:
         """Send ``cmd`` to every worker; their answers, in order (an error raises)."""
-
-        def ask(pipe: Connection) -> Any:
-            pipe.send((cmd, args))
-            if not pipe.poll(timeout):
-                raise TimeoutError(f"a storm worker did not answer {cmd!r}")
-            return pipe.recv()
-
-        answers = list(await asyncio.gather(*(asyncio.to_thread(ask, p) for p in self.pipes)))
+        answers = await self.ask_all((cmd, args), cmd, timeout)
         for a in answers:
             if isinstance(a, dict) and "error" in a:
                 raise RuntimeError(f"storm worker, {cmd}: {a['error']}")
         return answers
-
-    async def aclose(self) -> None:
-        with contextlib.suppress(Exception):
-            await self.call("close", timeout=30)
-        for proc in self.procs:
-            await asyncio.to_thread(proc.join, 5)
-            if proc.is_alive():
-                proc.kill()
-                await asyncio.to_thread(proc.join, 5)
 
 
 def split(kind: str, port: int, agents: int, space_size: int, workers: int) -> list[StormSpec]:
