@@ -115,18 +115,16 @@ class Asking:
         was called or ``gone`` (the caller's connection, say) is done — the
         agent told to stop either way; a cancelled waiting task tells it too."""
         assert self._reply is not None, "send(..., relay=True): read the relay"
-        waits: set[asyncio.Future[Any]] = {self._reply, self._stopped}
-        if gone is not None:
-            waits.add(gone)
+        waits = (self._reply, self._stopped) if gone is None else (self._reply, self._stopped, gone)
         try:
-            done, _ = await asyncio.wait(waits, timeout=timeout, return_when="FIRST_COMPLETED")
+            timed_out = not await first_of(waits, timeout)
         except asyncio.CancelledError:
             await self._asker.finish(self.cancel("cancelled"))
             raise
         if self._reply.done():
             self.close()
             return self._reply.result()
-        if not done:
+        if timed_out:
             await self.cancel("timeout")
             raise AskTimeout(f"no reply within {timeout:g} s")
         if gone is not None and gone.done():
@@ -155,6 +153,31 @@ class Asking:
         if not self._closed:
             self._closed = True
             self._asker.waiters.forget(self.event_id)
+
+
+async def first_of(futures: tuple[asyncio.Future[Any], ...], timeout: float) -> bool:
+    """Wait until one of ``futures`` is done (True) or ``timeout`` seconds
+    pass (False). What ``asyncio.wait(..., return_when=FIRST_COMPLETED)``
+    does, for the few futures of one call: one callback each and one timer,
+    without the set and the task wrapping (on every gateway call's path)."""
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[bool] = loop.create_future()
+
+    def wake(_: object = None, done: bool = True) -> None:
+        if not waiter.done():
+            waiter.set_result(done)
+
+    if any(future.done() for future in futures):
+        return True
+    for future in futures:
+        future.add_done_callback(wake)
+    timer = loop.call_later(timeout, wake, None, False)
+    try:
+        return await waiter
+    finally:
+        timer.cancel()
+        for future in futures:
+            future.remove_done_callback(wake)
 
 
 class Asker:

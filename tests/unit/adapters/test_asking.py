@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from adapters.kit.asking import AskCancelled, Asker, AskTimeout
+from adapters.kit.asking import AskCancelled, Asker, AskTimeout, first_of
 from adapters.kit.replies import ReplyWaiters
 from hub.adapter_host import RequestFailed
 
@@ -148,3 +148,21 @@ async def test_a_refused_cancel_is_logged_not_raised():
     with pytest.raises(AskTimeout):
         await asker.ask("s", {"text": "q"}, to="bob", timeout=0.01)
     assert recorder.cancels == []
+
+
+async def test_first_of_wakes_on_any_future_and_leaves_no_callback() -> None:
+    loop = asyncio.get_running_loop()
+    a, b = loop.create_future(), loop.create_future()
+    loop.call_soon(b.set_result, None)
+    assert await first_of((a, b), timeout=30) is True
+    assert not a._callbacks  # type: ignore[attr-defined]  # nothing left on the pending one
+
+
+async def test_first_of_times_out_and_answers_at_once_when_one_is_done() -> None:
+    loop = asyncio.get_running_loop()
+    pending = loop.create_future()
+    assert await first_of((pending,), timeout=0.01) is False
+    assert not pending._callbacks  # type: ignore[attr-defined]
+    done = loop.create_future()
+    done.set_result(1)
+    assert await first_of((pending, done), timeout=30) is True
