@@ -100,7 +100,9 @@ class TaskRun:
         #: Which of the node's bounds the run counts against (the gateway's to set).
         self.slot = "open"
         self._listeners: list[asyncio.Queue[Update]] = []
-        self._waiting: asyncio.Timeout | None = None
+        #: Armed while the run waits for the next piece of the answer (:meth:`_next`).
+        self._timer: asyncio.TimerHandle | None = None
+        self._timed_out = False
         self._saving: set[asyncio.Task[None]] = set()
         self._interrupt: tuple[TaskState, str | None] | None = None
         self._task: asyncio.Task[None] | None = None
@@ -149,8 +151,9 @@ class TaskRun:
         self.record.background = True
         self._emit(self._status())
         self.answered.set()
-        if self._waiting is not None:  # waiting now: the wait starts again
-            self._waiting.reschedule(asyncio.get_running_loop().time() + self.timeout)
+        if self._timer is not None:  # waiting now: the wait starts again
+            self._timer.cancel()
+            self._arm()
         saving = asyncio.get_running_loop().create_task(self._save())
         self._saving.add(saving)  # held until done (the loop keeps only a weak reference)
         saving.add_done_callback(self._saving.discard)
@@ -203,16 +206,12 @@ class TaskRun:
     async def _follow(self) -> tuple[TaskState, str | None]:
         """Read the answer; returns the state the turn ends in."""
         stream_state: tuple[TaskState, str | None] | None = None
-        artifact_id = f"{self.task_id}-{self.record.turn}-{os.urandom(4).hex()}"
+        artifact_id = ""  # a streamed reply's, from its first delta on
         texts: list[str] = []
         size = 0
         while True:
             try:
-                try:
-                    async with asyncio.timeout(self.timeout) as self._waiting:
-                        piece = await self.relay.next()
-                finally:
-                    self._waiting = None
+                piece = await self._next()
             except RelayStopped:
                 assert self._interrupt is not None
                 await self._tell_stop(self._interrupt[0].name.lower())
@@ -244,6 +243,7 @@ class TaskRun:
             text = _text(piece)
             if stream_state is None:
                 stream_state = reply_state(piece.data)
+                artifact_id = self._artifact_id()
                 self.record.stream_id = self.relay.stream_id
                 await self._save()  # another node's SubscribeToTask follows the stream
             size += len(text.encode("utf-8", "surrogatepass"))
@@ -258,12 +258,37 @@ class TaskRun:
                 )
             )  # fmt: skip
 
+    async def _next(self) -> Piece:
+        """The answer's next piece; :class:`TimeoutError` after ``timeout``
+        seconds without one. A timer that stops the relay rather than
+        ``asyncio.timeout()``, which costs several times more than the one
+        timer it arms, on every turn."""
+        self._arm()
+        try:
+            return await self.relay.next()
+        except RelayStopped:
+            if self._timed_out:
+                raise TimeoutError from None
+            raise
+        finally:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+    def _arm(self) -> None:
+        self._timer = asyncio.get_running_loop().call_later(self.timeout, self._time_out)
+
+    def _time_out(self) -> None:
+        self._timer = None
+        self._timed_out = True
+        self.relay.stop()
+
     def _whole(self, piece: Piece) -> tuple[TaskState, str | None]:
         outcome = interpret_reply(piece.data)
         if outcome.parts:
             if self.record.size + outcome.size > self.max_reply_bytes:
                 return TaskState.FAILED, f"The reply exceeds {self.max_reply_bytes} bytes"
-            artifact_id = f"{self.task_id}-{self.record.turn}-{os.urandom(4).hex()}"
+            artifact_id = self._artifact_id()
             parts = list(outcome.parts)
             self.record.add_artifact(artifact_id, parts, outcome.size)
             if self._listeners:  # a blocking call's client reads the task instead
@@ -274,6 +299,9 @@ class TaskRun:
                     )
                 )  # fmt: skip
         return outcome.state, outcome.message
+
+    def _artifact_id(self) -> str:
+        return f"{self.task_id}-{self.record.turn}-{os.urandom(4).hex()}"
 
     async def _tell_stop(self, reason: str) -> None:
         """The run no longer wants the answer: the agent is told to stop
@@ -296,7 +324,6 @@ class TaskRun:
                 state, message = TaskState.CANCELED, None  # a cancel wins
         except BackplaneUnavailable:
             pass
-        self._waiting = None
         self.record.stream_id = None
         self.record.move(state, now_ms(), message)
         await self._save()

@@ -22,13 +22,19 @@ need no lock: a task takes the first free slot ``a2a:slot:{list}:{n}`` (its id
 as the value) from the hint ``a2a:seq:{list}`` on, and moves the hint past
 it. A lagging hint only costs a few probes. Slots live twice ``history_ttl``;
 a listing reads back from the newest slot, at most :data:`MAX_LISTED` tasks,
-and skips those expired meanwhile.
+and skips those expired meanwhile. A node remembers the slot after the last
+one it took in an index (for ``ttl``, while that slot surely lives) and tries
+that one first: a new task costs no read of the shared hint unless another
+node indexed there meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
+from collections import OrderedDict
+from collections.abc import Callable
 
 from hub.adapter_host import KeyValueStore
 from protocol.a2a.model import TaskState
@@ -41,12 +47,20 @@ MAX_LISTED = 1000
 BATCH = 100
 #: Slots probed for a free one before giving up on indexing a task.
 MAX_PROBES = 256
+#: Indexes whose next slot a node remembers (the most recently used).
+MAX_REMEMBERED = 1024
 
 
 class TaskStore:
-    def __init__(self, kv: KeyValueStore, ttl: float):
+    def __init__(
+        self, kv: KeyValueStore, ttl: float, *, clock: Callable[[], float] = time.monotonic
+    ):
         self.kv = kv
         self.ttl = ttl
+        self._clock = clock
+        #: (space, owner) → the index's name, the slot after the last one this
+        #: node took there, and when it took it.
+        self._next: OrderedDict[tuple[str, str | None], tuple[str, int, float]] = OrderedDict()
 
     async def save(self, record: TaskRecord) -> None:
         await self.kv.set(f"{PREFIX}task:{record.id}", record.to_bytes(), self.ttl)
@@ -92,13 +106,37 @@ class TaskStore:
 
     async def index(self, record: TaskRecord, owner: str | None) -> None:
         """Enter a new task in its owner's index (``ListTasks``)."""
-        name = self._list(record.space, owner)
-        n = await self._hint(name)
-        for slot in range(n, n + MAX_PROBES):
-            key = f"{PREFIX}slot:{name}:{slot}"
-            if await self.kv.set(key, record.id.encode(), 2 * self.ttl, if_absent=True):
-                await self.kv.set(f"{PREFIX}seq:{name}", str(slot + 1).encode(), 2 * self.ttl)
+        lists = (record.space, owner)
+        now = self._clock()
+        known = self._next.get(lists)
+        if known is not None and now - known[2] < self.ttl:
+            name, n, _ = known
+            # The slot after this node's last: free unless another node indexed since.
+            if await self._take(name, n, record.id):
+                self._remember(lists, name, n + 1, now)
                 return
+            n = max(n + 1, await self._hint(name))
+        else:
+            name = known[0] if known is not None else self._list(*lists)
+            n = await self._hint(name)
+        for slot in range(n, n + MAX_PROBES):
+            if await self._take(name, slot, record.id):
+                self._remember(lists, name, slot + 1, now)
+                return
+
+    async def _take(self, name: str, slot: int, task_id: str) -> bool:
+        """Claim ``slot`` of the index ``name`` for the task (and move the hint past it)."""
+        key = f"{PREFIX}slot:{name}:{slot}"
+        if not await self.kv.set(key, task_id.encode(), 2 * self.ttl, if_absent=True):
+            return False
+        await self.kv.set(f"{PREFIX}seq:{name}", str(slot + 1).encode(), 2 * self.ttl)
+        return True
+
+    def _remember(self, lists: tuple[str, str | None], name: str, n: int, now: float) -> None:
+        self._next[lists] = (name, n, now)
+        self._next.move_to_end(lists)
+        if len(self._next) > MAX_REMEMBERED:
+            self._next.popitem(last=False)
 
     async def _hint(self, name: str) -> int:
         raw = await self.kv.get(f"{PREFIX}seq:{name}")

@@ -70,7 +70,6 @@ class Role(StrEnum):
 
 # ── incoming params ─────────────────────────────────────────────────────────
 
-_CONTENT = ("text", "data", "url", "raw")
 Identifier = StrictStr
 
 
@@ -91,8 +90,8 @@ class Part(_Model):
 
     @model_validator(mode="after")
     def _one_content(self) -> Part:
-        present = [name for name in _CONTENT if name in self.model_fields_set]
-        if len(present) != 1:
+        given = self.__pydantic_fields_set__  # model_fields_set, without the property's cost
+        if ("text" in given) + ("data" in given) + ("url" in given) + ("raw" in given) != 1:
             raise ValueError("a part has exactly one of text, data, url, raw")
         if self.raw is not None:
             try:
@@ -174,7 +173,9 @@ def _checked(model: type[_Model], params: dict[str, Any], request_id: RequestId)
         checked = model.model_validate(params)
     except ValidationError as exc:
         raise RpcError(INVALID_PARAMS, f"Invalid params: {describe(exc)}", request_id) from None
-    history = getattr(checked, "historyLength", None)
+    # isinstance, not getattr(…, None): a pydantic model's missing attribute
+    # costs a raised and caught AttributeError, on every SendMessage.
+    history = checked.historyLength if isinstance(checked, _History) else None
     if history is not None and history < 0:
         raise RpcError(INVALID_PARAMS, NEGATIVE_HISTORY, request_id)
     return checked
