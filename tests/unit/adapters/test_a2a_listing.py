@@ -114,3 +114,25 @@ async def test_the_index_lists_each_owners_tasks():
     await store.save(late)
     await store.index(late, "ann")
     assert sorted(r.id for r in await store.listed("lab", "ann")) == ["t00", "t01", "t02", "t07"]
+
+
+async def test_nodes_sharing_an_index_take_every_slot_once():
+    """Each node tries the slot after its own last first; another node having
+    taken it sends it back to the shared hint. No task is lost, none twice."""
+    now = [0.0]
+    kv = MemoryKeyValueStore()
+    one, two = (TaskStore(kv, ttl=300, clock=lambda: now[0]) for _ in range(2))
+    order = [one, one, two, one, two, two, one]
+    for n, store in enumerate(order):
+        await store.index(task(n), "ann")
+    name = one._list("lab", "ann")
+    slots = [await kv.get(f"a2a:slot:{name}:{n}") for n in range(len(order) + 1)]
+    assert slots == [task(n).id.encode() for n in range(len(order))] + [None]
+    # A node's own next slot is trusted for ttl only: then the shared hint again.
+    now[0] = 299.0
+    await one.index(task(20), "ann")
+    assert await kv.get(f"a2a:slot:{name}:{len(order)}") == b"t20"
+    await kv.set(f"a2a:seq:{name}", b"40", 300)
+    now[0] = 700.0
+    await one.index(task(21), "ann")
+    assert await kv.get(f"a2a:slot:{name}:40") == b"t21"

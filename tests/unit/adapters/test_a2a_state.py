@@ -4,11 +4,13 @@ control: what a cancel does, who may continue what, and when things expire."""
 
 from __future__ import annotations
 
+import uuid
+
 from adapters.a2a.contexts import BridgeMemory
 from adapters.a2a.store import TaskStore
 from hub.cluster.kvstore import MemoryKeyValueStore
 from protocol.a2a.model import TaskState
-from protocol.a2a.tasks import TaskRecord
+from protocol.a2a.tasks import TaskRecord, new_id
 
 
 class Clock:
@@ -76,3 +78,11 @@ async def test_contexts_and_waiting_tasks_belong_to_their_sender_and_expire():
     assert await memory.resolve("lab", "alice", None, "new") == (None, "new")
     clock.now += 61
     assert await memory.resolve("lab", "alice", None, "trip") == (None, "trip")
+
+
+def test_task_ids_are_random_version_4_uuids():
+    ids = {new_id() for _ in range(2000)}
+    assert len(ids) == 2000
+    for text in ids:
+        value = uuid.UUID(text)
+        assert str(value) == text and value.version == 4 and value.variant == uuid.RFC_4122
