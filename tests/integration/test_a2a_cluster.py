@@ -173,3 +173,20 @@ async def _holder(nodes: list[Any], timeout: float = 30) -> Any:
                 if any(line.get("event") == "a2a bridge active" for line in node.log_lines()):
                     return node
             await asyncio.sleep(0.1)  # polling a log file: there is no event to wait on
+
+
+async def test_tasks_sent_through_every_node_are_listed_on_every_node(hub, redis_server):
+    """The ListTasks index is shared: each node takes its next slot first and
+    falls back to the shared hint when another node took it meanwhile."""
+    one = await hub(adapters=[gateway()], redis_url=redis_server.url)
+    two = await hub(adapters=[gateway()], redis_url=redis_server.url)
+    urls = [f"{one.http_url}/a2a/{SPACE}", f"{two.http_url}/a2a/{SPACE}"]
+    sent = []
+    for n in (0, 0, 1, 0, 1, 1, 0):
+        task = await a2a.send(
+            urls[n], f"task {len(sent)}", configuration={"returnImmediately": True}
+        )
+        sent.append(task["id"])
+    for url in urls:
+        listed = (await a2a.call(url, "ListTasks", {}))["result"]["tasks"]
+        assert sorted(t["id"] for t in listed) == sorted(sent)
