@@ -9,10 +9,10 @@ does not stream is answered as any other call (one JSON or SSE body).
 
 :class:`RunningCalls` holds the ``tools/call`` requests running on this node
 by who sent them (caller, session, JSON-RPC id), so that the same client's
-``notifications/cancelled`` can cancel one: its task is cancelled, and the
-ask under it tells the answering agent to stop (``adapters.kit.asking``). A
-cancel for a call not running on the node that got it is passed to every node
-(:meth:`~adapters.mcp.calllog.CallLog.cancel`).
+``notifications/cancelled`` can cancel one: its request's task is cancelled
+(:class:`RunningCall`), and the ask under it tells the answering agent to
+stop (``adapters.kit.asking``). A cancel for a call not running on the node
+that got it is passed to every node (:meth:`~adapters.mcp.calllog.CallLog.cancel`).
 """
 
 from __future__ import annotations
@@ -83,28 +83,71 @@ def wants_progress(request: web.Request, params: dict[str, Any]) -> str | int | 
 CallKey = tuple[str, str, str | int]
 
 
+class RunningCall:
+    """One ``tools/call`` running in its request's own task, which only the
+    client may stop: by ``notifications/cancelled`` or by going away. The stop
+    cancels the task once, and is told apart from any other cancellation (the
+    hub shutting down), which is never taken back."""
+
+    __slots__ = ("_over", "_stopping", "task")
+
+    def __init__(self, task: asyncio.Task[Any]):
+        self.task = task
+        self._stopping = False  # our cancellation, not taken back yet
+        self._over = False
+
+    def stop(self, reason: str) -> None:
+        if not (self._stopping or self._over):
+            self._stopping = True
+            self.task.cancel(reason)
+
+    def client_gone(self, _gone: asyncio.Future[None]) -> None:
+        """The done callback of the client's connection going away."""
+        self.stop("the client went away")
+
+    def stopped(self) -> bool:
+        """In the task, which caught ``CancelledError``: was that this stop
+        alone? (It is then taken back; one from elsewhere stands.)"""
+        return self._take_back() and not self.task.cancelling()
+
+    def done(self) -> None:
+        """The call is over: nothing stops it any more, and a stop it
+        swallowed is taken back."""
+        self._over = True
+        self._take_back()
+
+    def _take_back(self) -> bool:
+        if not self._stopping:
+            return False
+        self._stopping = False
+        self.task.uncancel()
+        return True
+
+
 class RunningCalls:
-    """The ``tools/call`` tasks running on this node, by (caller, session, id)
-    and by that key's digest (a cancel from another node names the digest)."""
+    """The ``tools/call`` requests running on this node, by the digest of their
+    (caller, session, id) key: a cancel from another node names the digest."""
 
     def __init__(self) -> None:
-        self._tasks: dict[str, asyncio.Task[Any]] = {}
+        self._calls: dict[str, RunningCall] = {}
 
     def __len__(self) -> int:
-        return len(self._tasks)
+        return len(self._calls)
 
-    def add(self, key: CallKey, task: asyncio.Task[Any]) -> None:
-        self._tasks[call_digest(*key)] = task
-
-    def remove(self, key: CallKey, task: asyncio.Task[Any]) -> None:
+    def add(self, key: CallKey, call: RunningCall) -> str:
+        """Register ``call``; its digest, for :meth:`remove`."""
         digest = call_digest(*key)
-        if self._tasks.get(digest) is task:
-            del self._tasks[digest]
+        self._calls[digest] = call
+        return digest
+
+    def remove(self, digest: str, call: RunningCall) -> None:
+        if self._calls.get(digest) is call:
+            del self._calls[digest]
 
     def cancel(self, digest: str) -> bool:
-        """Cancel the call whose key has this digest; whether one was running here."""
-        task = self._tasks.get(digest)
-        if task is None or task.done():
+        """Stop the call whose key has this digest; whether one was running here."""
+        call = self._calls.get(digest)
+        if call is None:
             return False
-        task.cancel("the client cancelled the call")
+        call.stop("the client cancelled the call")
         return True

@@ -40,7 +40,7 @@ from adapters.mcp.calllog import CALLS_SPACE, HUB_SENDER, CallLog, call_digest
 from adapters.mcp.calls import ToolRunner
 from adapters.mcp.catalog import ToolCatalog
 from adapters.mcp.options import McpOptions
-from adapters.mcp.progress import CallKey, Progress, RunningCalls, wants_progress
+from adapters.mcp.progress import CallKey, Progress, RunningCall, RunningCalls, wants_progress
 from adapters.mcp.resources import SpaceResources
 from adapters.mcp.sessions import McpSession, Sessions
 from adapters.mcp.streams import NotificationStreams
@@ -427,15 +427,19 @@ class McpServer:
             raise jsonrpc.invalid_params(message.id, "arguments must be an object")
         token = wants_progress(request, message.params)
         progress = Progress(request, token, headers) if token is not None else None
+        slots, share_key = self.calls_running, caller.share_key
         try:
-            with self.calls_running.hold(caller.share_key):
-                key = (caller.agent_id, session_id, message.id)
-                result = await self._run_call(request, key, caller, name, arguments, progress)
+            slots.take(share_key)
         except SlotsFull:
             running = f"This hub node has {self.options.max_calls} tool calls running"
             return http.busy(running, message.id)
         except ShareExceeded as exc:
             return http.busy(str(exc), message.id, status=429)
+        try:
+            key = (caller.agent_id, session_id, message.id)
+            result = await self._run_call(request, key, caller, name, arguments, progress)
+        finally:
+            slots.give_back(share_key)
         answer = jsonrpc.result_response(message.id, results.finish(result, modern=modern))
         if progress is not None:
             return await progress.answer(answer)
@@ -450,27 +454,27 @@ class McpServer:
         arguments: dict[str, Any],
         progress: Progress | None,
     ) -> dict[str, Any]:
-        """Run the call in a task of its own, which the client's
+        """Run the call in this request's task, which the client's
         ``notifications/cancelled`` or its going away cancels (the agent
         answering is then told to stop); a cancelled call's result says so."""
         assert self.runner is not None
-        report = progress.delta if progress is not None else None
-        call = asyncio.ensure_future(self.runner.call(caller, key[2], name, arguments, report))
-        self.running.add(key, call)
+        task = asyncio.current_task()
+        assert task is not None
+        running = RunningCall(task)
+        digest = self.running.add(key, running)
         gone = until_client_gone(request)
+        gone.add_done_callback(running.client_gone)
+        report = progress.delta if progress is not None else None
         try:
-            await asyncio.wait((call, gone), return_when=asyncio.FIRST_COMPLETED)
-            if not call.done():
-                call.cancel("the client went away")
-            return await call
+            return await self.runner.call(caller, key[2], name, arguments, report)
         except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                call.cancel()  # this request itself is being cancelled (shutdown)
-                raise
+            if not running.stopped():
+                raise  # this request itself is being cancelled (shutdown)
             return results.error_result("Cancelled: the client stopped the call.")
         finally:
-            self.running.remove(key, call)
+            gone.remove_done_callback(running.client_gone)
+            self.running.remove(digest, running)
+            running.done()
 
     async def _listen(
         self, request: web.Request, caller: Caller, message: Request
