@@ -126,8 +126,10 @@ class ToolRunner:
             except ToolArgumentError as exc:
                 call = exc
         space = agent_tool.space if agent_tool is not None else _target(call, arguments)
-        call_id = new_call_id()
-        self.calls.call(call_id, name, caller.agent_id, space, arguments)
+        # The call log's events are made only while someone may watch: no id otherwise.
+        call_id = new_call_id() if self.calls.observed else ""
+        if call_id:
+            self.calls.call(call_id, name, caller.agent_id, space, arguments)
         started = time.monotonic()
         try:
             if agent_tool is not None:
@@ -138,8 +140,7 @@ class ToolRunner:
                 assert call is not None
                 result = await self._hub_tool(caller, call, progress)
         except asyncio.CancelledError:
-            self.calls.result(call_id, name, caller.agent_id, space, "Cancelled",
-                              time.monotonic() - started)  # fmt: skip
+            self._told(call_id, name, caller, space, "Cancelled", time.monotonic() - started)
             raise
         except (ToolFailure, ToolArgumentError) as exc:
             result = error_result(str(exc))
@@ -150,9 +151,22 @@ class ToolRunner:
             log.exception("MCP tool call failed", tool=name[:200])
             result = error_result("Internal error in the hub.")
         error = result["content"][0]["text"] if result.get("isError") else None
-        elapsed = time.monotonic() - started
-        self.calls.result(call_id, name, caller.agent_id, space, error, elapsed)
+        self._told(call_id, name, caller, space, error, time.monotonic() - started)
         return result
+
+    def _told(
+        self,
+        call_id: str,
+        name: str,
+        caller: Caller,
+        space: str | None,
+        error: str | None,
+        seconds: float,
+    ) -> None:
+        """The call's outcome in the call log, while someone may watch."""
+        if self.calls.observed:
+            call_id = call_id or new_call_id()
+            self.calls.result(call_id, name, caller.agent_id, space, error, seconds)
 
     def _may_call(self, caller: Caller, tool: AgentTool) -> bool:
         return self._http.policy.may_publish(caller, tool.space)
@@ -241,17 +255,17 @@ class ToolRunner:
             raise ToolFailure(f"The reply was lost: {whole.failure}.")
         return reply_result(whole.data)
 
-    async def _ask(
+    def _ask(
         self,
         space: str,
         data: dict[str, Any],
         to: list[str] | None,
         wait: float,
         progress: Progress | None,
-    ) -> tuple[dict[str, Any], Assembled]:
+    ) -> Awaitable[tuple[dict[str, Any], Assembled]]:
         if progress is None:
-            return await self.agent.ask(space, data, to, wait)
-        return await self.agent.ask_streaming(space, data, to, wait, progress)
+            return self.agent.ask(space, data, to, wait)
+        return self.agent.ask_streaming(space, data, to, wait, progress)
 
 
 def _absent(space: str) -> str:

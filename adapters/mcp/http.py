@@ -21,6 +21,8 @@ from protocol.mcp import jsonrpc
 
 #: The custom JSON-RPC code of transport refusals (no session, not allowed…).
 REFUSED = -32600
+#: A JSON answer's header (aiohttp copies the headers it is given).
+_JSON = {"Content-Type": "application/json"}
 
 
 async def read_body(request: web.Request, limit: int) -> bytes:
@@ -56,12 +58,8 @@ def answer(
             content_type="text/event-stream",
             headers={"Cache-Control": "no-cache", **(headers or {})},
         )
-    return web.Response(
-        status=status,
-        body=orjson.dumps(message),
-        content_type="application/json",
-        headers=headers,
-    )
+    json_headers = {**headers, **_JSON} if headers else _JSON
+    return web.Response(status=status, body=orjson.dumps(message), headers=json_headers)
 
 
 def refused(

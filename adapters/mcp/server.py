@@ -253,6 +253,8 @@ class McpServer:
             return http.busy("The hub is unavailable")
         if session is None or (self._http.auth_required and session.caller != caller.agent_id):
             return http.session_not_found(request_id)
+        if session.caller == caller.agent_id:
+            return session, caller
         return session, Caller(session.caller, caller.grant, caller.key, caller.anonymous)
 
     async def _post(self, request: web.Request) -> web.StreamResponse:
