@@ -1,12 +1,17 @@
-"""The MCP adapter's state, without a hub: sessions, the tool catalog, mcp.calls."""
+"""The MCP adapter's state, without a hub: sessions, the tool catalog, mcp.calls,
+the calls running."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
-from adapters.mcp.calllog import CallLog
+import pytest
+
+from adapters.mcp.calllog import CallLog, call_digest
 from adapters.mcp.catalog import ToolCatalog
+from adapters.mcp.progress import RunningCall, RunningCalls
 from adapters.mcp.sessions import Sessions
 from hub.adapter_host import AgentRecord, BackplaneUnavailable
 from hub.cluster.kvstore import MemoryKeyValueStore
@@ -238,3 +243,91 @@ async def test_mcp_calls_events_are_made_only_while_someone_may_watch():
     assert log.pending == 0
     await log.aclose()
     assert len(host.published) == 1
+
+
+# ── the calls running ──────────────────────────────────────────────────────
+
+
+async def _running(calls: RunningCalls, key: tuple[str, str, str | int]) -> tuple[Any, ...]:
+    """A call as the server runs one, in its own task: what it ended with,
+    whether the stop was its own, and the task's pending cancellations."""
+    entered = asyncio.Event()
+    outcome: list[Any] = []
+
+    async def call() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        running = RunningCall(task)
+        digest = calls.add(key, running)
+        try:
+            entered.set()
+            await asyncio.sleep(3600)
+            outcome.append("answered")
+        except asyncio.CancelledError:
+            if not running.stopped():
+                outcome.append("cancelled")
+                raise
+            outcome.append("stopped")
+        finally:
+            calls.remove(digest, running)
+            running.done()
+        outcome.append(task.cancelling())
+
+    task = asyncio.get_running_loop().create_task(call())
+    await entered.wait()
+    return task, outcome
+
+
+async def test_a_call_stopped_by_its_client_ends_and_its_task_is_not_left_cancelling():
+    calls = RunningCalls()
+    task, outcome = await _running(calls, ("alice", "s1", 7))
+    assert not calls.cancel(call_digest("alice", "s2", 7))  # another session's id
+    assert calls.cancel(call_digest("alice", "s1", 7))
+    assert calls.cancel(call_digest("alice", "s1", 7))  # told twice: one stop
+    await task
+    assert outcome == ["stopped", 0] and len(calls) == 0
+    assert not calls.cancel(call_digest("alice", "s1", 7))  # over: nothing to stop
+
+
+async def test_a_call_cancelled_otherwise_stays_cancelled_even_when_also_stopped():
+    calls = RunningCalls()
+    task, outcome = await _running(calls, ("alice", "s1", "x"))
+    task.cancel()  # the hub shutting down
+    calls.cancel(call_digest("alice", "s1", "x"))
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert outcome == ["cancelled"] and len(calls) == 0
+
+
+async def test_a_stop_after_the_call_is_over_does_nothing():
+    running = RunningCall(asyncio.current_task())  # type: ignore[arg-type]
+    running.done()
+    gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    running.client_gone(gone)
+    await asyncio.sleep(0)  # not cancelled
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+async def test_a_stop_the_call_swallowed_is_taken_back_when_it_is_over():
+    calls = RunningCalls()
+    entered = asyncio.Event()
+
+    async def call() -> int:
+        task = asyncio.current_task()
+        assert task is not None
+        running = RunningCall(task)
+        digest = calls.add(("bob", "", 1), running)
+        try:
+            entered.set()
+            with contextlib.suppress(asyncio.CancelledError):  # as a failed ask would
+                await asyncio.sleep(3600)
+        finally:
+            calls.remove(digest, running)
+            running.done()
+        await asyncio.sleep(0)  # answering goes on, not cancelled
+        return task.cancelling()
+
+    task = asyncio.get_running_loop().create_task(call())
+    await entered.wait()
+    assert calls.cancel(call_digest("bob", "", 1))
+    assert await task == 0
