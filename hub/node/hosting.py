@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from random import getrandbits
 from typing import Any
 
 import orjson
@@ -205,7 +205,9 @@ class NodeHttp:
         if agent_id is not None and is_valid_agent_id(agent_id):
             self._not_reserved(agent_id)
             return Caller(agent_id, key=key, anonymous=True)
-        return Caller(f"{prefix}-{os.urandom(8).hex()}", key=key, anonymous=True)
+        # A label, not a secret (without auth anyone may name itself): no
+        # system call per request for it.
+        return Caller(f"{prefix}-{getrandbits(64):016x}", key=key, anonymous=True)
 
     def _address_key(self, request: web.Request) -> str:
         """What a caller without credentials is counted as: its address."""
