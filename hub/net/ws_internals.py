@@ -9,8 +9,10 @@ websockets release that changes one fails there:
 
 - :class:`HubProtocol` — websockets' ``ServerProtocol`` with its
   per-connection constants on the class, its UUID drawn when first read, its
-  request parser started when first fed, and the ``bearer.*`` subprotocol
-  chosen from an attribute.
+  request parser started when first fed, the ``bearer.*`` subprotocol
+  chosen from an attribute, and the 101 answering a plain upgrade request
+  written as websockets' ``accept()`` and ``send_response()`` write it
+  (:meth:`HubProtocol.upgrade`).
 - :class:`WebSocketsConnection` — websockets' ``ServerConnection`` as the
   hub builds it (no ``Connection.__init__``: the per-connection part only),
   runs it (its own task, not ``serve()``'s ``protocol_handler``; its own
@@ -31,8 +33,12 @@ and websockets' documented API.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
+import email.utils
 import inspect
 import logging
+import time
 import uuid
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, cast
@@ -47,6 +53,7 @@ from websockets.protocol import CONNECTING, SERVER, State
 from websockets.server import ServerProtocol
 from websockets.streams import StreamReader
 from websockets.typing import LoggerLike, Subprotocol
+from websockets.utils import accept_key
 
 from hub.net.inbox import Inbox, ParserPosition, read_frames
 
@@ -138,6 +145,74 @@ class HubProtocol(ServerProtocol):
     def select_subprotocol(self, subprotocols: Sequence[Subprotocol]) -> Subprotocol | None:
         chosen = self.bearer_subprotocol
         return chosen if chosen is not None and chosen in subprotocols else None  # type: ignore[return-value]
+
+    def upgrade(self, request: Request, server_header: str | None) -> bytes | None:
+        """The 101 answering ``request``, byte for byte as websockets'
+        ``accept()`` then ``send_response()`` write it (``Server`` last, as the
+        handshake adds it), with the protocol left OPEN as they leave it — when
+        the request is the plain kind: a GET over HTTP/1.1 with one
+        ``Connection: Upgrade``, one ``Upgrade: websocket``, one valid key,
+        version 13, at most one ``Origin``, no subprotocol offered and no
+        extension to negotiate. None for anything else (nothing is changed):
+        websockets' ``accept()`` then checks it, and answers or refuses it.
+
+        websockets builds a ``Headers`` and a ``Response`` for the answer, parses
+        the ``Connection`` and ``Upgrade`` values with its header grammar and
+        formats the ``Date`` anew: a tenth of an upgrade's cost in a fill of
+        idle agents. Checked against websockets' own answer by
+        tests/unit/net/test_ws_internals.py."""
+        if self.debug or self.state is not CONNECTING:
+            return None  # at debug, websockets logs every header it answers
+        if request.method != "GET" or request.protocol != "HTTP/1.1":
+            return None
+        headers = request.headers
+        get = headers.get_all
+        if not _is_one(get("Connection"), "upgrade") or not _is_one(get("Upgrade"), "websocket"):
+            return None
+        keys, origins = get("Sec-WebSocket-Key"), get("Origin")
+        if len(keys) != 1 or get("Sec-WebSocket-Version") != ["13"] or len(origins) > 1:
+            return None
+        if get("Sec-WebSocket-Protocol") or (
+            self.available_extensions and get("Sec-WebSocket-Extensions")
+        ):
+            return None
+        key = keys[0]
+        try:
+            if len(base64.b64decode(key.encode(), validate=True)) != 16:
+                return None
+        except binascii.Error:
+            return None
+        self.accept_called = True
+        self.origin = origins[0] if origins else None  # type: ignore[assignment]
+        answer = (
+            f"HTTP/1.1 101 Switching Protocols\r\nDate: {http_date()}\r\n"
+            f"Upgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Accept: {accept_key(key)}\r\n"
+        )
+        if server_header is not None:
+            answer += f"Server: {server_header}\r\n"
+        self.state = OPEN
+        self.logger.info("connection open")
+        return (answer + "\r\n").encode()
+
+
+def _is_one(values: list[str], expected: str) -> bool:
+    """One header value, ``expected`` in any case (websockets' own check
+    takes that, and more: a list of options)."""
+    return len(values) == 1 and values[0].lower() == expected
+
+
+#: The ``Date`` of the answers sent within one second: (that second, its text).
+_date: list[Any] = [-1, ""]
+
+
+def http_date() -> str:
+    """``email.utils.formatdate(usegmt=True)`` (websockets' ``Date``), formatted
+    once a second."""
+    second = int(time.time())
+    if _date[0] != second:
+        _date[:] = [second, email.utils.formatdate(second, usegmt=True)]
+    return _date[1]  # type: ignore[no-any-return]
 
 
 class WebSocketsConnection(ServerConnection):
@@ -314,6 +389,10 @@ class WebSocketsConnection(ServerConnection):
             await self._library_handshake(response, server_header)
             return
         protocol = self.protocol
+        answer = protocol.upgrade(request, server_header)
+        if answer is not None:
+            self.preamble(answer)
+            return
         self.response = response = protocol.accept(request)
         if response.status_code != 101:  # accept() refused: a 400 or 426
             # websockets adds the Server header to the answer it sends.
