@@ -17,9 +17,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from websockets.asyncio.server import Server, ServerConnection
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import CONT, TEXT, Frame
+from websockets.http11 import Request
 from websockets.protocol import CONNECTING, OPEN
 from websockets.server import ServerProtocol
 
@@ -27,7 +30,7 @@ from hub.core.counters import Counters
 from hub.net.connection import ConnectionContext, HubConnection
 from hub.net.handshake import ConnectionsPerIp, HandshakeDeadlines, HandshakeSlots
 from hub.net.outbox import Flusher
-from hub.net.ws_internals import HubProtocol, handler_tasks, http_date, make_server
+from hub.net.ws_internals import HubProtocol, handler_tasks, http_date, make_server, plain_request
 from tests.support.wsframes import FIN, OP_CLOSE, OP_PING, OP_TEXT, RawFrame, server_frames
 
 LOG = logging.getLogger("websockets.server")
@@ -501,3 +504,93 @@ async def test_receive_is_none_once_closed_as_recv_raises():
         await conn.recv()
     assert await conn.receive() is None
     release.set_result(None)
+
+
+# ── plain_request: a whole request read as websockets' Request.parse reads it ──
+
+
+def _parsed_by(protocol: ServerProtocol, data: bytes) -> tuple[Any, ...]:
+    """What ``protocol`` made of ``data``: the request (all of it), or how it failed."""
+    protocol.receive_data(data)
+    events = protocol.events_received()
+    requests = [
+        (r.method, r.path, r.protocol, list(r.headers.raw_items()))
+        for r in events
+        if isinstance(r, Request)
+    ]
+    return (
+        requests,
+        type(protocol.handshake_exc),
+        str(protocol.handshake_exc),
+        _dateless(b"".join(protocol.data_to_send())),
+        bytes(protocol.reader.buffer),
+        protocol.state,
+    )
+
+
+def _same_as_websockets(data: bytes) -> bool:
+    """Parsed the same by websockets and the hub; True when the hub read it itself."""
+    theirs, mine = both_protocols()
+    read_whole = plain_request(bytearray(data)) is not None
+    assert _parsed_by(mine, data) == _parsed_by(theirs, data), data
+    return read_whole
+
+
+def test_plain_request_reads_a_whole_request_as_websockets_does():
+    assert _same_as_websockets(REQUEST)
+    frame = Frame(TEXT, b"hi").serialize(mask=True, extensions=[])
+    assert _same_as_websockets(REQUEST + frame)  # frames right after it, in the same read
+    buffer = bytearray(REQUEST + frame)
+    request = plain_request(buffer)
+    assert request is not None and buffer == frame  # taken from the buffer, the frame left
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        REQUEST.replace(b"Host: h\r\n", b"Host: h\n"),  # a bare LF
+        REQUEST.replace(b"HTTP/1.1", b"HTTP/2.0"),
+        REQUEST.replace(b"HTTP/1.1\r\n", b"HTTP/1.1\r\r\n"),
+        REQUEST.replace(b"GET ", b"G\xc3\xa9T "),
+        REQUEST.replace(b"/ws?", b"/w\xc3\xa9?"),
+        REQUEST.replace(b"Host:", b"Ho st:"),
+        REQUEST.replace(b"Host: h", b"Host h"),
+        REQUEST.replace(b"Host: h", b"Host: h\x01"),
+        REQUEST.replace(b"Host: h", b"Host: caf\xe9"),  # obs-text: ISO-8859-1
+        REQUEST.replace(b"Host: h", b"Host: \t h \t"),
+        REQUEST.replace(b"Host: h", b"Transfer-Encoding: chunked"),
+        REQUEST.replace(b"Host: h", b"Content-Length: 0\r\nContent-Length: 0"),
+        REQUEST.replace(b"Host: h", b"Content-Length: 5"),
+        REQUEST.replace(b"Host: h", b"X: " + b"a" * 8200),
+        REQUEST.replace(b"Host: h", b"X: " + b"a" * (8192 - 5)),
+        REQUEST.replace(b"Host: h", b"X: " + b"a" * (8192 - 4)),
+        REQUEST.replace(b"Host: h\r\n", b"X: 1\r\n" * 126),
+        REQUEST.replace(b"Host: h\r\n", b"X: 1\r\n" * 127),
+        REQUEST.replace(b"Host: h\r\n", b"X: 1\r\n" * 128),
+        b"GET / HTTP/1.1\r\n\r\n",
+        b"\r\n\r\n",
+        b"GET /\r\n\r\n",
+        REQUEST[:-2],  # not whole yet
+    ],
+)
+def test_plain_request_leaves_what_websockets_would_refuse_or_read_otherwise(data: bytes):
+    _same_as_websockets(data)
+
+
+_LINE_PARTS = st.sampled_from(
+    [b"Host", b"X-a", b"Upgrade", b": ", b":", b" ", b"\t", b"websocket", b"\r", b"\n",
+     b"\r\n", b"\x00", b"\x7f", b"\xe9", b"(", b"Content-Length", b"0", b"Transfer-Encoding"]
+)  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.sampled_from([b"GET /ws?agent_id=a HTTP/1.1", b"GET / HTTP/1.0", b"GET  / HTTP/1.1",
+                     b"POST /x HTTP/1.1", b"GET /\xe9 HTTP/1.1", b"GET / HTTP/1.1 x"]),
+    st.lists(st.lists(_LINE_PARTS, max_size=6).map(b"".join), max_size=8),
+    st.sampled_from([b"\r\n\r\n", b"\r\n\n", b""]),
+)  # fmt: skip
+def test_plain_request_reads_generated_requests_as_websockets_does(
+    request_line: bytes, header_lines: list[bytes], end: bytes
+):
+    _same_as_websockets(b"\r\n".join([request_line, *header_lines]) + end)
