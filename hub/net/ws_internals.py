@@ -9,8 +9,11 @@ websockets release that changes one fails there:
 
 - :class:`HubProtocol` — websockets' ``ServerProtocol`` with its
   per-connection constants on the class, its UUID drawn when first read, its
-  request parser started when first fed, and the ``bearer.*`` subprotocol
-  chosen from an attribute.
+  request parser started when first fed, a request that came whole in its
+  first read parsed in one pass (:func:`plain_request`), the ``bearer.*`` subprotocol
+  chosen from an attribute, and the 101 answering a plain upgrade request
+  written as websockets' ``accept()`` and ``send_response()`` write it
+  (:meth:`HubProtocol.upgrade`).
 - :class:`WebSocketsConnection` — websockets' ``ServerConnection`` as the
   hub builds it (no ``Connection.__init__``: the per-connection part only),
   runs it (its own task, not ``serve()``'s ``protocol_handler``; its own
@@ -31,10 +34,14 @@ and websockets' documented API.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
+import email.utils
 import inspect
 import logging
+import time
 import uuid
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Generator, Sequence
 from typing import Any, cast
 
 from websockets.asyncio.messages import MAX_FRAGMENTS
@@ -42,11 +49,19 @@ from websockets.asyncio.server import Server, ServerConnection
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.extensions import ServerExtensionFactory
-from websockets.http11 import Request, Response
-from websockets.protocol import CONNECTING, SERVER, State
+from websockets.http11 import (
+    MAX_LINE_LENGTH,
+    MAX_NUM_HEADERS,
+    Request,
+    Response,
+    _token_re,
+    _value_re,
+)
+from websockets.protocol import CONNECTING, SERVER, Protocol, State
 from websockets.server import ServerProtocol
 from websockets.streams import StreamReader
 from websockets.typing import LoggerLike, Subprotocol
+from websockets.utils import accept_key
 
 from hub.net.inbox import Inbox, ParserPosition, read_frames
 
@@ -135,9 +150,139 @@ class HubProtocol(ServerProtocol):
             self._start()
         super().receive_eof()
 
+    def parse(self) -> Generator[None]:
+        """websockets' parser: the request, then frames. A request that came
+        whole with the first bytes (as clients send it) is read by
+        :func:`plain_request` in one pass, and not kept by the parser for the
+        connection's life; any other, and every request at debug (websockets
+        logs each header it reads), by websockets' own ``ServerProtocol.parse``,
+        from the first byte."""
+        if self.state is CONNECTING and not self.debug:
+            yield  # until the first bytes (or the end of the stream) came
+            request = plain_request(self.reader.buffer)
+            if request is not None:
+                self.events.append(request)
+                del request
+                yield from Protocol.parse(self)
+                return
+        yield from super().parse()
+
     def select_subprotocol(self, subprotocols: Sequence[Subprotocol]) -> Subprotocol | None:
         chosen = self.bearer_subprotocol
         return chosen if chosen is not None and chosen in subprotocols else None  # type: ignore[return-value]
+
+    def upgrade(self, request: Request, server_header: str | None) -> bytes | None:
+        """The 101 answering ``request``, byte for byte as websockets'
+        ``accept()`` then ``send_response()`` write it (``Server`` last, as the
+        handshake adds it), with the protocol left OPEN as they leave it — when
+        the request is the plain kind: a GET over HTTP/1.1 with one
+        ``Connection: Upgrade``, one ``Upgrade: websocket``, one valid key,
+        version 13, at most one ``Origin``, no subprotocol offered and no
+        extension to negotiate. None for anything else (nothing is changed):
+        websockets' ``accept()`` then checks it, and answers or refuses it.
+
+        websockets builds a ``Headers`` and a ``Response`` for the answer, parses
+        the ``Connection`` and ``Upgrade`` values with its header grammar and
+        formats the ``Date`` anew: a tenth of an upgrade's cost in a fill of
+        idle agents. Checked against websockets' own answer by
+        tests/unit/net/test_ws_internals.py."""
+        if self.debug or self.state is not CONNECTING:
+            return None  # at debug, websockets logs every header it answers
+        if request.method != "GET" or request.protocol != "HTTP/1.1":
+            return None
+        headers = request.headers
+        get = headers.get_all
+        if not _is_one(get("Connection"), "upgrade") or not _is_one(get("Upgrade"), "websocket"):
+            return None
+        keys, origins = get("Sec-WebSocket-Key"), get("Origin")
+        if len(keys) != 1 or get("Sec-WebSocket-Version") != ["13"] or len(origins) > 1:
+            return None
+        if get("Sec-WebSocket-Protocol") or (
+            self.available_extensions and get("Sec-WebSocket-Extensions")
+        ):
+            return None
+        key = keys[0]
+        try:
+            if len(base64.b64decode(key.encode(), validate=True)) != 16:
+                return None
+        except binascii.Error:
+            return None
+        self.accept_called = True
+        self.origin = origins[0] if origins else None  # type: ignore[assignment]
+        answer = (
+            f"HTTP/1.1 101 Switching Protocols\r\nDate: {http_date()}\r\n"
+            f"Upgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Accept: {accept_key(key)}\r\n"
+        )
+        if server_header is not None:
+            answer += f"Server: {server_header}\r\n"
+        self.state = OPEN
+        self.logger.info("connection open")
+        return (answer + "\r\n").encode()
+
+
+#: The most a request may take (websockets' bounds: lines, each with its CRLF).
+_REQUEST_MAX = (MAX_NUM_HEADERS + 2) * MAX_LINE_LENGTH
+
+
+def plain_request(buffer: bytearray) -> Request | None:
+    """The request at the start of ``buffer``, taken from it, when it is there
+    whole and websockets' ``Request.parse`` would read it without complaint —
+    read as it reads it: every line ends with CRLF and fits its bound, at most
+    its number of headers, a request line of three parts with HTTP/1.1 or 1.0
+    in ASCII, header names tokens and values of its allowed octets (decoded as
+    ISO-8859-1), no ``Transfer-Encoding``, no body. None, with ``buffer``
+    untouched, for anything else: websockets then reads it and answers as it
+    always did. Checked against ``Request.parse`` by
+    tests/unit/net/test_ws_internals.py (examples and generated requests)."""
+    end = buffer.find(b"\r\n\r\n", 0, _REQUEST_MAX)
+    if end < 0:
+        return None
+    block = bytes(buffer[:end])
+    if block.count(b"\n") != block.count(b"\r\n"):
+        return None  # a line ending in a bare LF
+    lines = block.split(b"\r\n")
+    if len(lines) > MAX_NUM_HEADERS + 1 or max(map(len, lines)) + 2 > MAX_LINE_LENGTH:
+        return None
+    parts = lines[0].split(b" ", 2)
+    if len(parts) != 3 or parts[2] not in (b"HTTP/1.1", b"HTTP/1.0"):
+        return None
+    method, path, protocol = parts
+    if not (method.isascii() and path.isascii()):
+        return None
+    headers = Headers()
+    token, value_octets = _token_re.fullmatch, _value_re.fullmatch
+    for line in lines[1:]:
+        name, colon, value = line.partition(b":")
+        if not colon or not token(name):
+            return None
+        value = value.strip(b" \t")
+        if not value_octets(value):
+            return None
+        headers.set_insecure(name.decode("ascii"), value.decode("iso-8859-1"))
+    if "Transfer-Encoding" in headers or not set(headers.get_all("Content-Length")) <= {"0"}:
+        return None
+    del buffer[: end + 4]
+    return Request(path.decode("ascii"), headers, method.decode("ascii"), protocol.decode("ascii"))
+
+
+def _is_one(values: list[str], expected: str) -> bool:
+    """One header value, ``expected`` in any case (websockets' own check
+    takes that, and more: a list of options)."""
+    return len(values) == 1 and values[0].lower() == expected
+
+
+#: The ``Date`` of the answers sent within one second: (that second, its text).
+_date: list[Any] = [-1, ""]
+
+
+def http_date() -> str:
+    """``email.utils.formatdate(usegmt=True)`` (websockets' ``Date``), formatted
+    once a second."""
+    second = int(time.time())
+    if _date[0] != second:
+        _date[:] = [second, email.utils.formatdate(second, usegmt=True)]
+    return _date[1]  # type: ignore[no-any-return]
 
 
 class WebSocketsConnection(ServerConnection):
@@ -314,6 +459,10 @@ class WebSocketsConnection(ServerConnection):
             await self._library_handshake(response, server_header)
             return
         protocol = self.protocol
+        answer = protocol.upgrade(request, server_header)
+        if answer is not None:
+            self.preamble(answer)
+            return
         self.response = response = protocol.accept(request)
         if response.status_code != 101:  # accept() refused: a 400 or 426
             # websockets adds the Server header to the answer it sends.

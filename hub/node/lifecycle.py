@@ -90,10 +90,11 @@ class ConnectionLifecycle:
         try:
             with contextlib.suppress(BackplaneUnavailable):
                 await self.membership.agent_status("online", record)
-            receive = self.dispatcher.receive
-            frames = conn.receive  # None once the connection is closed
-            while (frame := await frames()) is not None:
-                await receive(conn, frame, loop.time())
+            # No bound methods kept in locals: they would live (and be walked
+            # by the cycle collector) as long as the connection.
+            dispatcher = self.dispatcher
+            while (frame := await conn.receive()) is not None:  # None once closed
+                await dispatcher.receive(conn, frame, loop.time())
         finally:
             await self.membership.detach(conn, record)
             conn.cleaned_up.set()

@@ -8,6 +8,7 @@ whether an attribute of that name exists.
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import gc
 import logging
 import weakref
@@ -16,17 +17,20 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from websockets.asyncio.server import Server, ServerConnection
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import CONT, TEXT, Frame
-from websockets.protocol import OPEN
+from websockets.http11 import Request
+from websockets.protocol import CONNECTING, OPEN
 from websockets.server import ServerProtocol
 
 from hub.core.counters import Counters
 from hub.net.connection import ConnectionContext, HubConnection
 from hub.net.handshake import ConnectionsPerIp, HandshakeDeadlines, HandshakeSlots
 from hub.net.outbox import Flusher
-from hub.net.ws_internals import HubProtocol, handler_tasks, make_server
+from hub.net.ws_internals import HubProtocol, handler_tasks, http_date, make_server, plain_request
 from tests.support.wsframes import FIN, OP_CLOSE, OP_PING, OP_TEXT, RawFrame, server_frames
 
 LOG = logging.getLogger("websockets.server")
@@ -114,6 +118,93 @@ def test_websockets_parser_takes_exactly_one_frame_s_bytes_and_tracks_a_fragment
     mine.receive_data(RawFrame(FIN | 0x0, b"b").wire)
     mine.events_received()
     assert mine.current_size is None
+
+
+def _answers(request: bytes, server_header: str | None = "agora-hub", extensions: Any = None):
+    """websockets' answer (accept, the Server header, send_response) and the
+    hub's upgrade() to ``request``, each with its protocol after."""
+    theirs = ServerProtocol(max_size=LIMIT, logger=LOG, extensions=extensions)
+    mine = HubProtocol(extensions=extensions, max_size=LIMIT, logger=LOG)
+    for protocol in (theirs, mine):
+        protocol.receive_data(request)
+    (a,), (b,) = theirs.events_received(), mine.events_received()
+    response = theirs.accept(a)
+    if server_header is not None:
+        response.headers["Server"] = server_header
+    theirs.send_response(response)
+    return theirs, b"".join(theirs.data_to_send()), mine, mine.upgrade(b, server_header)
+
+
+def _dateless(answer: bytes) -> bytes:
+    return b"\r\n".join(line for line in answer.split(b"\r\n") if not line.startswith(b"Date: "))
+
+
+PLAIN_VARIANTS = [
+    REQUEST,
+    REQUEST.replace(b"Connection: Upgrade", b"Connection: upgrade"),
+    REQUEST.replace(b"Upgrade: websocket", b"Upgrade: WebSocket"),
+    REQUEST.replace(b"\r\n\r\n", b"\r\nOrigin: https://app.example\r\n\r\n"),
+    REQUEST.replace(b"\r\n\r\n", b"\r\nSec-WebSocket-Extensions: permessage-deflate\r\n\r\n"),
+]
+OTHER_VARIANTS = [
+    REQUEST.replace(b"GET", b"POST"),
+    REQUEST.replace(b"HTTP/1.1", b"HTTP/1.0"),
+    REQUEST.replace(b"Connection: Upgrade", b"Connection: keep-alive, Upgrade"),
+    REQUEST.replace(b"Connection: Upgrade", b"Connection: close"),
+    REQUEST.replace(b"Upgrade: websocket", b"Upgrade: h2c"),
+    REQUEST.replace(b"Upgrade: websocket\r\n", b""),
+    REQUEST.replace(b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==", b"Sec-WebSocket-Key: abc"),
+    REQUEST.replace(b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==", b"Sec-WebSocket-Key: !!!!"),
+    REQUEST.replace(b"\r\n\r\n", b"\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"),
+    REQUEST.replace(b"Sec-WebSocket-Version: 13", b"Sec-WebSocket-Version: 8"),
+    REQUEST.replace(b"\r\n\r\n", b"\r\nSec-WebSocket-Protocol: chat\r\n\r\n"),
+    REQUEST.replace(b"\r\n\r\n", b"\r\nOrigin: a\r\nOrigin: b\r\n\r\n"),
+]
+
+
+@pytest.mark.parametrize("server_header", ["agora-hub", None])
+@pytest.mark.parametrize("request_bytes", PLAIN_VARIANTS)
+def test_upgrade_answers_a_plain_request_as_websockets_accept_and_send_response(
+    request_bytes: bytes, server_header: str | None
+):
+    theirs, their_answer, mine, my_answer = _answers(request_bytes, server_header)
+    assert my_answer is not None
+    assert _dateless(my_answer) == _dateless(their_answer)
+    assert my_answer.index(b"\r\nDate: ") == their_answer.index(b"\r\nDate: ")
+    assert theirs.state is mine.state is OPEN and mine.accept_called
+    assert (mine.origin, mine.subprotocol, list(mine.extensions)) == (
+        theirs.origin, theirs.subprotocol, theirs.extensions,
+    )  # fmt: skip
+    assert mine.data_to_send() == []  # the hub writes the answer itself
+
+
+@pytest.mark.parametrize("request_bytes", OTHER_VARIANTS)
+def test_upgrade_leaves_any_other_request_to_websockets_untouched(request_bytes: bytes):
+    _, _, mine, my_answer = _answers(request_bytes)
+    assert my_answer is None
+    assert mine.state is CONNECTING and not mine.accept_called and mine.origin is None
+
+
+def test_upgrade_leaves_extensions_to_negotiate_to_websockets():
+    from websockets.extensions.permessage_deflate import enable_server_permessage_deflate
+
+    offered = REQUEST.replace(
+        b"\r\n\r\n", b"\r\nSec-WebSocket-Extensions: permessage-deflate\r\n\r\n"
+    )
+    extensions = enable_server_permessage_deflate(None)
+    assert _answers(offered, extensions=extensions)[3] is None
+    _, their_answer, _, my_answer = _answers(REQUEST, extensions=extensions)
+    assert my_answer is not None and _dateless(my_answer) == _dateless(their_answer)
+
+
+def test_http_date_is_websockets_date():
+    for _ in range(3):
+        before = email.utils.formatdate(usegmt=True)
+        mine = http_date()
+        if email.utils.formatdate(usegmt=True) == before:
+            assert mine == before
+            return
+    raise AssertionError("the second changed three times in a row")
 
 
 def test_the_bearer_subprotocol_is_selected_only_as_the_token_came():
@@ -413,3 +504,93 @@ async def test_receive_is_none_once_closed_as_recv_raises():
         await conn.recv()
     assert await conn.receive() is None
     release.set_result(None)
+
+
+# ── plain_request: a whole request read as websockets' Request.parse reads it ──
+
+
+def _parsed_by(protocol: ServerProtocol, data: bytes) -> tuple[Any, ...]:
+    """What ``protocol`` made of ``data``: the request (all of it), or how it failed."""
+    protocol.receive_data(data)
+    events = protocol.events_received()
+    requests = [
+        (r.method, r.path, r.protocol, list(r.headers.raw_items()))
+        for r in events
+        if isinstance(r, Request)
+    ]
+    return (
+        requests,
+        type(protocol.handshake_exc),
+        str(protocol.handshake_exc),
+        _dateless(b"".join(protocol.data_to_send())),
+        bytes(protocol.reader.buffer),
+        protocol.state,
+    )
+
+
+def _same_as_websockets(data: bytes) -> bool:
+    """Parsed the same by websockets and the hub; True when the hub read it itself."""
+    theirs, mine = both_protocols()
+    read_whole = plain_request(bytearray(data)) is not None
+    assert _parsed_by(mine, data) == _parsed_by(theirs, data), data
+    return read_whole
+
+
+def test_plain_request_reads_a_whole_request_as_websockets_does():
+    assert _same_as_websockets(REQUEST)
+    frame = Frame(TEXT, b"hi").serialize(mask=True, extensions=[])
+    assert _same_as_websockets(REQUEST + frame)  # frames right after it, in the same read
+    buffer = bytearray(REQUEST + frame)
+    request = plain_request(buffer)
+    assert request is not None and buffer == frame  # taken from the buffer, the frame left
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        REQUEST.replace(b"Host: h\r\n", b"Host: h\n"),  # a bare LF
+        REQUEST.replace(b"HTTP/1.1", b"HTTP/2.0"),
+        REQUEST.replace(b"HTTP/1.1\r\n", b"HTTP/1.1\r\r\n"),
+        REQUEST.replace(b"GET ", b"G\xc3\xa9T "),
+        REQUEST.replace(b"/ws?", b"/w\xc3\xa9?"),
+        REQUEST.replace(b"Host:", b"Ho st:"),
+        REQUEST.replace(b"Host: h", b"Host h"),
+        REQUEST.replace(b"Host: h", b"Host: h\x01"),
+        REQUEST.replace(b"Host: h", b"Host: caf\xe9"),  # obs-text: ISO-8859-1
+        REQUEST.replace(b"Host: h", b"Host: \t h \t"),
+        REQUEST.replace(b"Host: h", b"Transfer-Encoding: chunked"),
+        REQUEST.replace(b"Host: h", b"Content-Length: 0\r\nContent-Length: 0"),
+        REQUEST.replace(b"Host: h", b"Content-Length: 5"),
+        REQUEST.replace(b"Host: h", b"X: " + b"a" * 8200),
+        REQUEST.replace(b"Host: h", b"X: " + b"a" * (8192 - 5)),
+        REQUEST.replace(b"Host: h", b"X: " + b"a" * (8192 - 4)),
+        REQUEST.replace(b"Host: h\r\n", b"X: 1\r\n" * 126),
+        REQUEST.replace(b"Host: h\r\n", b"X: 1\r\n" * 127),
+        REQUEST.replace(b"Host: h\r\n", b"X: 1\r\n" * 128),
+        b"GET / HTTP/1.1\r\n\r\n",
+        b"\r\n\r\n",
+        b"GET /\r\n\r\n",
+        REQUEST[:-2],  # not whole yet
+    ],
+)
+def test_plain_request_leaves_what_websockets_would_refuse_or_read_otherwise(data: bytes):
+    _same_as_websockets(data)
+
+
+_LINE_PARTS = st.sampled_from(
+    [b"Host", b"X-a", b"Upgrade", b": ", b":", b" ", b"\t", b"websocket", b"\r", b"\n",
+     b"\r\n", b"\x00", b"\x7f", b"\xe9", b"(", b"Content-Length", b"0", b"Transfer-Encoding"]
+)  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.sampled_from([b"GET /ws?agent_id=a HTTP/1.1", b"GET / HTTP/1.0", b"GET  / HTTP/1.1",
+                     b"POST /x HTTP/1.1", b"GET /\xe9 HTTP/1.1", b"GET / HTTP/1.1 x"]),
+    st.lists(st.lists(_LINE_PARTS, max_size=6).map(b"".join), max_size=8),
+    st.sampled_from([b"\r\n\r\n", b"\r\n\n", b""]),
+)  # fmt: skip
+def test_plain_request_reads_generated_requests_as_websockets_does(
+    request_line: bytes, header_lines: list[bytes], end: bytes
+):
+    _same_as_websockets(b"\r\n".join([request_line, *header_lines]) + end)
