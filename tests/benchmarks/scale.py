@@ -30,7 +30,7 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from tests.benchmarks import procs, scenarios, storm_fleet
-from tests.benchmarks.fleet import Fleet, split
+from tests.benchmarks.fleet import Fleet, fresh_sources, split
 from tests.benchmarks.procs import machine_cpu
 from tests.benchmarks.report import Row, fig, fmt, ratio, verdict
 from tests.benchmarks.scenarios import Target, Window, self_cpu
@@ -53,8 +53,9 @@ JOIN_BIG_SECONDS = 10.0
 
 
 def sources(n: int, per: int = 5000) -> list[str]:
-    """Loopback source addresses for ``n`` connections, at least two."""
-    return [f"127.0.0.{2 + i}" for i in range(max(2, -(-n // per)))]
+    """Loopback source addresses for ``n`` connections, at least two, not used
+    by the runs just before (:func:`~tests.benchmarks.fleet.fresh_sources`)."""
+    return fresh_sources(max(2, -(-n // per)))
 
 
 # ── capacity ────────────────────────────────────────────────────────────────
