@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -252,16 +253,36 @@ _sources_taken = 0
 
 
 def fresh_sources(n: int) -> list[str]:
-    """``n`` loopback source addresses, none of them used by the runs just
-    before. A run's closed connections stay in TIME_WAIT for 60 s on their
-    source address's ports; a fill binding the same addresses meanwhile has
-    the kernel search a crowded port range for every connect, and the load
-    generator, not the server, sets the fill's pace (measured: 417 connects/s
-    right after the baseline's 19,000 against 2,488 a run later — and the
-    longer fill counted three times the heartbeats in the server's CPU)."""
+    """``n`` loopback source addresses no socket uses (in turn from the
+    range, skipping any that ``/proc/net/tcp`` shows in use). A run's closed
+    connections stay in TIME_WAIT for 60 s on their source address's ports,
+    also after the process that made them exited; a fill binding the same
+    addresses meanwhile has the kernel search a crowded port range for every
+    connect, and the load generator, not the server, sets the fill's pace
+    (measured: 417 connects/s right after the baseline's 19,000 against
+    1,849 a run later, same hub code — and the longer fill counted more
+    heartbeats in the server's CPU: 2,510 against 3,100 connects per CPU-s)."""
     global _sources_taken
-    first, _sources_taken = _sources_taken, _sources_taken + n
-    return [f"127.0.0.{2 + (first + i) % SOURCE_ADDRESSES}" for i in range(n)]
+    busy = _busy_loopback()
+    candidates = [(_sources_taken + i) % SOURCE_ADDRESSES for i in range(SOURCE_ADDRESSES)]
+    idle = [i for i in candidates if f"127.0.0.{2 + i}" not in busy]
+    chosen = (idle if len(idle) >= n else candidates)[:n]
+    _sources_taken = chosen[-1] + 1 if chosen else _sources_taken
+    return [f"127.0.0.{2 + i}" for i in chosen]
+
+
+def _busy_loopback() -> set[str]:
+    """The 127.0.0.x addresses some TCP socket of this machine is bound to."""
+    busy: set[str] = set()
+    try:
+        with open("/proc/net/tcp") as table:
+            next(table)  # the heading
+            for line in table:
+                local = line.split(None, 2)[1].split(":", 1)[0]
+                busy.add(socket.inet_ntoa(bytes.fromhex(local)[::-1]))
+    except OSError:
+        pass  # not Linux: the rotation alone
+    return busy
 
 
 def split(kind: str, port: int, n: int, *, space_size: int, heartbeat_s: float,
