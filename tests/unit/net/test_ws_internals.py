@@ -594,3 +594,44 @@ def test_plain_request_reads_generated_requests_as_websockets_does(
     request_line: bytes, header_lines: list[bytes], end: bytes
 ):
     _same_as_websockets(b"\r\n".join([request_line, *header_lines]) + end)
+
+
+def _read_in_parts(protocol: ServerProtocol, reads: list[bytes]) -> tuple[Any, ...]:
+    """What ``protocol`` made of ``reads``, each fed as one read."""
+    events: list[Any] = []
+    for data in reads:
+        protocol.receive_data(data)
+        events += protocol.events_received()
+    requests = [
+        (r.method, r.path, r.protocol, list(r.headers.raw_items()))
+        for r in events
+        if isinstance(r, Request)
+    ]
+    frames = [(e.opcode, e.data) for e in events if isinstance(e, Frame)]
+    return (
+        requests, frames, type(protocol.handshake_exc), str(protocol.handshake_exc),
+        _dateless(b"".join(protocol.data_to_send())), bytes(protocol.reader.buffer),
+        protocol.state,
+    )  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(
+        [REQUEST, REQUEST.replace(b"Host: h\r\n", b"Host: h\n"), b"GET / HTTP/1.1\r\n\r\n"]
+    ),
+    st.booleans(),
+    st.lists(st.integers(min_value=0, max_value=400), max_size=4),
+)  # fmt: skip
+def test_a_request_cut_anywhere_reads_as_websockets_reads_it(
+    request: bytes, with_frame: bool, cuts: list[int]
+):
+    """Through the real entry point (``receive_data``), a request — and a frame
+    sent right after it — cut into reads anywhere: the hub's one-pass parser
+    (a request whole in the first read) or websockets' (any other) leave the
+    protocol exactly as websockets alone does."""
+    data = request + (Frame(TEXT, b"hi").serialize(mask=True, extensions=[]) if with_frame else b"")
+    points = sorted({min(c, len(data)) for c in cuts})
+    reads = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True) if b > a]
+    theirs, mine = both_protocols()
+    assert _read_in_parts(mine, reads) == _read_in_parts(theirs, reads), reads
