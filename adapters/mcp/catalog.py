@@ -77,8 +77,7 @@ class ToolCatalog:
         return self._tools
 
     async def find(self, name: str) -> AgentTool | None:
-        tools = self._tools if self.spaces and not self.stale else await self.tools()
-        tool = tools.get(name)
+        tool = (await self.tools()).get(name)
         if tool is None and self.spaces and self._age() >= self.ttl / 10:
             # Registered a moment ago? One fresh look before saying no (not more
             # often than a tenth of the TTL: unknown names must not cost a read each).
