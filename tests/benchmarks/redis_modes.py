@@ -38,6 +38,7 @@ from typing import Any
 import redis
 
 from tests.benchmarks import procs
+from tests.benchmarks.fleet import fresh_sources
 from tests.benchmarks.procs import ServerProcess, StartFailed
 from tests.benchmarks.report import Row, fig, find, fmt, ratio
 from tests.benchmarks.scenarios import Target, close_all
@@ -229,7 +230,7 @@ def _per_master(deltas: dict[int, dict[str, int]], writes: set[str]) -> dict[str
 async def _agents(ports: list[int], agents: int, spaces: int) -> dict[str, float]:
     """``agents`` connect (alternating nodes), each joins one of ``spaces``,
     then each leaves it, then all disconnect; seconds per phase."""
-    sources = [f"127.0.0.{2 + i}" for i in range(max(2, -(-agents // 5000)))]
+    sources = fresh_sources(max(2, -(-agents // 5000)))
     # Agents in flight at once: a steady crowd, not a storm (the layout is measured).
     sem = asyncio.Semaphore(64)
     clients: list[LoadClient | None] = [None] * agents
