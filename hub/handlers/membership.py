@@ -156,8 +156,12 @@ class Membership:
         except BaseException:
             await self._undo_join(conn, space)
             raise
-        if conn.closing:
-            # Closed meanwhile: its cleanup does not know of this space.
+        if conn.closing and conn.kind is not PeerKind.SOCKET:
+            # A virtual member closed meanwhile: its cleanup, which runs beside
+            # its requests, does not know of this space. A socket's frames are
+            # carried out in order before its cleanup starts, so a join that
+            # arrived before its client closed still happens (its departure
+            # follows): what the client published next is not lost.
             await self._undo_join(conn, space)
             return
         # From here the joiner receives the space's messages; the reply goes

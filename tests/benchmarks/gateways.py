@@ -17,12 +17,15 @@ asker. The same request/reply is then asked four ways:
   answers) with ``to`` = the responder;
 * ``mcp_tool``: MCP ``tools/call {responder}.echo``, the agent tool;
 * ``http`` (context, no target): ``GET /healthz``, what any request costs the
-  HTTP port before a gateway does anything.
+  HTTP port before a gateway does anything;
+* ``mcp_ping`` (context, no target): MCP ``ping`` in the same session, what
+  the MCP envelope costs (the POST, its body, JSON-RPC, the session, the
+  answer) with no space, no member and no publish in it.
 
 Figures per way: p50/p99 of round trips one at a time (latency, nothing
 queued) and the hub's CPU per round trip meanwhile, and, with
 ``concurrency`` callers in parallel, round trips per second and hub CPU per
-round trip (the target's figure, as the issue measured it). The four ways take turns in ``rounds``
+round trip (the target's figure, as the issue measured it). The ways take turns in ``rounds``
 rounds (each round does a share of every way's calls), so a burst of load
 from elsewhere on the machine lands on all of them rather than on one.
 
@@ -53,15 +56,17 @@ from tests.benchmarks.wsload import LoadClient
 
 SCENARIO = "gateways"
 #: The direct figure first, then each gateway; the table follows this order.
-WAYS = ("ws", "a2a", "mcp_ask", "mcp_tool", "http")
+WAYS = ("ws", "a2a", "mcp_ask", "mcp_tool", "http", "mcp_ping")
 LABELS = {
     "ws": "WebSocket request/reply",
     "a2a": "A2A SendMessage",
     "mcp_ask": "MCP space_ask",
     "mcp_tool": "MCP agent tool call",
     "http": "HTTP floor: GET /healthz",
+    "mcp_ping": "MCP floor: ping",
 }
-#: The ways the target applies to (``http`` is context: the port's own cost).
+#: The ways the target applies to (``http`` and ``mcp_ping`` are context: the
+#: HTTP port's and the MCP envelope's own costs).
 GATEWAYS = ("a2a", "mcp_ask", "mcp_tool")
 #: Issue 43: each gateway within 2× the direct figure, hub CPU and p50.
 RATIO_TARGET = 2.0
@@ -320,6 +325,17 @@ class McpCaller:
 
         return ask
 
+    def ping(self) -> RoundTrip:
+        """``ping``: the envelope alone (nothing of a space or an agent in it)."""
+
+        async def ask(n: int) -> None:
+            body = orjson.dumps({"jsonrpc": "2.0", "id": n, "method": "ping"})
+            status, _, raw = await self.pool.post("/mcp", body, self.headers)
+            if status != 200 or "result" not in orjson.loads(raw):
+                raise RuntimeError(f"ping failed: {status} {raw[:200]!r}")
+
+        return ask
+
     def tool(self, responder: str) -> RoundTrip:
         name, arguments = f"{responder}.{TOOL}", {"text": TEXT}
 
@@ -374,7 +390,7 @@ async def _responder(target: Target) -> LoadClient:
 
 
 async def compare(target: Target, http_port: int, sizes: GatewaySizes) -> dict[str, Any]:
-    """Every way's figures, the four taking turns in ``sizes.rounds`` rounds."""
+    """Every way's figures, all of them taking turns in ``sizes.rounds`` rounds."""
     responder = await _responder(target)
     agent_id = responder.path.split("agent_id=", 1)[1]
     answering = asyncio.get_running_loop().create_task(_respond(responder))
@@ -404,6 +420,7 @@ async def compare(target: Target, http_port: int, sizes: GatewaySizes) -> dict[s
             "mcp_ask": [mcp.ask(agent_id)] * sizes.concurrency,
             "mcp_tool": [mcp.tool(agent_id)] * sizes.concurrency,
             "http": [http_floor(a2a_pool)] * sizes.concurrency,
+            "mcp_ping": [mcp.ping()] * sizes.concurrency,
         }
         figures = await _rounds(target, asks, sizes)
     finally:
@@ -497,7 +514,7 @@ def hub_config() -> Path:
 
 
 async def run(bench: Any, comp: str) -> None:
-    """``make bench`` entry (``--only gateways``): one hub serving all four ways."""
+    """``make bench`` entry (``--only gateways``): one hub serving every way."""
     if comp != "none":
         return  # HTTP has no permessage-deflate; the WebSocket way runs on the defaults
     sizes = QUICK if bench.args.quick else FULL
@@ -569,7 +586,7 @@ def _hub_rows(record: dict, comp: str) -> list[report.Row]:
             ("load generator CPU %", "loadgen_cpu_pct", 0, False),
         ):
             if not gateway and not target:
-                continue  # the floor: its CPU and p50 say enough
+                continue  # the floors: their CPU and p50 say enough
             target = target and gateway
             g, d = report.fig(record, f"{way}_{key}"), report.fig(record, f"ws_{key}")
             r = report.ratio(g, d)
