@@ -327,7 +327,7 @@ class HubConnection(WebSocketsConnection):
         counters = self.context.counters
         counters.closes[code] += 1
         counters.errors[ErrorCode.INVALID_REQUEST] += 1
-        self.hub_close_code = code
+        self.hub_close_code = int(code)
         self.outbox.push_last(OutFrame(codec.error(ErrorCode.INVALID_REQUEST, message)))
 
     # ── closing ──────────────────────────────────────────────────────────

@@ -190,7 +190,10 @@ def _remote(conn: HubConnection) -> dict[str, str | None]:
 
 
 def _close_code(conn: HubConnection) -> int | None:
+    """The close code as a number (websockets gives an enum for the codes it
+    names, such as 1006, which a console log would print as its repr)."""
     try:
-        return conn.close_code
+        code = conn.close_code
     except Exception:
         return None
+    return None if code is None else int(code)

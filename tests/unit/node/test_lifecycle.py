@@ -151,6 +151,18 @@ async def test_an_admitted_connection_is_registered_dispatched_and_cleaned_up(
     assert hub.lines("connection refused") == []
 
 
+async def test_a_client_gone_without_a_close_is_logged_with_the_number_1006(
+    make_hub: Any,
+) -> None:
+    """Not websockets' enum: a console log would print its repr."""
+    hub = await make_hub()
+    async with connect(hub.url("alice")) as ws:
+        await next_message(ws)
+        ws.transport.abort()
+    (closed,) = await hub.lines_until("connection closed")
+    assert type(closed["close_code"]) is int and closed["close_code"] == 1006
+
+
 async def test_a_bad_token_is_refused_4401_and_nothing_is_registered(
     make_hub: Any, tmp_path: Path
 ) -> None:
