@@ -71,6 +71,23 @@ class _RedactCredentials(logging.Filter):
 _REDACT = _RedactCredentials()
 
 
+class _HangupsInOneLine(logging.Filter):
+    """websockets at debug logs a traceback for every client that hung up
+    before its request was whole — a load balancer's TCP check, a port scan, a
+    client that gave up. Nothing failed in the hub: the line says what ended
+    the request, without the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, EOFError):
+            record.msg, record.args = f"{record.getMessage()}: {exc}", None
+            record.exc_info = None
+        return True
+
+
+_HANGUPS = _HangupsInOneLine()
+
+
 def set_log_level(level: str) -> None:
     """Change the level of every logger of the process, already bound ones included."""
     global _threshold
@@ -85,8 +102,9 @@ def set_log_level(level: str) -> None:
     for name in ("websockets.server", "websockets.client", "websockets"):
         # Filters act on a logger's own records: each websockets logger.
         logger = logging.getLogger(name)
-        if _REDACT not in logger.filters:
-            logger.addFilter(_REDACT)
+        for quieter in (_REDACT, _HANGUPS):
+            if quieter not in logger.filters:
+                logger.addFilter(quieter)
     logging.getLogger("websockets").setLevel(websockets_level)
     logging.getLogger("redis").setLevel(max(numeric, logging.WARNING))
 

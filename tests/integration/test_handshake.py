@@ -387,3 +387,25 @@ async def test_a_client_that_has_not_written_yet_holds_no_handshake_slot(hub):
         await c.close()
     finally:
         silent.close()
+
+
+async def test_clients_that_hang_up_before_their_request_is_whole_cost_one_line_at_debug(
+    hub_process,
+):
+    """A TCP check (connect, close), a half request then a reset: at debug,
+    websockets' line for each, never a traceback."""
+    proc = hub_process(log_level="debug")
+    port = proc.settings["port"]
+    socket.create_connection(("127.0.0.1", port)).close()
+    half = socket.create_connection(("127.0.0.1", port))
+    half.sendall(b"GET /ws?agent_id=x HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+    half.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    half.close()  # a reset
+    c = await WsClient.connect(proc.url, "after")  # the hub went on
+    await c.close()
+    proc.stop()
+    log = proc.log()
+    hangups = [line for line in log.splitlines() if "no valid HTTP request" in line]
+    assert len(hangups) == 2, log
+    assert all("connection closed while reading HTTP" in line for line in hangups), hangups
+    assert "Traceback" not in log, log
