@@ -184,4 +184,5 @@ async def test_tail_says_when_events_may_be_missing(hub, clients):
         await bob.aclose()
     assert status == 0, err
     assert "may be missing" in err and "was lost" in err
+    assert "rejoined" not in err, "said once, by tail's own line"
     assert [e["data"]["text"] for e in json_lines(out)] == ["after the restart"]

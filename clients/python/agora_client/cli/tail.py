@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +55,9 @@ async def _tail(client: Client, args: argparse.Namespace, out: Output) -> int:
     from agora_client.models import Event, MembersChanged, Resumed, StreamChunk
     from agora_client.subscriptions import ALL_KINDS
 
+    # The client's own warning about a rejoin that could not resume says what
+    # tail's line below says (with the seq range): one line, not two.
+    logging.getLogger("agora_client").addFilter(_not_rejoined)
     kinds = ALL_KINDS - {"members"} if args.no_members else ALL_KINDS
     sub = client.subscribe(args.space, kinds)
     await client.join(args.space)
@@ -88,6 +92,10 @@ async def _tail(client: Client, args: argparse.Namespace, out: Output) -> int:
                 file=sys.stderr,
             )
     return EXIT_OK
+
+
+def _not_rejoined(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("rejoined ")
 
 
 class TailPrinter:
