@@ -4,6 +4,7 @@ memory presence and backplane, members being fakes."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from hub.core.authz import Grant
@@ -158,6 +159,47 @@ async def test_unavailable_presence_refuses_the_join(rig: HandlerRig) -> None:
     await rig.send(alice, {"type": "space.join", "id": "j", "space": "room"})
     assert alice.errors() == [("UNAVAILABLE", "j")]
     assert not rig.registry.has_space("room") and rig.subscriptions.active == set()
+
+
+async def test_a_join_a_socket_sent_before_its_client_closed_is_carried_out(
+    rig: HandlerRig,
+) -> None:
+    """Its frames are carried out in order before its cleanup starts: the join
+    happens, is announced, and the departure (its cleanup) undoes it."""
+    (bob,) = await joined_all(rig, "room", "bob")
+    alice = await rig.connect("alice")
+    gate = rig.presence.switches.hold("join_space")
+    joining = asyncio.get_running_loop().create_task(rig.send(alice, _join("room")))
+    await asyncio.wait_for(rig.presence.switches.reached("join_space"), 5)
+    alice.abort()  # the client went away meanwhile
+    gate.set()
+    await asyncio.wait_for(joining, 5)
+    assert alice.session is not None and alice.session.spaces == {"room"}
+    assert sorted(await rig.members_of("room")) == ["alice", "bob"]
+    assert [m["joined"] for m in bob.take()] == ["alice"]
+    await rig.membership.detach(alice, alice.record)
+    assert bob.one()["left"] == "alice"
+    assert await rig.members_of("room") == ["bob"]
+
+
+async def test_a_virtual_members_join_when_it_closed_meanwhile_is_undone(
+    rig: HandlerRig,
+) -> None:
+    """Its cleanup runs beside its requests and would not know of the space."""
+    (bob,) = await joined_all(rig, "room", "bob")
+    member = await rig.connect("bridge", kind=PeerKind.VIRTUAL)
+    gate = rig.presence.switches.hold("join_space")
+    joining = asyncio.get_running_loop().create_task(rig.send(member, _join("room")))
+    await asyncio.wait_for(rig.presence.switches.reached("join_space"), 5)
+    member.abort()
+    gate.set()
+    await asyncio.wait_for(joining, 5)
+    assert await rig.members_of("room") == ["bob"]
+    assert bob.frames == [], "never announced"
+
+
+def _join(space: str) -> dict[str, Any]:
+    return {"type": "space.join", "id": f"j-{space}", "space": space}
 
 
 async def test_which_spaces_may_be_joined(make_rig: Any) -> None:
