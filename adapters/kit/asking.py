@@ -13,7 +13,10 @@ is then told, once:
 
 - when its reply has started streaming: a **receiver cancel** of that
   stream, so the hub sends the producer ``space.event.cancel`` (``reason:
-  "receiver_cancelled"``, on whatever node it is: ``hub/handlers/stream_stops.py``);
+  "receiver_cancelled"``, on whatever node it is: ``hub/handlers/stream_stops.py``).
+  A stream others receive too (unaddressed, or addressed to more agents)
+  goes on for them and the hub tells its producer only when the last of
+  them stops: the producer also gets the event below, addressed to it;
 - otherwise: an event ``{"cancel": true, "in_reply_to": <request id>,
   "reason": …}`` addressed to the request's addressees (to the space, for a
   request that was not addressed), which ``client.serve`` of both SDKs turns
@@ -142,11 +145,12 @@ class Asking:
         self.cancelled = reason
         self._stopped.set_result(reason)
         stream_id = self.stream_id
+        producer = self._asker.waiters.producer_to_tell(self.event_id)
         self.close()
         if self.relay is not None:
             self.relay.stop()
         if not answered:
-            await self._asker.tell_stop(self.asked, stream_id, reason)
+            await self._asker.tell_stop(self.asked, stream_id, reason, producer)
 
     def close(self) -> None:
         """Stop waiting without telling anyone (answered, or given up on)."""
@@ -223,18 +227,23 @@ class Asker:
         finally:
             asking.close()
 
-    async def tell_stop(self, asked: Asked, stream_id: str | None, reason: str) -> None:
-        """Tell the agent answering ``asked`` to stop (see the module)."""
+    async def tell_stop(
+        self, asked: Asked, stream_id: str | None, reason: str, producer: str | None = None
+    ) -> None:
+        """Tell the agent answering ``asked`` to stop (see the module);
+        ``producer``: the agent streaming a reply others may receive too."""
         member = self.publisher.member
+        to = sorted(asked.to) if asked.to is not None else None
         try:
             if stream_id is not None:
                 if member is None:
                     return
                 msg = {"type": "space.event.cancel", "space": asked.space, "event_id": stream_id}
                 await member.request(msg, timeout=CANCEL_TIMEOUT)
-                return
+                if producer is None:
+                    return  # addressed to this member alone: the hub tells its producer
+                to = [producer]  # others may still receive it: told directly too
             data = {"cancel": True, "in_reply_to": asked.event_id, "reason": reason}
-            to = sorted(asked.to) if asked.to is not None else None
             async with asyncio.timeout(CANCEL_TIMEOUT):
                 await self.publisher.publish(asked.space, data, to=to)
         except (RequestFailed, TimeoutError, NodeNotReady, AdapterError) as exc:

@@ -235,6 +235,8 @@ class ReplyWaiters:
         self._relays: dict[str, ReplyRelay] = {}
         self._stream_of: dict[str, str] = {}  # request event id -> stream answering it
         self._request_of: dict[str, str] = {}  # stream id -> request event id
+        #: stream id -> its producer, for a stream others may receive too
+        self._shared: dict[str, str] = {}
         self._streams = StreamAssembler(max_reply_bytes)
         self._stash: deque[dict[str, Any]] = deque(maxlen=stash_size)
         self._publishing = 0
@@ -283,6 +285,13 @@ class ReplyWaiters:
         ``event_id``, once its first delta came and until it ends."""
         return self._stream_of.get(event_id)
 
+    def producer_to_tell(self, event_id: str) -> str | None:
+        """The agent streaming the answer to ``event_id`` when others may be
+        receiving that stream too (it is unaddressed, or addressed to more than
+        this member): a receiver cancel from here then need not reach it."""
+        stream_id = self._stream_of.get(event_id)
+        return None if stream_id is None else self._shared.get(stream_id)
+
     def fail_all(self, error: BaseException) -> None:
         """Every waiting request gets ``error`` raised (the hub is shutting down)."""
         for future in self._pending.values():
@@ -296,6 +305,7 @@ class ReplyWaiters:
         stream_id = self._stream_of.pop(event_id, None)
         if stream_id is not None:
             self._request_of.pop(stream_id, None)
+            self._shared.pop(stream_id, None)
             self._streams.drop(stream_id)
 
     def feed(self, msg: dict[str, Any]) -> None:
@@ -345,6 +355,7 @@ class ReplyWaiters:
             relay.put(Piece(_PIECES[kind], msg))
             if relay.ended:
                 del self._request_of[stream_id]
+                self._shared.pop(stream_id, None)
                 self._stream_of.pop(relay.event_id, None)
             return True
         if answered is not None:
@@ -362,6 +373,7 @@ class ReplyWaiters:
             relay.stream_id = stream_id
             self._stream_of[relay.event_id] = stream_id
             self._request_of[stream_id] = relay.event_id
+            self._note_producer(stream_id, msg)
             relay.put(Piece("delta", msg))
             return True
         future = self._pending.get(answered) if answered is not None else None
@@ -370,10 +382,18 @@ class ReplyWaiters:
         assert answered is not None
         self._stream_of[answered] = stream_id
         self._request_of[stream_id] = answered
+        self._note_producer(stream_id, msg)
         failed = self._streams.start(msg)
         if failed is not None:
             self._resolve(answered, failed)
         return True
+
+    def _note_producer(self, stream_id: str, first: dict[str, Any]) -> None:
+        # Delivered here, a stream addressed to one agent is addressed to this member.
+        to, producer = first.get("to"), first.get("from")
+        alone = isinstance(to, str) or (isinstance(to, list) and len(to) == 1)
+        if not alone and isinstance(producer, str):
+            self._shared[stream_id] = producer
 
     def _resolve(self, answered: str, whole: Assembled) -> bool:
         future = self._pending.get(answered)
@@ -383,4 +403,5 @@ class ReplyWaiters:
         stream_id = self._stream_of.pop(answered, None)
         if stream_id is not None:
             self._request_of.pop(stream_id, None)
+            self._shared.pop(stream_id, None)
         return True

@@ -20,6 +20,7 @@ import pytest
 
 from adapters.agora_http import AgoraHttpInbound, InboundOptions
 from tests.support.agora_bridge import call
+from tests.support.wsclient import WsClient
 
 SPACE = "writers"
 WAIT = 15.0
@@ -175,3 +176,32 @@ async def test_a_caller_whose_wait_timed_out_stops_the_agent_too(hub, clients):
         assert reason.endswith("cancelled")
     finally:
         task.cancel()
+
+
+async def test_a_producer_whose_reply_others_receive_too_is_told_directly(hub):
+    """An unaddressed reply stream goes on for the space's other members, so
+    the bridge's receiver cancel does not reach its producer: the producer gets
+    ``{cancel: true, in_reply_to}`` addressed to it as well."""
+    inbound, delta_seen = inbound_with_delta_seen()
+    server = await hub(adapters=[inbound], bridge_timeout=60)
+    writer = await WsClient.connect(server.url, "writer")
+    observer = await WsClient.connect(server.url, "observer")
+    for agent in (writer, observer):
+        agent.start_heartbeat()
+        await agent.join(SPACE)
+    asking = asyncio.create_task(ask_and_go_away(http_url(server), delta_seen))
+    request = await writer.wait_for("space.event", WAIT)
+    assert request["data"]["body"] == "write me a saga"
+    await writer.send({
+        "type": "space.event.delta", "space": SPACE, "event_id": "saga",
+        "data": {"in_reply_to": request["event_id"], "text": "once upon a time "},
+    })  # fmt: skip
+    await asking  # the caller went away once the bridge had the first delta
+    told = await writer.wait_for("space.event", WAIT)
+    assert told["data"]["cancel"] is True
+    assert told["data"]["in_reply_to"] == request["event_id"]
+    assert told["to"] in ("writer", ["writer"]), "addressed to the producer"
+    delta = await observer.wait_for("space.event.delta", WAIT)
+    assert delta["data"]["text"] == "once upon a time ", "the others still receive it"
+    await writer.close()
+    await observer.close()

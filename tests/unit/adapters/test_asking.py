@@ -53,10 +53,14 @@ def reply(event_id: str, text: str, sender: str = "bob", space: str = "s") -> di
             "data": {"in_reply_to": event_id, "text": text}}  # fmt: skip
 
 
-def delta(event_id: str, text: str, sender: str = "bob") -> dict[str, Any]:
+def delta(event_id: str, text: str, sender: str = "bob", to: Any = "me") -> dict[str, Any]:
+    """A reply stream's delta, addressed to the asking member ("me") unless ``to``."""
     data = {"in_reply_to": event_id, "text": text}
-    return {"type": "space.event.delta", "space": "s", "from": sender,
-            "event_id": f"{sender}/ans", "data": data}  # fmt: skip
+    frame = {"type": "space.event.delta", "space": "s", "from": sender,
+             "event_id": f"{sender}/ans", "data": data}  # fmt: skip
+    if to is not None:
+        frame["to"] = to
+    return frame
 
 
 async def test_an_answer_from_the_addressee_is_the_answer_and_nobody_is_told():
@@ -105,6 +109,21 @@ async def test_a_started_stream_is_cancelled_as_a_receiver():
         {"type": "space.event.cancel", "space": "s", "event_id": "bob/ans"}
     ]
     assert recorder.cancels == [] and len(waiters) == 0 and waiters.assembling == 0
+
+
+async def test_a_started_stream_others_receive_too_also_tells_its_producer():
+    """Unaddressed, it goes on for the space's other members: the receiver
+    cancel stops this member's copy, the event tells the producer."""
+    asker, recorder, waiters = make()
+    asking = await asker.send("s", {"text": "q"})
+    waiters.feed(delta("e1", "once upon", to=None))
+    await asking.cancel("caller_gone")
+    assert recorder.requests == [
+        {"type": "space.event.cancel", "space": "s", "event_id": "bob/ans"}
+    ]
+    assert recorder.cancels == [
+        ("s", {"cancel": True, "in_reply_to": "e1", "reason": "caller_gone"}, ["bob"])
+    ]
 
 
 async def test_cancelling_the_waiting_task_tells_the_agent_and_propagates():

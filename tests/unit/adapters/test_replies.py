@@ -158,6 +158,23 @@ async def test_a_lost_stream_resolves_with_its_failure():
     assert other.result().failure == "stream cancelled (cancelled)"
 
 
+@pytest.mark.parametrize(
+    ("to", "told"),
+    [(None, "b"), (["me", "carol"], "b"), ("me", None), (["me"], None)],
+    ids=["unaddressed", "to-several", "to-this-member", "to-this-member-as-list"],
+)
+async def test_the_producer_to_tell_is_known_while_others_receive_its_stream(to, told):
+    """A receiver cancel reaches a producer only from its last receiver."""
+    waiters = ReplyWaiters(100)
+    waiters.expect(asked("e1"))
+    assert waiters.producer_to_tell("e1") is None, "nothing streams yet"
+    stamps = {"from": "b"} if to is None else {"from": "b", "to": to}
+    waiters.feed(delta("b/1", "x", in_reply_to="e1", stamps=stamps))
+    assert waiters.producer_to_tell("e1") == told
+    waiters.forget("e1")
+    assert waiters.producer_to_tell("e1") is None and not waiters._shared
+
+
 async def test_forgetting_drops_a_half_assembled_stream():
     waiters = ReplyWaiters(100)
     waiters.expect(asked("e1"))
