@@ -279,7 +279,14 @@ def visible(env: Delivery, agent: str) -> bool:
     """Would ``agent`` have received this recorded frame (ignoring stream audiences)?"""
     if env.to is not None and agent not in env.to:
         return False
-    return env.exclude != agent
+    if env.exclude != agent:
+        return True
+    # A publisher's own stream's cancel is sent to it apart from the fan-out
+    # (its acknowledgement, even with echo off): it did receive it.
+    return env.op is StreamOp.END and env.frame.startswith(_CANCEL)
+
+
+_CANCEL = b'{"type":"space.event.cancel"'
 
 
 def _recoverable(first: History, since: Since) -> bool:

@@ -103,6 +103,34 @@ async def test_history_of_streams_carries_their_frames(hub):
     assert "".join(e["data"]["text"] for e in page["events"][:-1]) == text
 
 
+@pytest.mark.parametrize("echo", [True, False], ids=["echo", "no-echo"])
+async def test_a_publishers_history_has_the_cancel_of_its_own_stream(hub, echo):
+    """The publisher hears its stream's cancel live, apart from the fan-out
+    (even with echo off): its history has it too, as the receiver's does."""
+    server = await hub(**FAST_RATE)
+    a = await WsClient.connect(server.url, "alice")
+    b = await WsClient.connect(server.url, "bob")
+    await a.join("room")
+    await b.join("room")
+    delta = {"type": "space.event.delta", "space": "room", "event_id": "s1",
+             "data": {"text": "half"}}  # fmt: skip
+    if not echo:
+        delta["echo"] = False
+    await a.send(delta)
+    await a.send({"type": "space.event.cancel", "id": "c", "space": "room", "event_id": "s1"})
+    live = await a.wait_for("space.event.cancel")
+    assert await b.wait_for("space.event.cancel", seq=live["seq"])
+    for viewer, kinds in (
+        (a, ["space.event.cancel"]),
+        (b, ["space.event.delta", "space.event.cancel"]),
+    ):
+        page = await history(viewer)
+        if viewer is a and echo:
+            kinds = ["space.event.delta", "space.event.cancel"]
+        assert [e["type"] for e in page["events"]] == kinds, viewer.agent_id
+        assert page["events"][-1]["seq"] == live["seq"]
+
+
 # ── idempotent publish ──────────────────────────────────────────────────────
 
 
