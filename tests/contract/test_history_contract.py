@@ -132,6 +132,29 @@ async def test_an_abandoned_memory_space_comes_back_with_a_new_epoch() -> None:
     assert await bp.publish("gone", draft("y")) == 1
 
 
+async def test_a_memory_space_joined_again_after_the_ttl_starts_afresh() -> None:
+    """Its members gone longer than ``history_ttl``, a space joined again has a
+    new epoch and counts from 1 — though no other space emptied meanwhile (on
+    Redis the seq and the epoch live a day: docs/delivery.md)."""
+    clock = FakeClock()
+    bp = MemoryBackplane(history_ttl=10, clock=clock)
+    await bp.subscribe("room")
+    await bp.publish("room", draft("x"))
+    old = await bp.position("room")
+    await bp.unsubscribe("room")
+    await bp.forget("room")
+    clock.now += 5
+    await bp.subscribe("room")  # back within the ttl: the same epoch
+    assert await bp.position("room") == old
+    await bp.unsubscribe("room")
+    await bp.forget("room")
+    clock.now += 11
+    await bp.subscribe("room")
+    new = await bp.position("room")
+    assert new.epoch != old.epoch and new.seq == 0
+    assert await bp.publish("room", draft("y")) == 1
+
+
 # ── reading history ─────────────────────────────────────────────────────────
 
 

@@ -87,7 +87,11 @@ class MemoryBackplane:
 
     async def subscribe(self, space: str) -> None:
         self._subscribed.add(space)
-        self._empty.pop(space, None)
+        emptied = self._empty.pop(space, None)
+        if emptied is not None and self._clock() - emptied > self._ttl:
+            # Empty past history_ttl (no other space's emptying swept it yet):
+            # it starts afresh, under a new epoch.
+            self._logs.pop(space, None)
 
     async def unsubscribe(self, space: str) -> None:
         self._subscribed.discard(space)
