@@ -66,7 +66,10 @@ def decode(frame: str | bytes) -> ClientMessage:
     try:
         obj = orjson.loads(frame)
     except orjson.JSONDecodeError as exc:
-        raise ProtocolError(ErrorCode.INVALID_REQUEST, f"invalid JSON: {exc}") from None
+        out_of_range = _out_of_range(frame) if "infinity" in str(exc) else None
+        raise out_of_range or ProtocolError(
+            ErrorCode.INVALID_REQUEST, f"invalid JSON: {exc}"
+        ) from None
     if not isinstance(obj, dict):
         raise ProtocolError(ErrorCode.INVALID_REQUEST, "a message must be a JSON object")
     rid = request_id_of(obj)
@@ -146,6 +149,44 @@ def check_json_bounds(
             ) from None
         except ValueError:  # orjson accepted it; json is stricter on nothing we rely on
             pass
+
+
+def _out_of_range(text: str) -> ProtocolError | None:
+    """orjson refuses a number past a double's range (``1e400``, hundreds of
+    digits) as invalid JSON, though it is valid JSON: said as what it is, with
+    the message's ``id`` — or None when the text is not valid JSON."""
+    literals: list[str] = []
+
+    def as_int(literal: str) -> int:
+        # Past 20 characters no integer fits in 64 bits (nor is int() cheap).
+        if len(literal) > 20 or not MIN_INT <= int(literal) <= MAX_INT:
+            literals.append(literal)
+            return 0
+        return int(literal)
+
+    def as_float(literal: str) -> float:
+        value = float(literal)
+        if value in (float("inf"), float("-inf")):
+            literals.append(literal)
+            return 0.0
+        return value
+
+    def no_constant(name: str) -> float:
+        raise ValueError(f"{name} is not JSON")
+
+    try:
+        obj = json.loads(text, parse_int=as_int, parse_float=as_float, parse_constant=no_constant)
+    except (ValueError, RecursionError):
+        return None
+    if not literals:
+        return None
+    literal = literals[0]
+    shown = literal if len(literal) <= 40 else f"{literal[:40]}…"
+    if literal.lstrip("-").isdigit():
+        message = f"integer {shown} does not fit in 64 bits: send it as a string"
+    else:
+        message = f"number {shown} does not fit in a double: send it as a string"
+    return ProtocolError(ErrorCode.INVALID_REQUEST, message, request_id_of(obj))
 
 
 class _IntegerOutOfRange(ValueError):

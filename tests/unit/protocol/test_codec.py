@@ -14,6 +14,9 @@ def test_decodes_a_valid_message():
     assert (msg.id, msg.space, msg.data, msg.echo) == ("m1", "general", {"text": "hi"}, True)
 
 
+PUBLISH = '{"type":"space.publish","id":"p","space":"a","data":{"n":%s}}'
+
+
 @pytest.mark.parametrize(
     ("frame", "fragment", "rid"),
     [
@@ -31,6 +34,15 @@ def test_decodes_a_valid_message():
         ('{"type":"space.join","id":3,"space":"a"}', "id", 3),
         ("[" * 5000 + "]" * 5000, "invalid JSON", None),
         ('{"type":"space.join","space":"' + "\\ud800" + '"}', "invalid JSON", None),
+        # Valid JSON whose numbers no double holds (orjson calls them invalid JSON).
+        (PUBLISH % ("9" * 400), "integer 9999", "p"),
+        (PUBLISH % ("-" + "9" * 5000), "does not fit in 64 bits", "p"),
+        (PUBLISH % "1e400", "number 1e400 does not fit in a double", "p"),
+        (PUBLISH % "[1, -2.5e999]", "number -2.5e999 does not fit in a double", "p"),
+        (PUBLISH % ("9" * 25), "integer 9999999999999999999999999 does not fit in 64 bits", "p"),
+        ('{"id":"p","n":1e400', "invalid JSON", None),  # not JSON at all
+        ('{"id":"p","n":1e400,"m":NaN}', "invalid JSON", None),
+        ("[" * 5000 + "1e400" + "]" * 5000, "invalid JSON", None),
     ],
 )
 def test_bad_frames_become_protocol_errors(frame, fragment, rid):
