@@ -38,7 +38,7 @@ from hub.core.ids import Ids
 from hub.core.peer import Peer, PeerKind
 from hub.core.registry import Registry
 from hub.core.spaces import SpaceDirectory
-from hub.errors import BackplaneUnavailable
+from hub.errors import BackplaneUnavailable, SpaceFull
 from hub.handlers.member_events import Batch, HeldChangesFirst, MemberEvents
 from hub.handlers.publishing import Publishing
 from hub.handlers.recovery import Recovery
@@ -82,6 +82,10 @@ class Membership:
         self.policy = policy or SpacePolicy()
         # Departures the cluster has not heard of yet (backplane was down).
         self.pending_departures: list[tuple[AgentRecord, list[str]]] = []
+        # Leaves answered UNAVAILABLE whose command may still have run (Redis
+        # stalled past the timeout): the agent stays a member, so presence is
+        # put back in step with that once the cluster answers.
+        self.unsure_leaves: list[tuple[Peer, str]] = []
         self._declared = settings.declared
         self.member_events = MemberEvents(settings.member_events_interval, self._announce)
 
@@ -203,7 +207,11 @@ class Membership:
             conn.send_frame(codec.left(a.request_id, a.space))
             return
         # Cluster first: when it is unreachable the agent stays a member.
-        remaining = await self.presence.leave_space(a.space, conn.agent_id)
+        try:
+            remaining = await self.presence.leave_space(a.space, conn.agent_id)
+        except BackplaneUnavailable:
+            self.unsure_leaves.append((conn, a.space))
+            raise
         self.drop_local(conn, a.space)
         conn.send_frame(codec.left(a.request_id, a.space))
         with contextlib.suppress(BackplaneUnavailable):
@@ -416,6 +424,32 @@ class Membership:
                 self.pending_departures.extend(pending)
                 raise
             pending.pop(0)
+        await self._still_members()
+
+    async def _still_members(self) -> None:
+        """A leave answered UNAVAILABLE was not carried out: an agent still a
+        member here is a member in presence again (joining twice is harmless),
+        whatever the timed-out command did."""
+        unsure, self.unsure_leaves = self.unsure_leaves, []
+        while unsure:
+            conn, space = unsure[0]
+            session = conn.session
+            if session is not None and not conn.closing and space in session.spaces:
+                try:
+                    await self.presence.join_space(
+                        space, conn.agent_id, self.spaces.capacity(space)
+                    )
+                except BackplaneUnavailable:
+                    self.unsure_leaves.extend(unsure)
+                    raise
+                except SpaceFull:
+                    # Its place was taken meanwhile: the leave stands after all,
+                    # and the agent hears so (a space.left without an id).
+                    self.drop_local(conn, space)
+                    conn.send_frame(codec.left(None, space))
+                    with contextlib.suppress(BackplaneUnavailable):
+                        await self.announce_departure(space, conn.agent_id)
+            unsure.pop(0)
 
 
 def merged(

@@ -9,6 +9,7 @@ from typing import Any
 
 from hub.core.authz import Grant
 from hub.core.peer import PeerKind
+from hub.errors import BackplaneUnavailable
 from tests.support.handlers import HandlerRig, until
 from tests.support.peers import FakePeer
 
@@ -246,6 +247,33 @@ async def test_a_leave_the_cluster_cannot_hear_keeps_the_member(rig: HandlerRig)
     assert await rig.members_of("room") == ["alice", "bob"]
     assert bob.session.spaces == {"room"} and bob in rig.registry.members("room")
     assert alice.frames == []
+
+
+async def test_a_leave_answered_unavailable_whose_command_ran_is_put_back(
+    rig: HandlerRig,
+) -> None:
+    """Redis stalled past the timeout: the leave is refused, yet its command
+    ran. The agent is still a member, so presence says so again once the
+    cluster answers."""
+    alice, bob = await joined_all(rig, "room", "alice", "bob")
+    presence = rig.presence
+    leave_space = presence.leave_space
+
+    async def ran_then_timed_out(space: str, agent_id: str) -> int:
+        await leave_space(space, agent_id)
+        raise BackplaneUnavailable("leave_space failed (TimeoutError)")
+
+    presence.leave_space = ran_then_timed_out  # type: ignore[method-assign]
+    await rig.send(alice, {"type": "space.leave", "id": "l", "space": "room"})
+    presence.leave_space = leave_space  # type: ignore[method-assign]
+    assert alice.errors() == [("UNAVAILABLE", "l")]
+    assert await rig.members_of("room") == ["bob"], "the command ran"
+    await rig.membership.retry_departures()  # the node's beat, the cluster back
+    assert sorted(await rig.members_of("room")) == ["alice", "bob"]
+    assert alice.session is not None and alice.session.spaces == {"room"}
+    assert announcements(bob) == [], "nobody was told it left: it did not"
+    await rig.membership.retry_departures()
+    assert rig.membership.unsure_leaves == []
 
 
 async def test_leaving_ends_the_leavers_open_streams_first(rig: HandlerRig) -> None:
