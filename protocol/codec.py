@@ -14,6 +14,7 @@ bytes.
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from collections.abc import Iterable, Mapping
@@ -66,10 +67,7 @@ def decode(frame: str | bytes) -> ClientMessage:
     try:
         obj = orjson.loads(frame)
     except orjson.JSONDecodeError as exc:
-        out_of_range = _out_of_range(frame) if "infinity" in str(exc) else None
-        raise out_of_range or ProtocolError(
-            ErrorCode.INVALID_REQUEST, f"invalid JSON: {exc}"
-        ) from None
+        raise _not_json(frame, exc) from None
     if not isinstance(obj, dict):
         raise ProtocolError(ErrorCode.INVALID_REQUEST, "a message must be a JSON object")
     rid = request_id_of(obj)
@@ -139,65 +137,62 @@ def check_json_bounds(
             request_id,
         )
     if _LONG_DIGITS.search(text) is not None:
+        # orjson accepted the text: json is stricter on nothing we rely on.
         try:
-            json.loads(text, parse_int=_bounded_int)
-        except _IntegerOutOfRange as exc:
-            raise ProtocolError(
-                ErrorCode.INVALID_REQUEST,
-                f"integer {exc.args[0][:40]} does not fit in 64 bits: send it as a string",
-                request_id,
-            ) from None
-        except ValueError:  # orjson accepted it; json is stricter on nothing we rely on
-            pass
+            literal, _ = _first_out_of_range(text)
+        except (ValueError, RecursionError):
+            return
+        if literal is not None:
+            raise _out_of_range(literal, request_id)
 
 
-def _out_of_range(text: str) -> ProtocolError | None:
-    """orjson refuses a number past a double's range (``1e400``, hundreds of
-    digits) as invalid JSON, though it is valid JSON: said as what it is, with
-    the message's ``id`` — or None when the text is not valid JSON."""
-    literals: list[str] = []
+def _not_json(text: str, exc: orjson.JSONDecodeError) -> ProtocolError:
+    """The refusal of a frame orjson could not read. A number past a double's
+    range (``1e400``, hundreds of digits) is orjson's "infinity", though the
+    text is valid JSON: said as what it is, with the message's ``id``."""
+    if "infinity" in str(exc):
+        try:
+            literal, obj = _first_out_of_range(text)
+        except (ValueError, RecursionError):
+            literal = None
+        if literal is not None:
+            return _out_of_range(literal, request_id_of(obj))
+    return ProtocolError(ErrorCode.INVALID_REQUEST, f"invalid JSON: {exc}")
+
+
+def _first_out_of_range(text: str) -> tuple[str | None, Any]:
+    """The first number in ``text`` the hub cannot carry unchanged (an integer
+    outside int64/uint64, a number past a double's range), or None; and the
+    document. ValueError (or RecursionError) for text that is not JSON."""
+    found: list[str] = []
 
     def as_int(literal: str) -> int:
         # Past 20 characters no integer fits in 64 bits (nor is int() cheap).
-        if len(literal) > 20 or not MIN_INT <= int(literal) <= MAX_INT:
-            literals.append(literal)
+        if len(literal) > 20 or not MIN_INT <= (value := int(literal)) <= MAX_INT:
+            found.append(literal)
             return 0
-        return int(literal)
+        return value
 
     def as_float(literal: str) -> float:
         value = float(literal)
-        if value in (float("inf"), float("-inf")):
-            literals.append(literal)
+        if math.isinf(value):
+            found.append(literal)
             return 0.0
         return value
 
     def no_constant(name: str) -> float:
         raise ValueError(f"{name} is not JSON")
 
-    try:
-        obj = json.loads(text, parse_int=as_int, parse_float=as_float, parse_constant=no_constant)
-    except (ValueError, RecursionError):
-        return None
-    if not literals:
-        return None
-    literal = literals[0]
-    shown = literal if len(literal) <= 40 else f"{literal[:40]}…"
+    obj = json.loads(text, parse_int=as_int, parse_float=as_float, parse_constant=no_constant)
+    return (found[0] if found else None), obj
+
+
+def _out_of_range(literal: str, request_id: str | int | None) -> ProtocolError:
     if literal.lstrip("-").isdigit():
-        message = f"integer {shown} does not fit in 64 bits: send it as a string"
+        what = f"integer {literal[:40]} does not fit in 64 bits"
     else:
-        message = f"number {shown} does not fit in a double: send it as a string"
-    return ProtocolError(ErrorCode.INVALID_REQUEST, message, request_id_of(obj))
-
-
-class _IntegerOutOfRange(ValueError):
-    pass
-
-
-def _bounded_int(literal: str) -> int:
-    value = int(literal)
-    if not MIN_INT <= value <= MAX_INT:
-        raise _IntegerOutOfRange(literal)
-    return value
+        what = f"number {literal[:40]} does not fit in a double"
+    return ProtocolError(ErrorCode.INVALID_REQUEST, f"{what}: send it as a string", request_id)
 
 
 def _depth(obj: Any, limit: int) -> int:
