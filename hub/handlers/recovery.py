@@ -41,6 +41,7 @@ from typing import Any
 import orjson
 
 from hub.cluster.backplane import Backplane, Delivery, History
+from hub.cluster.backplane.base import is_cancel
 from hub.cluster.subscriptions import Subscriptions
 from hub.config.settings import Settings
 from hub.core.actions import ReadHistory
@@ -283,10 +284,7 @@ def visible(env: Delivery, agent: str) -> bool:
         return True
     # A publisher's own stream's cancel is sent to it apart from the fan-out
     # (its acknowledgement, even with echo off): it did receive it.
-    return env.op is StreamOp.END and env.frame.startswith(_CANCEL)
-
-
-_CANCEL = b'{"type":"space.event.cancel"'
+    return is_cancel(env)
 
 
 def _recoverable(first: History, since: Since) -> bool:

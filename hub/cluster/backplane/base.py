@@ -125,11 +125,17 @@ class History:
 
 
 _DONE = b'{"type":"space.event.done"'
+_CANCEL = b'{"type":"space.event.cancel"'
 
 
 def is_done(message: Delivery) -> bool:
     """A stream's last frame that completes it (not a cancel)."""
     return message.op is StreamOp.END and message.frame.startswith(_DONE)
+
+
+def is_cancel(message: Delivery) -> bool:
+    """A stream's last frame that cancels it."""
+    return message.op is StreamOp.END and message.frame.startswith(_CANCEL)
 
 
 def complete_streams(events: list[Delivery]) -> frozenset[str]:
