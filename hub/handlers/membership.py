@@ -85,7 +85,8 @@ class Membership:
         # Leaves answered UNAVAILABLE whose command may still have run (Redis
         # stalled past the timeout): the agent stays a member, so presence is
         # put back in step with that once the cluster answers.
-        self.unsure_leaves: list[tuple[Peer, str]] = []
+        # (A dict for its order: a client retrying its leave is one entry.)
+        self.unsure_leaves: dict[tuple[Peer, str], None] = {}
         self._declared = settings.declared
         self.member_events = MemberEvents(settings.member_events_interval, self._announce)
 
@@ -210,7 +211,7 @@ class Membership:
         try:
             remaining = await self.presence.leave_space(a.space, conn.agent_id)
         except BackplaneUnavailable:
-            self.unsure_leaves.append((conn, a.space))
+            self.unsure_leaves[conn, a.space] = None
             raise
         self.drop_local(conn, a.space)
         conn.send_frame(codec.left(a.request_id, a.space))
@@ -430,7 +431,7 @@ class Membership:
         """A leave answered UNAVAILABLE was not carried out: an agent still a
         member here is a member in presence again (joining twice is harmless),
         whatever the timed-out command did."""
-        unsure, self.unsure_leaves = self.unsure_leaves, []
+        unsure, self.unsure_leaves = list(self.unsure_leaves), {}
         while unsure:
             conn, space = unsure[0]
             session = conn.session
@@ -440,7 +441,7 @@ class Membership:
                         space, conn.agent_id, self.spaces.capacity(space)
                     )
                 except BackplaneUnavailable:
-                    self.unsure_leaves.extend(unsure)
+                    self.unsure_leaves = dict.fromkeys(unsure) | self.unsure_leaves
                     raise
                 except SpaceFull:
                     # Its place was taken meanwhile: the leave stands after all,
