@@ -43,6 +43,8 @@ from agora_client.subscriptions import ALL_KINDS, EVENT_KINDS, STREAM_KINDS, Sub
 from agora_client.wire import MessageType
 
 log = logging.getLogger("agora_client")
+#: The warning about a rejoin that could not resume (``tail`` says it its own way).
+NOT_RECOVERED = "rejoined %s: events after seq %d could not be recovered (history %s)"
 
 # Text kept per incoming stream by default.
 _MAX_CHARS = 64 * 1024 * 1024
@@ -313,7 +315,7 @@ class Receiver(Connection):
             log.info("rejoined %s from now (presence is not replayed)", space)
         elif not note.recovered:
             log.warning(
-                "rejoined %s: events after seq %d could not be recovered (history %s)",
+                NOT_RECOVERED,
                 space,
                 since.seq,
                 "lost: new epoch" if note.epoch != since.epoch else "no longer reaches back",

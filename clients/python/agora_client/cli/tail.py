@@ -95,7 +95,9 @@ async def _tail(client: Client, args: argparse.Namespace, out: Output) -> int:
 
 
 def _not_rejoined(record: logging.LogRecord) -> bool:
-    return not str(record.msg).startswith("rejoined ")
+    from agora_client.receiving import NOT_RECOVERED
+
+    return record.msg is not NOT_RECOVERED
 
 
 class TailPrinter:
