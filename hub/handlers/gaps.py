@@ -15,6 +15,13 @@ missed (trimmed, or Redis lost it), the space's local connections are closed
 with ``UNAVAILABLE`` / 1013: they reconnect and resume from their own
 position, and learn ``recovered: false`` if it cannot be done — never a
 silent gap. (Virtual members cannot reconnect; they just carry on.)
+
+A space can also be *held* (:meth:`GapFiller.hold`): its messages are
+deferred in the same way while the node catches up on something else it
+missed — the membership changes of its time away
+(:mod:`hub.handlers.member_views`) — and delivered at :meth:`GapFiller.release`.
+A gap reported while a space is held is filled when it is released, before
+what was deferred.
 """
 
 from __future__ import annotations
@@ -58,6 +65,8 @@ class GapFiller:
         #: Spaces being filled, with the newer messages deferred meanwhile.
         self.filling: dict[str, list[Delivery]] = {}
         self._broken: set[str] = set()
+        #: Spaces held (:meth:`hold`), with the gap reported meanwhile, if any.
+        self._held: dict[str, tuple[int, int] | None] = {}
         self._log = structlog.get_logger("hub.handlers.gaps")
         self.filled = 0  # messages delivered from history (metrics, tests)
 
@@ -66,6 +75,9 @@ class GapFiller:
         if not self.registry.has_space(space):
             return
         if space in self.filling:
+            if space in self._held and self._held[space] is None:
+                self._held[space] = (after, upto)  # filled when the space is released
+                return
             self._broken.add(space)  # a second gap while filling the first
             return
         self.filling[space] = []
@@ -92,6 +104,34 @@ class GapFiller:
         if len(deferred) > MAX_DEFERRED:
             self._broken.add(env.space)
         return True
+
+    def hold(self, space: str) -> bool:
+        """Defer ``space``'s messages until :meth:`release`; False (nothing
+        held) when it is being filled or held already, or has no member here."""
+        if space in self.filling or not self.registry.has_space(space):
+            return False
+        self.filling[space] = []
+        self._held[space] = None
+        return True
+
+    def release(self, space: str) -> None:
+        """Deliver what :meth:`hold` deferred — after filling the gap reported
+        meanwhile, if one was."""
+        if space not in self._held:
+            return
+        gap = self._held.pop(space)
+        if gap is not None:
+            after, upto = gap
+            self._log.info(
+                "missed messages: filling from history", space=space, after=after, upto=upto
+            )
+            self._spawn(self._fill(space, after, upto))
+            return
+        if space in self._broken:  # lost, or too much deferred, while held
+            self._broken.discard(space)
+            self._give_up(space, 0, 0)
+        for env in self.filling.pop(space, ()):
+            self._deliver(env)
 
     async def _fill(self, space: str, after: int, upto: int) -> None:
         ok = False

@@ -40,6 +40,7 @@ from hub.core.registry import Registry
 from hub.core.spaces import SpaceDirectory
 from hub.errors import BackplaneUnavailable, SpaceFull
 from hub.handlers.member_events import Batch, HeldChangesFirst, MemberEvents
+from hub.handlers.member_views import MemberViews
 from hub.handlers.publishing import Publishing
 from hub.handlers.recovery import Recovery
 from protocol import codec
@@ -88,6 +89,9 @@ class Membership:
         # (A dict for its order: a client retrying its leave is one entry.)
         self.unsure_leaves: dict[tuple[Peer, str], None] = {}
         self._declared = settings.declared
+        #: What this node's members were told of each space's members (a node
+        #: on Redis: hub/handlers/member_views.py); started at a first join here.
+        self.views: MemberViews | None = None
         self.member_events = MemberEvents(settings.member_events_interval, self._announce)
 
     async def aclose(self) -> None:
@@ -176,6 +180,7 @@ class Membership:
         # join is in the list, or its announcement reaches the joiner after
         # the reply — never neither (contract §21).
         listing: tuple[list[str], int] = ([], 0)
+        first = self.views is not None and not self.registry.has_space(space)
 
         async def reply(**position: Any) -> bytes:
             nonlocal listing
@@ -188,6 +193,9 @@ class Membership:
             await self._undo_join(conn, space)
             raise
         members, count = listing
+        if first and self.views is not None and not self.views.started(space, members, count):
+            with contextlib.suppress(BackplaneUnavailable):
+                await self.views.complete(space)
         if count <= events_limit:
             with contextlib.suppress(BackplaneUnavailable):
                 await self.member_events.changed(space, conn.agent_id, True, (members, count))

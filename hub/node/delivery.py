@@ -13,6 +13,10 @@ While the status page is on, :class:`CountingDelivery` also counts events
 per space (the page shows event rates); a node whose page is off does not
 pay for that.
 
+On a node with a link to lose (Redis), :class:`FanOut` also shows every
+``space.members`` event to the node's member views
+(:mod:`hub.handlers.member_views`) — a prefix test of unsequenced frames.
+
 A stream *signal* (:attr:`StreamOp.SIGNAL`: who still receives a stream,
 hub/handlers/stream_stops.py) is handed to its handler instead.
 """
@@ -29,6 +33,7 @@ from hub.core.counters import Counters
 from hub.core.frames import OutFrame
 from hub.core.registry import Registry
 from hub.handlers.gaps import GapFiller
+from hub.handlers.member_views import is_members_event
 
 #: Sequenced messages whose seq is a multiple of this have their
 #: publish-to-delivery latency measured.
@@ -40,7 +45,7 @@ _SIGNAL = StreamOp.SIGNAL
 class FanOut:
     """A finished message to this node's members of its space."""
 
-    __slots__ = ("_counters", "_lag", "_preframe", "_registry")
+    __slots__ = ("_counters", "_lag", "_preframe", "_registry", "on_members")
 
     def __init__(
         self,
@@ -54,9 +59,13 @@ class FanOut:
         self._counters = counters
         self._preframe = preframe
         self._lag = lag
+        #: Shown every ``space.members`` event before its members get it.
+        self.on_members: Callable[[Delivery], None] | None = None
 
     def __call__(self, message: Delivery) -> None:
         seq = message.seq
+        if seq is None and self.on_members is not None and is_members_event(message):
+            self.on_members(message)
         sampled = seq is not None and not seq % DELIVERY_SAMPLE
         if sampled:
             started = time.perf_counter()

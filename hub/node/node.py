@@ -66,6 +66,7 @@ from hub.handlers.agent_ids import AgentIds, LocalHolders
 from hub.handlers.dispatch import Dispatcher, ErrorSender, Handler
 from hub.handlers.envelope_check import EnvelopeCheck
 from hub.handlers.gaps import GapFiller
+from hub.handlers.member_views import MemberViews
 from hub.handlers.membership import Membership
 from hub.handlers.publishing import Publishing
 from hub.handlers.recovery import Recovery
@@ -149,6 +150,9 @@ class Node:
         preframe = s.compression == "none"
         fan_out = FanOut(self.registry, self.counters, preframe=preframe, lag=self._lag)
         self.gaps = GapFiller(self.backplane, self.registry, fan_out, self._spawn)
+        #: What this node's members were told of each space's members, to tell
+        #: them what they missed while the link to Redis was down.
+        self.member_views: MemberViews | None = None
         recovery = Recovery(
             s, self.registry, self.backplane, self.subscriptions,
             filling=self.gaps.filling.__contains__,
@@ -161,6 +165,12 @@ class Node:
             s, self.node_id, self.registry, self.spaces, self.presence, self.backplane,
             self.subscriptions, self.ids, self.publishing, recovery, self.policy,
         )  # fmt: skip
+        if self.redis is not None:
+            self.member_views = MemberViews(
+                self.registry, self.presence, self.gaps, fan_out, self.membership.limits
+            )
+            fan_out.on_members = self.member_views.seen
+            self.membership.views = self.member_views
         #: Producers hear when nobody receives their stream any more.
         self.stream_stops = StreamStops(
             self.node_id, self.registry, self.backplane, self.publishing,
@@ -362,14 +372,24 @@ class Node:
         self._settled = False
         if ready and self._sweeper is not None and not self._closed:
             # Back from an outage: re-register (Redis may have lost everything)
-            # before reporting ready again.
-            self._spawn(self._settle())
+            # before reporting ready again, and tell the members what changed
+            # in their spaces meanwhile — their messages wait until then.
+            views = self.member_views
+            held = views.hold() if views is not None else []
+            self._spawn(self._settle(held))
 
-    async def _settle(self) -> None:
-        with contextlib.suppress(BackplaneUnavailable):
-            await self.cluster.tick()
-            await self.membership.retry_departures()
-            self._settled = True
+    async def _settle(self, held: list[str] | None = None) -> None:
+        try:
+            with contextlib.suppress(BackplaneUnavailable):
+                await self.cluster.tick()
+                await self.membership.retry_departures()
+                if held and self.member_views is not None:
+                    spaces, held = held, None
+                    await self.member_views.reconcile(spaces)
+                self._settled = True
+        finally:
+            if held and self.member_views is not None:
+                self.member_views.release(held)
 
     async def _beat_forever(self) -> None:
         """The node's liveness beat, far more often than agents heartbeat
@@ -378,6 +398,8 @@ class Node:
         every = self.settings.node_beat_every
         while True:
             await asyncio.sleep(every)
+            if self.member_views is not None:
+                self.member_views.forget_elsewhere()
             try:
                 await self._settle()
             except Exception:

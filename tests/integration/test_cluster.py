@@ -403,3 +403,57 @@ async def test_redis_outage_is_survived_without_silent_loss(redis_server, cluste
     # Neither connection dropped (without reconnect, a drop would be final).
     assert pub.connected and sub.connected
     assert pub.closed_error is None and sub.closed_error is None
+
+
+async def test_membership_changes_a_node_missed_while_cut_off_are_told(
+    redis_server, hub_process, proxy, clients
+):
+    """A node whose link to Redis is down while another node announces a
+    leave and a join (an outage it comes back from later than the others: each
+    node reconnects on its own backoff) misses those ``space.members`` events,
+    which carry no seq. Once back it tells its members what changed meanwhile,
+    before anything of the space newer than its return (contract §21: changes
+    are never dropped, and no member sees an event of an agent whose join it
+    was not told of)."""
+    slow_reap = {**CLUSTER, "heartbeat_timeout": 30.0, "node_heartbeat_timeout": 30.0}
+    n0 = hub_process(redis_url=redis_server.url, node_id="node0", **slow_reap)
+    link = await proxy(redis_server.port)
+    n1 = hub_process(redis_url=f"redis://127.0.0.1:{link.port}/0", node_id="node1", **slow_reap)
+    watcher = await clients(n0.url, "watcher")  # on the node that stays connected
+    sub = await clients(n1.url, "sub", request_timeout=20)
+    leaver = await clients(n0.url, "leaver")
+    for agent in (watcher, sub, leaver):
+        await agent.join("general")
+    seen_by_sub = sub.events("general", members=True)
+    seen_by_watcher = watcher.events("general", members=True)
+    await next_matching(seen_by_sub, joined("leaver"))
+
+    link.refuse()  # node1 loses Redis; node0 does not
+    await wait_ready(n1, 503)
+    await leaver.leave("general")
+    newcomer = await clients(n0.url, "newcomer")
+    await newcomer.join("general")
+    # node0 announced both (its own member heard them) while node1 could not hear.
+    await told_until(seen_by_watcher, {("left", "leaver"), ("joined", "newcomer")})
+
+    link.admit()
+    await wait_ready(n1, 200)
+    await newcomer.publish("general", {"text": "hello"})
+    # The news of the newcomer's join comes before its event.
+    told = await told_until(seen_by_sub, {("left", "leaver"), ("joined", "newcomer")})
+    assert told == {("left", "leaver"), ("joined", "newcomer")}
+    event = await seen_by_sub.get(timeout=TIMEOUT)
+    assert event.sender == "newcomer" and event.data["text"] == "hello"
+
+
+async def told_until(sub: Any, want: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    """The changes ``sub``'s ``space.members`` events told, as ``("joined"|"left",
+    agent)``, read until they include ``want``; an event before then fails."""
+    told: set[tuple[str, str]] = set()
+    async with asyncio.timeout(TIMEOUT):
+        while not want <= told:
+            item = await sub.get()
+            assert isinstance(item, MembersChanged), f"{item} before {want - told} was told"
+            told |= {("joined", a) for a in item.joined_ids}
+            told |= {("left", a) for a in item.left_ids}
+    return told

@@ -57,6 +57,7 @@ from hub.errors import BackplaneUnavailable
 from hub.handlers.dispatch import Dispatcher, ErrorSender, Handler
 from hub.handlers.envelope_check import EnvelopeCheck
 from hub.handlers.gaps import GapFiller
+from hub.handlers.member_views import MemberViews
 from hub.handlers.membership import Membership
 from hub.handlers.publishing import Publishing
 from hub.handlers.recovery import Recovery
@@ -201,6 +202,7 @@ class HandlerRig:
         *,
         auth: Any = None,
         grace: float = 0.0,
+        views: bool = False,
         **overrides: Any,
     ):
         s = self.settings = settings or load_settings({"node_id": "node-a", **overrides})
@@ -251,6 +253,14 @@ class HandlerRig:
             self.recovery,
             SpacePolicy.of(s.spaces),
         )
+        #: With ``views``: member views, as a node on Redis keeps them.
+        self.views: MemberViews | None = None
+        if views:
+            self.views = MemberViews(
+                self.registry, self.presence, self.gaps, fan_out, self.membership.limits
+            )
+            fan_out.on_members = self.views.seen
+            self.membership.views = self.views
         self.stream_stops = StreamStops(
             self.node_id,
             self.registry,

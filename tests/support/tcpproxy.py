@@ -7,7 +7,9 @@ back on the next one, as behind a load balancer) — or, with
 cuts every open connection (a network failure, both ends see a reset),
 :meth:`TcpProxy.drop_one` one of them, and :meth:`TcpProxy.cut_when` cuts a
 connection instead of forwarding a hub-to-client chunk that matches (the
-reply never arrives).
+reply never arrives). :meth:`TcpProxy.refuse` cuts every connection and turns
+new ones away until :meth:`TcpProxy.admit` (one client's network down for a
+while, the target still up for everyone else).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class TcpProxy:
         self._server: asyncio.Server | None = None
         self._pairs: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
         self._cut: Callable[[bytes], bool] | None = None
+        self._refusing = False
 
     @property
     def url(self) -> str:
@@ -66,11 +69,23 @@ class TcpProxy:
             writer.transport.abort()
         return True
 
+    def refuse(self) -> int:
+        """Cut every open connection and turn new ones away until :meth:`admit`."""
+        self._refusing = True
+        return self.drop()
+
+    def admit(self) -> None:
+        """Forward new connections again (after :meth:`refuse`)."""
+        self._refusing = False
+
     def cut_when(self, match: Callable[[bytes], bool] | None) -> None:
         """Cut a connection instead of forwarding hub-to-client bytes that ``match``."""
         self._cut = match
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._refusing:
+            writer.transport.abort()
+            return
         upstream = None
         order = self.targets
         if self.round_robin:
