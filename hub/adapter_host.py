@@ -339,7 +339,8 @@ class SystemSpaces(Protocol):
     ) -> int:
         """Hand ``event`` (a system event of ``space`` that reached the
         adapter's member ``relay``) to this node's other members of ``space``
-        who may read ``readers_of`` (all of them when None); how many got it.
+        who may read ``readers_of`` (when None: those whose credentials do
+        not limit the spaces they may join); how many got it.
         What a system space shows each observer, when that depends on the
         observer (``mcp.calls``), is decided here on every node, where each
         observer's credentials are."""

@@ -15,8 +15,9 @@ the call targets (contract §18): the events are published addressed to the
 ``mcp`` agent, and each node's copy shows them to that node's observers the
 hub's policy lets read that space (:meth:`~hub.adapter_host.SystemSpaces.show_readers`)
 — the node where an observer is connected is the one that knows its
-credentials. (So ``mcp.calls`` keeps no history an observer can read back:
-its events are live.)
+credentials. A call that targets no space is shown only to observers whose
+credentials do not limit the spaces they may join. (So ``mcp.calls`` keeps
+no history an observer can read back: its events are live.)
 
 A ``notifications/cancelled`` that reaches a node not running the call it
 names goes through here too: an event ``{"event": "cancel", "call": KEY}``

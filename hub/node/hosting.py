@@ -313,13 +313,23 @@ class NodeSystem:
             for member in self._registry.members(space)
             if member.agent_id != relay
             and member.session is not None
-            and (readers_of is None or self._policy.may_read(member.session, readers_of))
+            and self._shown(member.session, readers_of)
         )
         if not audience:
             return 0
         shown = {key: value for key, value in event.items() if key != "to"}
         frame = OutFrame(orjson.dumps(shown), self._preframe)
         return self._registry.deliver(space, frame, to=audience)
+
+    def _shown(self, observer: Session, readers_of: str | None) -> bool:
+        """May ``observer`` see an event about ``readers_of``? About no space
+        (``spaces_list``, ``agents_list`` without one): only one whose
+        credentials do not limit the spaces it may join — a caller's
+        discovery is not shown to an observer kept to some spaces."""
+        if readers_of is not None:
+            return self._policy.may_read(observer, readers_of)
+        grant = observer.grant
+        return grant.trusted or grant.join is None
 
 
 class NodeHost:

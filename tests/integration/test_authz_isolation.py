@@ -44,6 +44,8 @@ TOKENS = {
     "other": "other-token",
     "mallory": "mallory-token",
     "reader": {"token": "reader-token", "publish": ["open"]},
+    # Kept to two spaces by its own claims.
+    "scoped": {"token": "scoped-token", "join": ["open", "mcp.calls"]},
 }
 RULED = {"allow_join": ["carol", "keeper", "other", "reader"]}
 SPACES = [
@@ -219,6 +221,28 @@ async def test_mcp_calls_shows_a_call_only_to_who_may_join_its_space(hub, http, 
     told = [await other.wait_for("space.event", space="mcp.calls") for _ in range(12)]
     calls = [e["data"]["tool"] for e in told if e["data"]["event"] == "call"]
     assert calls == [name for name, _ in secret_calls] + ["space_publish"]
+
+
+async def test_mcp_calls_without_a_space_are_not_shown_to_an_observer_kept_to_some(
+    hub, http, authed
+):
+    """A discovery call names no space: an observer whose claims keep it to
+    some spaces does not see another caller's (its filter, that it asked),
+    one whose credentials do not limit its spaces does."""
+    server = await hub(**authed)
+    scoped = await agent(server, "scoped", "mcp.calls")
+    other = await agent(server, "other", "mcp.calls")
+    carol = McpHttp(http, server.http_url, token=token_of("carol"))
+    await carol.call("agents_list", {"capability": "payroll"})
+    await carol.call("space_publish", {"space": "open", "text": "hello all"})
+    calls = [await other.wait_for("space.event", space="mcp.calls") for _ in range(4)]
+    assert [(e["data"]["event"], e["data"]["tool"]) for e in calls] == [
+        ("call", "agents_list"), ("result", "agents_list"),
+        ("call", "space_publish"), ("result", "space_publish"),
+    ]  # fmt: skip
+    shown = [await scoped.wait_for("space.event", space="mcp.calls") for _ in range(2)]
+    assert [e["data"]["tool"] for e in shown] == ["space_publish", "space_publish"]
+    assert "payroll" not in orjson.dumps(shown).decode()
 
 
 # ── 3. every face authenticates; discovery; no existence oracle ───────────────
