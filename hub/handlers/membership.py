@@ -180,11 +180,14 @@ class Membership:
         # join is in the list, or its announcement reaches the joiner after
         # the reply — never neither (contract §21).
         listing: tuple[list[str], int] = ([], 0)
-        first = self.views is not None and not self.registry.has_space(space)
+        views = self.views if not self.registry.has_space(space) else None
+        partial = False  # the node's first member of a big space: read the rest
 
         async def reply(**position: Any) -> bytes:
-            nonlocal listing
+            nonlocal listing, partial
             listing = await self.presence.space_members(space, limit)
+            if views is not None:  # this node's first member: its members' view starts
+                partial = not views.started(space, *listing)
             return codec.joined(rid, space, *listing, **position)
 
         try:
@@ -193,9 +196,9 @@ class Membership:
             await self._undo_join(conn, space)
             raise
         members, count = listing
-        if first and self.views is not None and not self.views.started(space, members, count):
+        if partial and views is not None:
             with contextlib.suppress(BackplaneUnavailable):
-                await self.views.complete(space)
+                await views.complete(space)
         if count <= events_limit:
             with contextlib.suppress(BackplaneUnavailable):
                 await self.member_events.changed(space, conn.agent_id, True, (members, count))
