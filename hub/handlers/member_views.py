@@ -71,6 +71,10 @@ class MemberViews:
         self._fan_out = fan_out
         self._limits = limits
         self._views: dict[str, set[str]] = {}
+        #: Spaces being reconciled, and those of them the link came back for
+        #: again meanwhile (read once more before they are released).
+        self._reconciling: set[str] = set()
+        self._again: set[str] = set()
         self._log = structlog.get_logger("hub.handlers.member_views")
         #: ``space.members`` events sent by reconciling (metrics, tests).
         self.told = 0
@@ -123,7 +127,13 @@ class MemberViews:
         """Hold back the messages of every space with a view (the link is
         back): the spaces to :meth:`reconcile`, or to :meth:`release`."""
         self.forget_elsewhere()
-        return [space for space in self._views if self._gaps.hold(space)]
+        held = []
+        for space in self._views:
+            if self._gaps.hold(space):
+                held.append(space)
+            elif space in self._reconciling:
+                self._again.add(space)  # its reading may predate this outage
+        return held
 
     def release(self, spaces: Iterable[str]) -> None:
         for space in spaces:
@@ -140,38 +150,53 @@ class MemberViews:
             )
 
     async def _reconcile(self, space: str) -> None:
+        self._reconciling.add(space)
         try:
-            view = self._views.get(space)
-            if view is None:
-                return
-            list_limit, events_limit = self._limits(space)
-            members, count = await self._presence.space_members(space, events_limit)
-            if count > events_limit:
-                del self._views[space]  # too big to be told of changes
-                return
-            now = set(members)
-            joined = [agent for agent in members if agent not in view]
-            left = sorted(view - now)
-            self._views[space] = now
-            if not joined and not left:
-                return
-            listed = members if count <= list_limit else None
-            if len(joined) + len(left) == 1:
-                frame = codec.members(
-                    space, listed, count, joined[0] if joined else None, left[0] if left else None
-                )
-            else:
-                frame = codec.members(space, listed, count, joined, left)
-            self._fan_out(Delivery(space, frame))
-            self.told += 1
-            self._log.info(
-                "membership changes missed while cut off: told",
-                space=space,
-                joined=len(joined),
-                left=len(left),
-            )
+            while True:
+                self._again.discard(space)
+                try:
+                    await self._tell(space)
+                except Exception:
+                    if space not in self._again:
+                        raise
+                if space not in self._again:
+                    return
         finally:
+            self._reconciling.discard(space)
+            self._again.discard(space)
             self._gaps.release(space)
+
+    async def _tell(self, space: str) -> None:
+        """Read ``space``'s members; tell this node's members what differs."""
+        view = self._views.get(space)
+        if view is None:
+            return
+        list_limit, events_limit = self._limits(space)
+        members, count = await self._presence.space_members(space, events_limit)
+        if count > events_limit:
+            self._views.pop(space, None)  # too big to be told of changes
+            return
+        now = set(members)
+        joined = [agent for agent in members if agent not in view]
+        left = sorted(view - now)
+        self._views[space] = now
+        if not joined and not left:
+            return
+        listed = members if count <= list_limit else None
+        if len(joined) + len(left) == 1:
+            frame = codec.members(
+                space, listed, count, joined[0] if joined else None, left[0] if left else None
+            )
+        else:
+            frame = codec.members(space, listed, count, joined, left)
+        self._fan_out(Delivery(space, frame))
+        self.told += 1
+        self._log.info(
+            "membership changes missed while cut off: told",
+            space=space,
+            joined=len(joined),
+            left=len(left),
+        )
 
 
 def _ids(value: object) -> set[str]:

@@ -8,6 +8,7 @@ event published on Redis while the node was unsubscribed.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from hub.cluster.backplane import Delivery, Draft
@@ -177,3 +178,25 @@ async def test_a_space_the_node_left_is_forgotten(make_rig: Any) -> None:
     await rig.send(alice, {"type": "space.leave", "id": "l", "space": "room"})
     assert rig.views is not None
     assert await back(rig) == [] and "room" not in rig.views
+
+
+async def test_a_link_back_again_while_a_space_is_reconciled_reads_it_once_more(
+    make_rig: Any,
+) -> None:
+    rig, alice = await views_rig(make_rig)
+    assert rig.views is not None
+    switches = rig.presence.switches
+    answered = switches.hold("space_members:answered")
+    before = switches.calls.count("space_members:answered")  # alice's join read too
+    held = rig.views.hold()
+    reconciling = asyncio.ensure_future(rig.views.reconcile(held))
+    async with asyncio.timeout(5):
+        await switches.reached("space_members:answered", before + 1)
+    # Read, not answered yet; the link drops, dave joins elsewhere, the link is back.
+    await elsewhere(rig, "dave", joined=True, told=False)
+    assert rig.views.hold() == [], "still held by the first reconciliation"
+    answered.set()
+    async with asyncio.timeout(5):
+        await reconciling
+    assert [m["joined"] for m in alice.messages("space.members")] == ["dave"]
+    assert rig.gaps.filling == {}
