@@ -81,8 +81,7 @@ class GapFiller:
             self._broken.add(space)  # a second gap while filling the first
             return
         self.filling[space] = []
-        self._log.info("missed messages: filling from history", space=space, after=after, upto=upto)
-        self._spawn(self._fill(space, after, upto))
+        self._start_fill(space, after, upto)
 
     def lost(self, space: str) -> None:
         """The space's history may have lost what its members received (its
@@ -121,17 +120,18 @@ class GapFiller:
             return
         gap = self._held.pop(space)
         if gap is not None:
-            after, upto = gap
-            self._log.info(
-                "missed messages: filling from history", space=space, after=after, upto=upto
-            )
-            self._spawn(self._fill(space, after, upto))
+            self._start_fill(space, *gap)  # what was deferred goes out after it
             return
         if space in self._broken:  # lost, or too much deferred, while held
             self._broken.discard(space)
             self._give_up(space, 0, 0)
         for env in self.filling.pop(space, ()):
             self._deliver(env)
+
+    def _start_fill(self, space: str, after: int, upto: int) -> None:
+        """Fill the gap of ``space`` (already in :attr:`filling`) in the background."""
+        self._log.info("missed messages: filling from history", space=space, after=after, upto=upto)
+        self._spawn(self._fill(space, after, upto))
 
     async def _fill(self, space: str, after: int, upto: int) -> None:
         ok = False

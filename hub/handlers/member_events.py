@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from hub.errors import BackplaneUnavailable
+from protocol import codec
 
 #: Longest wait between two attempts at a batch the backplane refused.
 RETRY_MAX_DELAY = 5.0
@@ -72,6 +73,22 @@ class Batch:
     @property
     def left(self) -> list[str]:
         return [agent for agent, joined in self.changes if not joined]
+
+    @property
+    def lone_joiner(self) -> str | None:
+        """The agent of a batch that is one join: it is not told of itself."""
+        if len(self.changes) == 1 and self.changes[0][1]:
+            return self.changes[0][0]
+        return None
+
+    def frame(self, space: str, members: list[str] | None, count: int) -> bytes:
+        """The ``space.members`` event telling the batch: one change in the
+        seed's shape (``joined``/``left`` an id), several as lists."""
+        if len(self.changes) == 1:
+            ((agent, joined),) = self.changes
+            one = (agent, None) if joined else (None, agent)
+            return codec.members(space, members, count, *one)
+        return codec.members(space, members, count, self.joined, self.left)
 
 
 class Announce(Protocol):

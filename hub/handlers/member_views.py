@@ -38,7 +38,7 @@ from hub.cluster.backplane import Delivery
 from hub.cluster.presence import Presence
 from hub.core.registry import Registry
 from hub.handlers.gaps import GapFiller
-from protocol import codec
+from hub.handlers.member_events import Batch
 
 #: Spaces whose presence is read at once while reconciling.
 CONCURRENCY = 32
@@ -76,7 +76,7 @@ class MemberViews:
         self._reconciling: set[str] = set()
         self._again: set[str] = set()
         self._log = structlog.get_logger("hub.handlers.member_views")
-        #: ``space.members`` events sent by reconciling (metrics, tests).
+        #: ``space.members`` events sent by reconciling (tests read it).
         self.told = 0
 
     def __contains__(self, space: str) -> bool:
@@ -183,13 +183,8 @@ class MemberViews:
         if not joined and not left:
             return
         listed = members if count <= list_limit else None
-        if len(joined) + len(left) == 1:
-            frame = codec.members(
-                space, listed, count, joined[0] if joined else None, left[0] if left else None
-            )
-        else:
-            frame = codec.members(space, listed, count, joined, left)
-        self._fan_out(Delivery(space, frame))
+        missed = Batch((*((a, True) for a in joined), *((a, False) for a in left)))
+        self._fan_out(Delivery(space, missed.frame(space, listed, count)))
         self.told += 1
         self._log.info(
             "membership changes missed while cut off: told",

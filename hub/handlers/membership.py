@@ -280,14 +280,8 @@ class Membership:
         if not count or count > events_limit:
             return
         listed = members if count <= limit else None
-        if len(batch.changes) == 1:
-            ((agent_id, joined),) = batch.changes
-            one = (agent_id, None) if joined else (None, agent_id)
-            frame = codec.members(space, listed, count, *one)
-            await self.backplane.send(Delivery(space, frame, exclude=one[0]))
-        else:
-            frame = codec.members(space, listed, count, batch.joined, batch.left)
-            await self.backplane.send(Delivery(space, frame))
+        frame = batch.frame(space, listed, count)
+        await self.backplane.send(Delivery(space, frame, exclude=batch.lone_joiner))
 
     async def list_spaces(self, conn: Peer, a: ListSpaces) -> None:
         """The spaces cluster-wide, as the caller may see them: only those it
