@@ -229,6 +229,13 @@ class SpacePolicy:
     def may_publish(self, who: Principal, space: str) -> bool:
         return self.refusal(who, Act.PUBLISH, space) is None
 
+    def may_read_spaceless(self, who: Principal) -> bool:
+        """May ``who`` see what concerns no space in particular (another
+        caller's discovery on ``mcp.calls``)? Not when its credentials keep it
+        to some spaces (``join`` claims); space rules do not, they name spaces."""
+        grant = who.grant
+        return grant.trusted or grant.join is None
+
     def readable(self, who: Principal, spaces: Iterable[str]) -> list[str]:
         """Those of ``spaces`` ``who`` may read, in order (discovery)."""
         return [space for space in spaces if self.refusal(who, Act.READ, space) is None]

@@ -322,14 +322,11 @@ class NodeSystem:
         return self._registry.deliver(space, frame, to=audience)
 
     def _shown(self, observer: Session, readers_of: str | None) -> bool:
-        """May ``observer`` see an event about ``readers_of``? About no space
-        (``spaces_list``, ``agents_list`` without one): only one whose
-        credentials do not limit the spaces it may join — a caller's
-        discovery is not shown to an observer kept to some spaces."""
-        if readers_of is not None:
-            return self._policy.may_read(observer, readers_of)
-        grant = observer.grant
-        return grant.trusted or grant.join is None
+        """May ``observer`` see an event about ``readers_of`` (about no space:
+        ``spaces_list``, ``agents_list`` without one)?"""
+        if readers_of is None:
+            return self._policy.may_read_spaceless(observer)
+        return self._policy.may_read(observer, readers_of)
 
 
 class NodeHost:

@@ -188,6 +188,15 @@ def test_publishing_needs_reading_too():
     )
 
 
+def test_only_credentials_that_keep_a_holder_to_some_spaces_hide_what_names_none():
+    policy = SpacePolicy({"secret": SpaceRules(allow_join=Globs(["keeper"]))})
+    assert policy.may_read_spaceless(Who("anyone", Grant.unrestricted))
+    assert policy.may_read_spaceless(Who("mallory", Grant())), "a rule names its space only"
+    assert policy.may_read_spaceless(Who("mcp", Grant(join=("a",), trusted=True)))
+    assert not policy.may_read_spaceless(Who("scoped", Grant(join=("open", "mcp.calls"))))
+    assert not policy.may_read_spaceless(Who("none", Grant(join=())))
+
+
 def test_space_rules_come_from_the_config_file(tmp_path):
     config = tmp_path / "hub.toml"
     config.write_text(
