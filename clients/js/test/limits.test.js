@@ -31,10 +31,13 @@ describe("a hub that stops answering", () => {
       logger: null,
     });
     const writerLog = [];
+    let writerLost;
+    const writerReconnecting = new Promise((resolve) => (writerLost = resolve));
     const writer = new Client(hub.url, unique("writer"), {
       reconnect: { initialDelay: 100, maxDelay: 300 },
       openTimeout: 1000,
       logger: { info: (m) => writerLog.push(m) },
+      onStateChange: (state) => state === "reconnecting" && writerLost(),
     });
     cleanup.push(() => reader.close(), () => writer.close());
     await reader.connect();
@@ -64,6 +67,9 @@ describe("a hub that stops answering", () => {
     const waiting = [reader.ping(), reader.ping()];
     await assert.rejects(reader.ping(), BufferFull);
 
+    // The writer notices on its own heartbeat, not the reader's: the publish in
+    // flight is interrupted (and sent again) only once the writer has noticed.
+    await within(8000, writerReconnecting, "the writer noticing the hub is gone");
     hub.proc.kill("SIGCONT");
     await within(15_000, reader.waitConnected(15_000), "the reconnect");
     for (const ping of waiting) assert.ok(await ping);
