@@ -398,6 +398,13 @@ class Session:
                 rid,
             )
         if space not in self.spaces:
+            # A space this agent may not even join is refused alike whether or
+            # not it exists (no existence oracle, contract §18); one it may
+            # join gets §4's "not a member" or "does not exist".
+            if self._restricted and not self._limits.policy.may_read(self, space):
+                raise ProtocolError(
+                    ErrorCode.UNAUTHORIZED, f"not allowed to publish to space {space!r}", rid
+                )
             return Denied(space, rid)
         if kind is SpaceKind.SYSTEM or self._restricted:
             refusal = self._limits.policy.refusal(self, Act.PUBLISH, space)

@@ -353,6 +353,37 @@ async def test_a_refusal_looks_like_an_absence(hub, authed):
     )
 
 
+async def test_publishing_where_one_may_not_says_nothing_of_whether_the_space_exists(
+    hub, authed
+):
+    """On the WebSocket too: a publish, or a stream's first delta, to a space
+    the caller's claims keep it out of is refused the same way whether
+    someone made that space or nobody did."""
+    server = await hub(**authed)
+    await agent(server, "keeper", "task.keeper.hidden")  # made on the fly: listed nowhere
+    scoped = await agent(server, "scoped", "open")
+    answers = []
+    for space in ("task.keeper.hidden", "task.keeper.nothere"):
+        name = space.rsplit(".", 1)[1]
+        published = await scoped.request(
+            {"type": "space.publish", "space": space, "data": {"text": "probe"}}
+        )
+        streamed = await scoped.request({"type": "space.event.delta", "space": space,
+                                         "event_id": f"s-{name}", "data": {"text": "x"}})  # fmt: skip
+        answers.append([
+            (a["type"], a.get("code"), _named(a.get("message", "").encode(), name))
+            for a in (published, streamed)
+        ])  # fmt: skip
+    assert answers[0] == answers[1], answers
+    assert [a[:2] for a in answers[0]] == [("error", "UNAUTHORIZED")] * 2, answers
+    # A space it may use still tells "not a member" from "does not exist".
+    member_of_none = await agent(server, "other")
+    published = await member_of_none.request(
+        {"type": "space.publish", "space": "task.keeper.nothere", "data": {"text": "x"}}
+    )
+    assert published["code"] == "SPACE_NOT_FOUND", published
+
+
 def _named(body: bytes, path: str) -> bytes:
     """``body`` with the names ``path`` is made of blanked out."""
     for part in sorted(filter(None, path.split("/")), key=len, reverse=True):

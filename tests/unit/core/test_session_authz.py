@@ -195,6 +195,16 @@ def test_non_members_still_get_the_membership_answer():
     assert isinstance(feed(s, publish("lobby"))[0], Denied)
 
 
+def test_a_space_one_may_not_join_is_refused_before_its_existence_is_asked():
+    # Denied would have the node answer SPACE_NOT_FOUND or "not a member",
+    # telling an outsider whether someone made the space (contract §18).
+    s = session(grant=Grant(join=("lobby",)))
+    assert "not allowed" in refused(feed(s, publish("task.x.hidden")), "p")
+    assert "not allowed" in refused(feed(s, delta("task.x.hidden", "d")), "d")
+    s = session(agent="alice", rules=RULES)
+    refused(feed(s, publish("ops")), "p")
+
+
 def test_system_spaces_stay_read_only_whatever_the_grant():
     s = session(grant=Grant(publish=("*",)), member_of=("agent.status",))
     assert "read-only" in refused(feed(s, publish("agent.status")), "p")
