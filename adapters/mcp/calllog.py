@@ -3,7 +3,7 @@
 Each ``tools/call`` becomes two hub-generated events there (``from: "@hub"``):
 
     {"event": "call",   "call_id", "tool", "caller", "node", "space",
-     "arguments" | "arguments_bytes"}
+     "arguments" | "arguments_bytes" | neither}
     {"event": "result", "call_id", "tool", "caller", "node", "space",
      "is_error", "error"?, "duration_ms"}
 
@@ -116,9 +116,14 @@ class CallLog:
                 await self._task
 
     def call(self, call_id: str, tool: str, caller: str, space: str | None, arguments: Any) -> None:
+        """A call starts; ``arguments`` None: withheld (the event has neither
+        ``arguments`` nor ``arguments_bytes``)."""
         if not self.observed:
             return
         event: dict[str, Any] = {"event": "call", **self._head(call_id, tool, caller, space)}
+        if arguments is None:
+            self._add(event)
+            return
         encoded = orjson.dumps(arguments)
         if len(encoded) <= MAX_ARGUMENT_BYTES:
             event["arguments"] = arguments

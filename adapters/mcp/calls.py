@@ -129,7 +129,12 @@ class ToolRunner:
         # The call log's events are made only while someone may watch: no id otherwise.
         call_id = new_call_id() if self.calls.observed else ""
         if call_id:
-            self.calls.call(call_id, name, caller.agent_id, space, arguments)
+            # A space given that is no name (a list, an object) says nothing of
+            # who may read the call: it is shown as targeting none, without
+            # its arguments (which may name a space, contract §18).
+            named = space is not None or arguments.get("space") is None
+            shown = arguments if named else None
+            self.calls.call(call_id, name, caller.agent_id, space, shown)
         started = time.monotonic()
         try:
             if agent_tool is not None:

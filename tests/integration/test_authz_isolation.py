@@ -199,6 +199,9 @@ async def test_mcp_calls_shows_a_call_only_to_who_may_join_its_space(hub, http, 
         ("space_ask", {"space": "secret", "text": "launch code?", "timeout": 0.2}),
         ("space_history", {"space": "secret"}),
         ("agents_list", {"space": "secret"}),
+        # Refused (space must be a string), yet their arguments name secret.
+        ("space_publish", {"space": ["secret"], "text": "launch code 1111"}),
+        ("space_ask", {"space": {"id": "secret"}, "text": "launch code?"}),
         ("keeper.vault", {"what": "launch code"}),
     ]
     for name, arguments in secret_calls:
@@ -218,7 +221,7 @@ async def test_mcp_calls_shows_a_call_only_to_who_may_join_its_space(hub, http, 
         assert "secret" not in orjson.dumps(event).decode(), event
         assert event["data"]["tool"] != "keeper.vault"
     # One who may join secret sees every call, in order.
-    told = [await other.wait_for("space.event", space="mcp.calls") for _ in range(12)]
+    told = [await other.wait_for("space.event", space="mcp.calls") for _ in range(16)]
     calls = [e["data"]["tool"] for e in told if e["data"]["event"] == "call"]
     assert calls == [name for name, _ in secret_calls] + ["space_publish"]
 
