@@ -159,3 +159,54 @@ async def test_coalescing_keeps_deltas_bounded_and_flushes_on_cancel(hub, client
     assert "".join(deltas) == "first " + "".join(pieces) + "last words"  # in order, all of it
     assert max(len(d) for d in deltas) <= MAX_DELTA_CHARS
     assert got[-1].reason == "stopped"
+
+
+async def test_only_a_reply_in_the_requests_space_from_an_addressee_answers_it(hub, clients):
+    # §18: mallory, who knows the request's id, answers it from another space,
+    # and in its space though it was not asked (plainly and streamed): the
+    # request goes on waiting for helper's genuine reply.
+    server = await hub()
+    names = ("alice", "helper", "mallory")
+    alice, helper, mallory = await members_of(server, clients, "other", *names)
+    for c in (alice, helper, mallory):
+        await c.join("pub")
+    questions = helper.events("other")
+    seen = {space: alice.events(space) for space in ("pub", "other")}
+    asking = asyncio.create_task(alice.request("other", "a question", to="helper", timeout=TIMEOUT))
+    question = await questions.get(TIMEOUT)
+    assert question.text == "a question"
+    forged = {"in_reply_to": question.event_id}
+
+    await mallory.publish("pub", {**forged, "text": "forged in pub"})
+    await mallory.publish("other", {**forged, "text": "forged, not asked"})
+    async with mallory.stream("other", data=forged) as s:
+        await s.send("forged stream")
+    await helper.publish("pub", {**forged, "text": "helper, in pub"})
+    for space, sub in seen.items():  # alice's reader has handled all of it
+        marker = await mallory.publish(space, "marker")
+        while (await sub.get(TIMEOUT)).event_id != marker.event_id:
+            pass
+    assert not asking.done()
+
+    await helper.reply(question, "genuine")
+    reply = await asking
+    assert (reply.space, reply.sender, reply.text) == ("other", "helper", "genuine")
+
+
+async def test_an_unaddressed_request_is_answered_from_its_space_only(hub, clients):
+    server = await hub()
+    alice, carol, mallory = await members_of(server, clients, "other", "alice", "carol", "mallory")
+    for c in (alice, mallory):
+        await c.join("pub")
+    questions = carol.events("other")
+    asking = asyncio.create_task(alice.request("other", "anyone?", timeout=TIMEOUT))
+    question = await questions.get(TIMEOUT)
+    seen = alice.events("pub")
+    forged = await mallory.publish("pub", {"in_reply_to": question.event_id, "text": "in pub"})
+    assert (await seen.get(TIMEOUT)).event_id == forged.event_id  # alice's reader had it
+    async with carol.stream_reply(question) as s:
+        await s.send("streamed ")
+        await s.send("answer")
+    reply = await asking
+    assert isinstance(reply, AssembledEvent)
+    assert (reply.space, reply.sender, reply.text) == ("other", "carol", "streamed answer")

@@ -94,7 +94,8 @@ export class HubClient extends ClientSession {
   /**
    * Ask: publish `data` (addressed with `to`) and resolve with the first event
    * whose `data.in_reply_to` is the published event's id — a streamed reply
-   * assembled (check `complete`). No reply within `timeout` ms (default 30 000,
+   * assembled (check `complete`) — published in `space` by an agent of `to`
+   * (unaddressed: by any member of `space`). No reply within `timeout` ms (default 30 000,
    * publishing included) throws `ReplyTimeout`; the client stopping for good
    * throws its error.
    */
@@ -105,7 +106,7 @@ export class HubClient extends ClientSession {
     const replies = this.inbox.replies;
     let sent: Event;
     try {
-      const onId = (rid: string): void => void (waiter = replies.expect(rid, waiter));
+      const onId = (rid: string): void => void (waiter = replies.expect(rid, waiter, space, options.to ?? null));
       sent = await this.publishWith(space, data, options, onId, deadline);
     } catch (error) {
       if (waiter !== null) replies.abandon(waiter, error as Error);

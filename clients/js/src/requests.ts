@@ -9,7 +9,10 @@
  * `ReplyWaiters`: request/reply between agents (contract §4). A request is a
  * publish; its answer is the first event of the space whose `data.in_reply_to` is
  * the request's `event_id` — a plain event, or a stream whose first delta says so,
- * assembled. The waiter learns the request's `event_id` in the reader, from the
+ * assembled — published by an agent the request was addressed to (unaddressed: by
+ * any member of the space; contract §18). A reply from another space, or from an
+ * agent not asked, passes by: the request goes on waiting. The sender is the hub's
+ * stamp (the frame's `from`). The waiter learns the request's `event_id` in the reader, from the
  * frame that acknowledges the publish, before any later frame is handled: a reply
  * that arrives in the same burst as the acknowledgement is not missed.
  */
@@ -105,14 +108,27 @@ export async function everyPage<P extends { nextCursor: string | null }, T>(
 export class ReplyWaiter {
   readonly promise: Promise<Event>;
   private readonly handlers: Deferred<Event>;
+  /** The agents the request was addressed to; null: unaddressed. */
+  readonly to: ReadonlySet<string> | null;
   /** The request's event id, once its publish is acknowledged. */
   eventId: string | null = null;
   /** The reply stream being assembled, once its first delta came. */
   stream: { eventId: string; assembler: StreamAssembler } | null = null;
 
-  constructor(public requestId: RequestId) {
+  /** `space`: where the request is published; `to`: whom it is addressed to. */
+  constructor(
+    public requestId: RequestId,
+    readonly space: string,
+    to: string | readonly string[] | null = null,
+  ) {
     [this.promise, this.handlers] = deferred<Event>();
     this.promise.catch(() => {});
+    this.to = to === null ? null : new Set(typeof to === "string" ? [to] : to);
+  }
+
+  /** May a reply published in `space` by `from` (the hub's stamp) answer it? */
+  admits(space: string, from: string | null): boolean {
+    return space === this.space && !!from && (this.to === null || this.to.has(from));
   }
 
   settle(reply: Event | Error): void {
@@ -132,11 +148,16 @@ export class ReplyWaiters {
     return this.byRequest.size === 0 && this.byEventId.size === 0 && this.byStream.size === 0;
   }
 
-  /** A request about to be published under request id `rid` (`waiter`: one
-   * published again, under a new id, after a lost connection). */
-  expect(rid: RequestId, waiter: ReplyWaiter | null = null): ReplyWaiter {
+  /** A request to `space` (addressed to `to`) about to be published under request
+   * id `rid` (`waiter`: one published again, under a new id, after a lost connection). */
+  expect(
+    rid: RequestId,
+    waiter: ReplyWaiter | null,
+    space: string,
+    to: string | readonly string[] | null = null,
+  ): ReplyWaiter {
     if (waiter === null) {
-      waiter = new ReplyWaiter(rid);
+      waiter = new ReplyWaiter(rid, space, to);
     } else {
       this.byRequest.delete(waiter.requestId);
       waiter.requestId = rid;
@@ -160,7 +181,7 @@ export class ReplyWaiters {
     const target = event.data.in_reply_to;
     if (typeof target !== "string") return;
     const waiter = this.byEventId.get(target);
-    if (waiter === undefined) return;
+    if (waiter === undefined || !waiter.admits(event.space, event.from)) return;
     this.finish(waiter, event);
   }
 
@@ -171,7 +192,7 @@ export class ReplyWaiters {
       const target = chunk.data.in_reply_to;
       if (chunk.kind !== "delta" || typeof target !== "string") return;
       waiter = this.byEventId.get(target);
-      if (waiter === undefined) return;
+      if (waiter === undefined || !waiter.admits(chunk.space, chunk.from)) return;
       // The first reply to come is the answer: a stream, from its first delta on.
       this.byEventId.delete(target);
       waiter.stream = { eventId: chunk.eventId, assembler: new StreamAssembler({ incompleteTimeout: null }) };

@@ -250,6 +250,41 @@ describe("request and reply", () => {
     seen.close();
   });
 
+  test("only a reply in the request's space from an agent it asked answers it (§18)", async () => {
+    const [space, asker, helper, mallory] = await room("asker", "helper", "mallory");
+    const pub = unique("pub");
+    for (const c of [asker, helper, mallory]) await c.join(pub);
+    const questions = helper.events(space);
+    const seen = { [space]: asker.events(space), [pub]: asker.events(pub) };
+    let settled = false;
+    const asking = asker.request(space, "a question", { to: helper.agentId, timeout: 5000 });
+    asking.then(() => (settled = true), () => (settled = true));
+    const question = await nextMatching(questions, (e) => e.from === asker.agentId);
+    const forged = { in_reply_to: question.eventId };
+    await mallory.publish(pub, { ...forged, text: "forged in pub" });
+    await mallory.publish(space, { ...forged, text: "forged, not asked" });
+    await mallory.stream(space, { data: forged }).pipe(["forged ", "stream"]);
+    await helper.publish(pub, { ...forged, text: "helper, in pub" });
+    for (const [where, sub] of Object.entries(seen)) {
+      const marker = await mallory.publish(where, "marker"); // the asker's reader has handled all of it
+      await nextMatching(sub, (e) => e.eventId === marker.eventId);
+    }
+    assert.equal(settled, false, "no forged reply answered the request");
+    await helper.reply(question, "genuine");
+    const reply = await asking;
+    assert.deepEqual([reply.space, reply.from, reply.text], [space, helper.agentId, "genuine"]);
+
+    // Unaddressed: any member of its space answers it (streamed here), not another space.
+    const unaddressed = asker.request(space, "anyone?", { timeout: 5000 });
+    const open = await nextMatching(questions, (e) => e.from === asker.agentId && e.text === "anyone?");
+    const elsewhere = await mallory.publish(pub, { in_reply_to: open.eventId, text: "from pub" });
+    await nextMatching(seen[pub], (e) => e.eventId === elsewhere.eventId);
+    await mallory.replyStream(open).pipe(["any ", "member"]);
+    const answer = await unaddressed;
+    assert.deepEqual([answer.space, answer.from, answer.text], [space, mallory.agentId, "any member"]);
+    for (const sub of [questions, ...Object.values(seen)]) sub.close();
+  });
+
   test("no reply in time is a ReplyTimeout", async () => {
     const [space, asker] = await room("asker", "silent");
     await assert.rejects(asker.request(space, "anyone?", { timeout: 300 }), (e) => {

@@ -403,18 +403,20 @@ class Client(Receiver):
         is this request's ``event_id`` (what :meth:`reply` sends): an
         :class:`Event`, or an :class:`AssembledEvent` when it was streamed
         (:meth:`stream_reply`; check ``complete``). ``to`` addresses the
-        request (an agent, a bridge's agent id …). No reply within
-        ``timeout`` seconds (publishing included) raises
+        request (an agent, a bridge's agent id …); only a reply sent by one
+        of them answers it (unaddressed: by any member of the space). No reply
+        within ``timeout`` seconds (publishing included) raises
         :class:`ReplyTimeout`; the client closing for good raises its error.
         """
         answered: str | None = None
-        self._replies.sending()
+        addressed = None if to is None else recipients(to)
+        asked = self._replies.sending(space, addressed)
         try:
             async with asyncio.timeout(timeout):
                 try:
-                    answered = (await self.publish(space, data, to=to)).event_id
+                    answered = (await self.publish(space, data, to=addressed)).event_id
                 finally:
-                    fut = self._replies.sent(answered)
+                    fut = self._replies.sent(asked, answered)
                 assert fut is not None
                 stopped = asyncio.ensure_future(self._stopped.wait())
                 try:
