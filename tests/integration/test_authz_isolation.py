@@ -371,8 +371,8 @@ async def test_publishing_where_one_may_not_says_nothing_of_whether_the_space_ex
         published = await scoped.request(
             {"type": "space.publish", "space": space, "data": {"text": "probe"}}
         )
-        streamed = await scoped.request({"type": "space.event.delta", "space": space,
-                                         "event_id": f"s-{name}", "data": {"text": "x"}})  # fmt: skip
+        opening = {"type": "space.event.delta", "space": space, "event_id": f"s-{name}"}
+        streamed = await scoped.request({**opening, "data": {"text": "x"}})
         answers.append([
             (a["type"], a.get("code"), _named(a.get("message", "").encode(), name))
             for a in (published, streamed)

@@ -22,19 +22,29 @@ from tests.support.servers import ROOT
 TIMEOUT = 20.0
 
 
-def run_in_terminal(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    """Run ``agora-hub ARGS`` with stdout on a pseudo-terminal: (status, screen, stderr)."""
+def run_in_terminal(
+    *args: str, env: dict[str, str] | None = None, stdin: bytes | None = None
+) -> tuple[int, str, str]:
+    """Run ``agora-hub ARGS`` with stdout on a pseudo-terminal: (status, screen, stderr).
+    ``stdin``: piped in (a few KiB at most), else none."""
     master, slave = pty.openpty()
     base = {k: v for k, v in os.environ.items() if not k.startswith("AGORA_HUB_")}
+    source: int = subprocess.DEVNULL
+    if stdin is not None:  # written whole before the command starts (fits a pipe)
+        source, writer = os.pipe()
+        os.write(writer, stdin)
+        os.close(writer)
     proc = subprocess.Popen(
         [sys.executable, "-m", "hub", *args],
         cwd=ROOT,
-        stdin=subprocess.DEVNULL,
+        stdin=source,
         stdout=slave,
         stderr=subprocess.PIPE,
         env={**base, "TERM": "dumb", **(env or {})},
     )
     os.close(slave)
+    if stdin is not None:
+        os.close(source)
     chunks = []
     while True:
         try:
@@ -48,6 +58,18 @@ def run_in_terminal(*args: str, env: dict[str, str] | None = None) -> tuple[int,
     _, err = proc.communicate(timeout=TIMEOUT)
     screen = b"".join(chunks).decode().replace("\r\n", "\n")
     return proc.returncode, screen, err.decode()
+
+
+async def test_publish_from_stdin_on_a_terminal_says_how_many_deltas_and_lines(hub_process):
+    proc = hub_process()
+    text = "".join(f"{i}\n" for i in range(1, 301)).encode()
+    status, screen, err = await asyncio.to_thread(
+        run_in_terminal, "publish", "builds", "-", "--url", proc.url, stdin=text
+    )
+    assert status == 0, err
+    (line,) = [line for line in screen.splitlines() if line.strip()]
+    assert line.startswith("published to builds: ") and line.endswith(" 300 lines)"), line
+    assert " deltas, " in line, line
 
 
 async def test_tables_on_a_terminal_json_lines_otherwise(hub_process, clients):

@@ -85,7 +85,12 @@ async def _publish(client: Client, args: argparse.Namespace, out: Output) -> int
     if out.json_lines:
         out.json(result)
     else:
-        out.line(f"published to {result['space']}: {result['event_id']} (seq {result['seq']})")
+        counts = ""
+        if "lines" in result:
+            counts = f", {result['deltas']} deltas, {result['lines']} lines"
+        out.line(
+            f"published to {result['space']}: {result['event_id']} (seq {result['seq']}{counts})"
+        )
     return EXIT_OK
 
 
