@@ -356,9 +356,7 @@ async def test_a_refusal_looks_like_an_absence(hub, authed):
     )
 
 
-async def test_publishing_where_one_may_not_says_nothing_of_whether_the_space_exists(
-    hub, authed
-):
+async def test_publishing_where_one_may_not_says_nothing_of_whether_the_space_exists(hub, authed):
     """On the WebSocket too: a publish, or a stream's first delta, to a space
     the caller's claims keep it out of is refused the same way whether
     someone made that space or nobody did."""
