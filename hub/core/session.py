@@ -109,6 +109,7 @@ class Session:
         "_streams",
         "agent_id",
         "connection_id",
+        "echoes",
         "grant",
         "last_seen",
         "messages_in",
@@ -135,6 +136,10 @@ class Session:
             limits.rate_limit, limits.rate_burst, limits.rate_abuse_seconds, now
         )
         self._streams: PublisherStreams | None = None
+        #: Per space, the last publish whose echo is still on its way back
+        #: through the backplane (its seq to come): a leave lets it arrive
+        #: first (hub/handlers/publishing.py). None until a first one.
+        self.echoes: dict[str, Any] | None = None
         #: What the connection's credentials allow; ``agent.refresh`` replaces it.
         self.grant = grant
         self._restricted = False

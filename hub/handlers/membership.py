@@ -218,6 +218,8 @@ class Membership:
             self.drop_local(conn, a.space)
             conn.send_frame(codec.left(a.request_id, a.space))
             return
+        # Its last publish there comes back first, its echo before space.left.
+        await self.publishing.settled(conn, a.space)
         # Cluster first: when it is unreachable the agent stays a member.
         try:
             remaining = await self.presence.leave_space(a.space, conn.agent_id)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from hub.cluster.backplane import Broker, Draft, Duplicate, Once, StreamOp, idempotency
@@ -36,6 +37,9 @@ from protocol.errors import ErrorCode, ProtocolError
 # Publishes a connection may leave queued on the backplane without waiting
 # for their seq; beyond it the connection waits (backpressure).
 MAX_UNAWAITED = 1024
+#: How long a leave waits for the leaver's last publish there to come back
+#: from the backplane (its echo before ``space.left``); seconds.
+ECHO_WAIT = 5.0
 
 
 class Publishing:
@@ -49,8 +53,12 @@ class Publishing:
         counters: Counters,
         send_error: ErrorSender,
         envelopes: EnvelopeCheck | None = None,
+        reached: Callable[[str, int, float], Awaitable[None]] | None = None,
     ):
         self.settings = settings
+        #: Returns once this node fanned out a space's seq (a backplane that
+        #: delivers later than it answers: Redis); None: delivered at once.
+        self._reached = reached
         self.backplane = backplane
         self.presence = presence
         self.registry = registry
@@ -108,6 +116,11 @@ class Publishing:
         draft = Draft(head, tail, exclude=None if a.echo else agent, to=audience, once=once)
         pending = self.backplane.publish_nowait(a.space, draft)
         self.counters.published += 1
+        if a.echo and self._reached is not None and (session := conn.session) is not None:
+            echoes = session.echoes
+            if echoes is None:
+                echoes = session.echoes = {}
+            echoes[a.space] = pending
         if check is not None and verified is not None:
             # Refused by the backplane: its id is forgotten, it may come again.
             pending.add_done_callback(functools.partial(self._unrecord, check, verified))
@@ -123,6 +136,26 @@ class Publishing:
             return
         seq = await pending
         conn.send_frame(codec.published(a.request_id, a.space, event_id, seq, ts))
+
+    async def settled(self, conn: Peer, space: str) -> None:
+        """Before ``conn`` leaves ``space``: its last publish there has come
+        back from the backplane and was fanned out here, its echo included —
+        the echo is the publisher's acknowledgement, and once the agent has
+        left nothing of the space reaches it (contract §4; its messages are
+        handled in order). At most :data:`ECHO_WAIT` seconds."""
+        session = conn.session
+        echoes = None if session is None else session.echoes
+        if not echoes or self._reached is None:
+            return
+        pending = echoes.pop(space, None)
+        if pending is None:
+            return
+        try:
+            seq = await asyncio.shield(pending)
+        except Exception:
+            return  # refused: the publisher was told (UNAVAILABLE)
+        if not isinstance(seq, Duplicate):  # a retry: nothing new comes back
+            await self._reached(space, seq, ECHO_WAIT)
 
     def _unrecord(self, check: EnvelopeCheck, verified: Any, pending: asyncio.Future[int]) -> None:
         """The backplane refused a verified envelope: forget its id, so the

@@ -17,6 +17,10 @@ On a node with a link to lose (Redis), :class:`FanOut` also shows every
 ``space.members`` event to the node's member views
 (:mod:`hub.handlers.member_views`) — a prefix test of unsequenced frames.
 
+A publisher's leave may wait for its own last publish to come back from the
+backplane (so its echo goes out before ``space.left``): :meth:`FanOut.reached`.
+Nothing is checked per message while nobody waits.
+
 A stream *signal* (:attr:`StreamOp.SIGNAL`: who still receives a stream,
 hub/handlers/stream_stops.py) is handed to its handler instead.
 """
@@ -45,7 +49,15 @@ _SIGNAL = StreamOp.SIGNAL
 class FanOut:
     """A finished message to this node's members of its space."""
 
-    __slots__ = ("_counters", "_lag", "_preframe", "_registry", "on_members")
+    __slots__ = (
+        "_awaited",
+        "_counters",
+        "_delivered",
+        "_lag",
+        "_preframe",
+        "_registry",
+        "on_members",
+    )
 
     def __init__(
         self,
@@ -54,11 +66,16 @@ class FanOut:
         *,
         preframe: bool,
         lag: Callable[[], float],
+        delivered: Callable[[str], int] | None = None,
     ):
         self._registry = registry
         self._counters = counters
         self._preframe = preframe
         self._lag = lag
+        #: The backplane's highest seq handed over per space (``Channels.delivered``).
+        self._delivered = delivered
+        #: Leaves waiting for a seq of a space to be fanned out here.
+        self._awaited: dict[str, list[tuple[int, asyncio.Future[None]]]] = {}
         #: Shown every ``space.members`` event before its members get it.
         self.on_members: Callable[[Delivery], None] | None = None
 
@@ -83,6 +100,32 @@ class FanOut:
         if sampled:
             # The backplane's lag is this message's publish-to-receipt time.
             counters.delivery_latency.observe(self._lag() + time.perf_counter() - started)
+        if self._awaited and seq is not None:
+            self._wake(message.space, seq)
+
+    async def reached(self, space: str, seq: int, timeout: float) -> None:
+        """Return once this node has fanned out ``space``'s message ``seq``
+        (or a later one), or after ``timeout`` seconds (a message lost on its
+        way is filled from history later; nobody waits for that)."""
+        if self._delivered is None or self._delivered(space) >= seq:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        waiting = self._awaited.setdefault(space, [])
+        waiting.append((seq, waiter))
+        try:
+            await asyncio.wait_for(waiter, timeout)
+        except TimeoutError:
+            pass
+        finally:
+            if (seq, waiter) in waiting:
+                waiting.remove((seq, waiter))
+            if not waiting and self._awaited.get(space) is waiting:
+                del self._awaited[space]
+
+    def _wake(self, space: str, seq: int) -> None:
+        for wanted, waiter in self._awaited.get(space, ()):
+            if wanted <= seq and not waiter.done():
+                waiter.set_result(None)
 
 
 class NodeDelivery:

@@ -148,7 +148,10 @@ class Node:
         # ── the handlers of the sessions' actions, and where messages arrive
         self.send_error = ErrorSender(self.counters)
         preframe = s.compression == "none"
-        fan_out = FanOut(self.registry, self.counters, preframe=preframe, lag=self._lag)
+        fan_out = FanOut(
+            self.registry, self.counters, preframe=preframe, lag=self._lag,
+            delivered=self.backplane.delivered if self.redis is not None else None,
+        )  # fmt: skip
         self.gaps = GapFiller(self.backplane, self.registry, fan_out, self._spawn)
         #: What this node's members were told of each space's members, to tell
         #: them what they missed while the link to Redis was down.
@@ -160,6 +163,7 @@ class Node:
         self.publishing = Publishing(
             s, self.backplane, self.presence, self.registry, self.ids, self.counters,
             self.send_error, self.envelopes,
+            reached=fan_out.reached if self.redis is not None else None,
         )  # fmt: skip
         self.membership = Membership(
             s, self.node_id, self.registry, self.spaces, self.presence, self.backplane,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from hub.cluster.backplane import Delivery, MemoryBackplane, StreamOp
@@ -98,3 +99,27 @@ def test_stream_signals_go_to_their_handler_never_to_members() -> None:
     delivery.deliver(elsewhere)
     assert seen == [signal, elsewhere]
     assert alice.frames == [] and counters.deliveries == 0
+
+
+async def test_a_leave_waits_until_its_publish_came_back_and_no_longer() -> None:
+    """FanOut.reached: returns once the seq (or a later one) was fanned out
+    here, at once when it already was, and after its timeout when it never is."""
+    delivered = {"room": 4}
+    registry: Registry[FakePeer] = Registry()
+    fan_out = FanOut(
+        registry, Counters(), preframe=True, lag=lambda: 0.0, delivered=delivered.__getitem__
+    )
+    member(registry, "alice", "room")
+    await asyncio.wait_for(fan_out.reached("room", 3, 60), 5)  # already here
+    waiting = asyncio.ensure_future(fan_out.reached("room", 6, 60))
+    await asyncio.sleep(0)
+    fan_out(event("room", 5))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    fan_out(event("room", 7))  # a later one: 6 went by (or was refused)
+    await asyncio.wait_for(waiting, 5)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await fan_out.reached("room", 9, 0.05)  # never comes: given up
+    assert loop.time() - started >= 0.05
+    assert not fan_out._awaited, "no waiter is left behind"
