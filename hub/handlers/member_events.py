@@ -127,11 +127,14 @@ class _Window:
     """A space's open window: the sealed batches and the one being gathered,
     the lock its announcements take, and its timer."""
 
-    __slots__ = ("gathering", "sealed", "sending", "task")
+    __slots__ = ("flying", "gathering", "sealed", "sending", "task")
 
     def __init__(self) -> None:
         self.sealed: deque[Batch] = deque()
         self.gathering = _Gathering()
+        #: Batches taken and being announced (under ``sending``): still held
+        #: for :meth:`holds`, until the cluster has them.
+        self.flying: list[Batch] = []
         self.sending = asyncio.Lock()
         self.task: asyncio.Task[None] | None = None
 
@@ -145,7 +148,12 @@ class _Window:
         """Is a change of ``agent_id`` waiting here?"""
         if agent_id in self.gathering.of:
             return True
-        return any(agent_id == a for batch in self.sealed for a, _ in batch.changes)
+        return any(
+            agent_id == a
+            for batches in (self.sealed, self.flying)
+            for batch in batches
+            for a, _ in batch.changes
+        )
 
     def take(self) -> list[Batch]:
         """Everything held, oldest batch first; the window is empty after."""
@@ -219,12 +227,17 @@ class MemberEvents:
         batches = window.take()
         if not batches:
             return False
-        for i, batch in enumerate(batches):
-            try:
-                await self._announce(space, batch)
-            except BaseException:
-                window.restore(batches[i:])  # cancelled by aclose: it sends them
-                raise
+        # An event of an agent in them waits for the lock (announce_held).
+        window.flying = batches
+        try:
+            for i, batch in enumerate(batches):
+                try:
+                    await self._announce(space, batch)
+                except BaseException:
+                    window.restore(batches[i:])  # cancelled by aclose: it sends them
+                    raise
+        finally:
+            window.flying = []
         return True
 
     async def _run(self, space: str, window: _Window) -> None:

@@ -178,20 +178,25 @@ class Membership:
         # resume (since) replays what was missed first (hub/handlers/recovery.py).
         # The members are read once the joiner is in the fan-out: another's
         # join is in the list, or its announcement reaches the joiner after
-        # the reply — never neither (contract §21).
+        # the reply — never neither (contract §21). And before the position:
+        # an agent whose events come after it was in the list or joined
+        # later, never left before the list was read (its event would come
+        # from an agent the joiner was never told of).
         listing: tuple[list[str], int] = ([], 0)
         views = self.views if not self.registry.has_space(space) else None
         partial = False  # the node's first member of a big space: read the rest
 
-        async def reply(**position: Any) -> bytes:
+        async def listed() -> None:
             nonlocal listing, partial
             listing = await self.presence.space_members(space, limit)
             if views is not None:  # this node's first member: its members' view starts
                 partial = not views.started(space, *listing)
+
+        async def reply(**position: Any) -> bytes:
             return codec.joined(rid, space, *listing, **position)
 
         try:
-            await self.recovery.join(conn, space, a.since, reply)
+            await self.recovery.join(conn, space, a.since, reply, listed)
         except BaseException:
             await self._undo_join(conn, space)
             raise

@@ -163,13 +163,24 @@ class Recovery:
         pos = await self.backplane.position(space)
         return {"epoch": pos.epoch, "seq": pos.seq}
 
-    async def join(self, conn: Peer, space: str, since: Since | None, reply: Reply) -> None:
+    async def join(
+        self,
+        conn: Peer,
+        space: str,
+        since: Since | None,
+        reply: Reply,
+        listed: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         """Make ``conn`` a local member of ``space``: send ``await
         reply(**position)`` (``space.joined``), replay after ``since``, go live.
 
         The member receives exactly the events after the ``seq`` in its
         ``space.joined``: the position is read after it joined the fan-out,
         and what arrived meanwhile up to that seq is not passed on.
+        ``listed`` (the members read) runs in between: once the member is in
+        the fan-out, before the position — so whoever publishes after the
+        position was a member when they were read, or joined after it (and
+        its join is told to the member after the reply; contract §21).
 
         Raises (with nothing changed here) only before ``space.joined`` is
         sent; a replay that fails afterwards closes the connection instead.
@@ -180,19 +191,28 @@ class Recovery:
         entry.users += 1
         try:
             async with entry.lock:  # one replay buffer per member at a time
-                await self._join(conn, space, since, reply)
+                await self._join(conn, space, since, reply, listed)
         finally:
             entry.users -= 1
             if not entry.users:
                 del self._locks[conn]
 
-    async def _join(self, conn: Peer, space: str, since: Since | None, reply: Reply) -> None:
+    async def _join(
+        self,
+        conn: Peer,
+        space: str,
+        since: Since | None,
+        reply: Reply,
+        listed: Callable[[], Awaitable[None]] | None,
+    ) -> None:
         session = conn.session
         assert session is not None
         buffer = ReplayBuffer(self.registry, conn, self.settings.outbox_max_bytes)
         self.registry.join(space, conn)
         session.on_joined(space)
         try:
+            if listed is not None:
+                await listed()
             if since is None:
                 position = await self.backplane.position(space)
                 joined = await reply(epoch=position.epoch, seq=position.seq)

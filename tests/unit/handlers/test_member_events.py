@@ -311,6 +311,35 @@ async def test_a_held_change_waits_for_the_announcement_in_flight(
     await events.aclose()
 
 
+async def test_a_change_the_windows_end_is_announcing_still_holds_the_event_back(
+    clock: Clock,
+) -> None:
+    """At the window's end its batch is taken and announced: while that is on
+    its way to the cluster, an event of an agent in it waits for it (the
+    event used to overtake its join, reaching members never told of it)."""
+    release = asyncio.Event()
+    order: list[Any] = []
+
+    async def slow(space: str, batch: Batch) -> None:
+        if batch.changes == (("b", True),):
+            await release.wait()
+        order.append(batch.changes)
+
+    events = MemberEvents(0.25, slow, sleep=clock.sleep)
+    await events.changed("room", "a", True)  # opens the window
+    await events.changed("room", "b", True)  # held
+    await clock.tick()  # the window's end takes b's join and announces it
+    await until(lambda: not events._windows["room"].gathering.changes)
+    event = asyncio.get_running_loop().create_task(events.announce_held("room", "b"))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert not event.done(), "b's event must wait for its join on its way"
+    release.set()
+    await asyncio.wait_for(event, 2)
+    assert order == [(("a", True),), (("b", True),)]
+    await events.aclose()
+
+
 async def test_a_held_change_the_cluster_refuses_stops_the_event(
     events: MemberEvents, announced: Announced, clock: Clock
 ) -> None:
@@ -587,3 +616,41 @@ async def test_a_join_announced_while_a_joiner_reads_the_members_reaches_it(
         joined = await joining
     told = [m.get("joined") for m in announcements(alice)]
     assert "bob" in joined["members"] or "bob" in told, (joined, told)
+
+
+async def test_an_agent_gone_before_a_joiner_read_the_members_sends_it_nothing(
+    make_rig: Any,
+) -> None:
+    """Bob publishes and leaves while carol's join is under way: carol's list
+    does not have him, so she must not get his event either. The members are
+    read before the position — his event is then at or before it (it used to
+    be read after: carol got an event from an agent she was never told of)."""
+    rig: HandlerRig = await make_rig(members_list_limit=100)
+    alice, bob, carol = [await rig.connect(a) for a in ("alice", "bob", "carol")]
+    await rig.join(alice, "room")
+    await rig.join(bob, "room")
+    real = rig.presence.space_members
+    reading, release = asyncio.Event(), asyncio.Event()
+
+    async def space_members(space: str, limit: int) -> tuple[list[str], int]:
+        if not reading.is_set():  # carol's read: bob acts first
+            reading.set()
+            await release.wait()
+        return await real(space, limit)
+
+    rig.presence.space_members = space_members  # type: ignore[method-assign]
+    joining = asyncio.get_running_loop().create_task(rig.join(carol, "room"))
+    async with asyncio.timeout(2):
+        await reading.wait()
+    await rig.publish(bob, "room", {"text": "bye"})
+    await rig.send(bob, {"type": "space.leave", "space": "room"})
+    release.set()
+    async with asyncio.timeout(2):
+        joined = await joining
+    told = set(joined["members"])
+    for m in carol.messages():
+        joined_now = m.get("joined") or []
+        if m["type"] == "space.members" and "id" not in m:
+            told.update([joined_now] if isinstance(joined_now, str) else joined_now)
+        elif m["type"] == "space.event":
+            assert m["from"] in told, (m, joined)
