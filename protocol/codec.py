@@ -212,12 +212,34 @@ def _depth(obj: Any, limit: int) -> int:
     return deepest
 
 
+#: Error types that only say the input was not of a union member's type.
+_TYPE_ERRORS = frozenset({"string_type", "list_type", "dict_type", "int_type", "bool_type"})
+
+
 def _describe(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors(include_url=False, include_input=False)[:3]:
-        loc = ".".join(str(p) for p in err["loc"]) or "message"
-        parts.append(f"{loc}: {err['msg']}")
-    return "; ".join(parts)
+    """The first few errors, each ``field: why``. A union's member tags
+    (``list[constrained-str]``) are left out of the field, and so is a
+    member's bare type mismatch when another member says more (``to`` given
+    101 ids is too long a list, not "not a string")."""
+    errors = [
+        ([p for p in e["loc"] if not _union_tag(p)], e["type"], e["msg"])
+        for e in exc.errors(include_url=False, include_input=False)
+    ]
+    # Fields another member of their union says more about.
+    told = {str(loc[:1]) for loc, kind, _ in errors if kind not in _TYPE_ERRORS}
+    parts: list[str] = []
+    for loc, kind, msg in errors:
+        if kind in _TYPE_ERRORS and str(loc[:1]) in told:
+            continue
+        part = f"{'.'.join(str(p) for p in loc) or 'message'}: {msg}"
+        if part not in parts:
+            parts.append(part)
+    return "; ".join(parts[:3])
+
+
+def _union_tag(part: str | int) -> bool:
+    """A loc element naming a union member's type, not a field or index."""
+    return isinstance(part, str) and ("[" in part or "-" in part or part in ("str", "int"))
 
 
 # ── outbound ────────────────────────────────────────────────────────────────

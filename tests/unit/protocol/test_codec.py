@@ -53,6 +53,25 @@ def test_bad_frames_become_protocol_errors(frame, fragment, rid):
     assert info.value.request_id == rid
 
 
+@pytest.mark.parametrize(
+    ("to", "message"),
+    [
+        (["x"] * 101, "to: List should have at most 100 items after validation, not 101"),
+        (["ok", "x y"], "to.1: String should match pattern"),
+        (5, "to: Input should be a valid string; to: Input should be a valid list"),
+    ],
+)
+def test_a_union_field_says_what_is_wrong_with_what_was_given(to, message):
+    """``to`` is an id or a list of them: the error names what is wrong with the
+    form given, not pydantic's union member tags (``to.list[constrained-str]``)
+    nor "not a string" for a list."""
+    frame = orjson.dumps({"type": "space.publish", "space": "a", "data": {}, "to": to})
+    with pytest.raises(ProtocolError) as info:
+        codec.decode(frame.decode())
+    assert info.value.message.startswith(f"invalid space.publish: {message}")
+    assert "constrained" not in info.value.message and "[" not in info.value.message.split(":")[1]
+
+
 @given(st.binary(max_size=200) | st.text(max_size=200))
 def test_no_input_raises_anything_but_protocol_error(frame):
     try:
