@@ -116,11 +116,8 @@ class Publishing:
         draft = Draft(head, tail, exclude=None if a.echo else agent, to=audience, once=once)
         pending = self.backplane.publish_nowait(a.space, draft)
         self.counters.published += 1
-        if a.echo and self._reached is not None and (session := conn.session) is not None:
-            echoes = session.echoes
-            if echoes is None:
-                echoes = session.echoes = {}
-            echoes[a.space] = pending
+        if a.echo and self._reached is not None:
+            self._echo_on_its_way(conn, a.space, pending)
         if check is not None and verified is not None:
             # Refused by the backplane: its id is forgotten, it may come again.
             pending.add_done_callback(functools.partial(self._unrecord, check, verified))
@@ -136,6 +133,20 @@ class Publishing:
             return
         seq = await pending
         conn.send_frame(codec.published(a.request_id, a.space, event_id, seq, ts))
+
+    def _echo_on_its_way(self, conn: Peer, space: str, pending: asyncio.Future[int] | int) -> None:
+        """``conn``'s publish in ``space`` (its seq, or to come) comes back to
+        it through the backplane: a leave waits for it (:meth:`settled`)."""
+        session = conn.session
+        if session is None:
+            return
+        if isinstance(pending, int):
+            seq, pending = pending, asyncio.get_running_loop().create_future()
+            pending.set_result(seq)
+        echoes = session.echoes
+        if echoes is None:
+            echoes = session.echoes = {}
+        echoes[space] = pending
 
     async def settled(self, conn: Peer, space: str) -> None:
         """Before ``conn`` leaves ``space``: its last publish there has come
@@ -252,6 +263,8 @@ class Publishing:
         self.counters.published += 1
         if not a.echo:
             conn.send_frame(codec.published(a.request_id, a.space, stream_id, seq, ts))
+        elif self._reached is not None:
+            self._echo_on_its_way(conn, a.space, seq)
 
     async def stream_delta(self, conn: Peer, a: StreamDelta) -> None:
         """A client stream's delta. An addressed stream (``to`` on its first
@@ -290,8 +303,10 @@ class Publishing:
             {"from": conn.agent_id, "timestamp": codec.now_ms()}, request_id=a.request_id,
         )  # fmt: skip
         draft = Draft(head, tail, stream=a.stream_id, op=StreamOp.END, to=a.to)
-        await self.backplane.publish(a.space, draft)
+        seq = await self.backplane.publish(a.space, draft)
         self.counters.published += 1
+        if self._reached is not None:  # the done is the producer's acknowledgement too
+            self._echo_on_its_way(conn, a.space, seq)
 
     async def stream_cancel(self, conn: Peer, a: StreamCancel) -> None:
         """End a publisher's stream early; the publisher always hears of it."""

@@ -129,31 +129,49 @@ async def test_cross_node_fan_out_in_one_order(cluster, clients):
 
 async def test_a_publish_sent_just_before_leaving_is_acknowledged_before_the_leave(cluster):
     """Join, publish and leave sent back to back, an observer on another node:
-    the publisher's echo (its acknowledgement, contract §4) comes before its
-    ``space.left`` every time. A node on Redis gets its own events back through
-    pub/sub; the leave used to take the publisher out of the fan-out before
-    its event came back (about one time in five the publish went unanswered,
-    though the observer got it)."""
-    first, second = cluster(2, member_events_interval=0.2)
+    the publisher's acknowledgement (its echo, contract §4; the done of a
+    publish the hub streamed, or of its own stream) comes before its
+    ``space.left`` every time. A node on Redis gets its own events back
+    through pub/sub; the leave used to take the publisher out of the fan-out
+    before its event came back (about one time in five the publish went
+    unanswered, though the observer got it)."""
+    first, second = cluster(2, member_events_interval=0.2, stream_threshold=4096)
     observer = await WsClient.connect(second.url, "observer", heartbeat=True)
     neighbour = await WsClient.connect(first.url, "neighbour", heartbeat=True)
     publisher = await WsClient.connect(first.url, "publisher", heartbeat=True)
-    for trial in range(40):
+    ways = {
+        "plain": [{"type": "space.publish", "data": {"text": "hi"}}],
+        "big": [{"type": "space.publish", "data": {"text": "x" * 10_000}}],  # streamed
+        "stream": [
+            {"type": "space.event.delta", "data": {"text": "x"}},
+            {"type": "space.event.done"},
+        ],
+    }
+    acks = {"plain": "space.event", "big": "space.event.done", "stream": "space.event.done"}
+    for trial in range(45):
+        way = list(ways)[trial % 3]
         space = f"pl{trial}"
         await observer.join(space)
         await neighbour.join(space)  # the publisher's join is held a while (coalesced)
-        for kind, rid in (("space.join", "j"), ("space.publish", "p"), ("space.leave", "l")):
-            msg = {"type": kind, "id": f"{rid}{trial}", "space": space}
-            await publisher.send(msg if rid != "p" else {**msg, "data": {"text": "hi"}})
+        rid = f"p{trial}"
+        sent = [
+            {"type": "space.join", "space": space},
+            *({**m, "space": space, "event_id": f"s{trial}"} for m in ways[way]),
+            {"type": "space.leave", "space": space},
+        ]
+        sent[-2]["id"] = rid
+        for msg in sent:
+            await publisher.send(msg)
         frames: list[dict[str, Any]] = []
         while not frames or frames[-1].get("type") not in ("space.left", "error"):
             frames.append(await publisher.recv())
         kinds = [f["type"] for f in frames if f.get("type") != "space.members"]
-        assert kinds == ["space.joined", "space.event", "space.left"], (trial, frames)
-        echo = next(f for f in frames if f["type"] == "space.event")
-        assert echo["request_id"] == f"p{trial}" and echo["from"] == "publisher"
-        seen = await observer.wait_for("space.event", space=space)
-        assert seen["event_id"] == echo["event_id"]
+        assert kinds[0] == "space.joined" and kinds[-1] == "space.left", (way, frames)
+        ack = [f for f in frames if f.get("request_id") == rid]
+        assert [f["type"] for f in ack] == [acks[way]], (way, frames)
+        assert ack[0]["from"] == "publisher"
+        seen = await observer.wait_for(acks[way], space=space)
+        assert seen["seq"] == ack[0]["seq"], (way, seen, ack)
 
 
 async def test_members_and_list_are_cluster_wide(cluster, clients):
