@@ -227,6 +227,7 @@ class AgentHosting(Protocol):
         capabilities: tuple[str, ...] = (),
         metadata: dict[str, Any] | None = None,
         take: Take | None = None,
+        own_events: bool = False,
     ) -> AdapterMember:
         """A virtual member for the adapter (an :class:`AdapterMember`).
 
@@ -236,6 +237,8 @@ class AgentHosting(Protocol):
         :class:`AgentIdTaken` is raised while a live holder has it.
         ``take``: tried on each message in its delivery, before ``handler``
         (answers for waiting callers; see :mod:`hub.node.virtual`).
+        ``own_events``: the handler also gets the member's own events (a shared
+        member's copy on another node published them); else they are dropped.
         """
         ...
 

@@ -78,6 +78,7 @@ class JoiningMember:
         take: Take | None = None,
         *,
         retry: float = 1.0,
+        own_events: bool = False,
     ) -> None:
         """Attach the member and join the served spaces; what cannot be
         joined yet is retried every ``retry`` seconds (the gateways pass
@@ -85,7 +86,7 @@ class JoiningMember:
         first try on each message (see :meth:`~hub.adapter_host.AgentHosting.attach`)."""
         self.member = await hosting.attach(
             self.agent_id, handler, shared=True, type="bridge", capabilities=self.capabilities,
-            take=take,
+            take=take, own_events=own_events,
         )  # fmt: skip
         self._hosting = hosting
         if not await self._join_served():
@@ -100,20 +101,26 @@ class JoiningMember:
             await self.member.aclose()
 
     async def publish(
-        self, space: str, data: dict[str, Any], *, to: str | list[str] | None = None
+        self,
+        space: str,
+        data: dict[str, Any],
+        *,
+        to: str | list[str] | None = None,
+        echo: bool = False,
     ) -> dict[str, Any]:
-        """Publish ``data`` in ``space`` (joined first), without echo; the
-        ``space.published`` reply."""
+        """Publish ``data`` in ``space`` (joined first), without echo unless
+        asked; the ``space.published`` reply (with echo: the event, which the
+        member's copies on the other nodes get too)."""
         assert self.member is not None
         await self.join(space)
         try:
-            return await self.member.publish(space, data, to=to, echo=False)
+            return await self.member.publish(space, data, to=to, echo=echo)
         except RequestFailed as exc:
             if exc.code not in _MEMBERSHIP_LOST:
                 raise
         self._joined.pop(space, None)
         await self.join(space)
-        return await self.member.publish(space, data, to=to, echo=False)
+        return await self.member.publish(space, data, to=to, echo=echo)
 
     async def join(self, space: str) -> None:
         """Be a member of ``space`` on this node (a no-op when it is)."""

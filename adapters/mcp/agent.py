@@ -104,7 +104,11 @@ class McpAgent:
         """Attach ``mcp`` and join its spaces; what cannot be joined now is
         retried every ``retry`` seconds in the background."""
         # Answers go to their waiting call in the delivery itself (_take).
-        await self.joining.start(hosting, self._on_message, self._take, retry=retry)
+        # Its own events too: what another node's copy published (space_publish)
+        # is told to the sessions following the space here.
+        await self.joining.start(
+            hosting, self._on_message, self._take, retry=retry, own_events=True
+        )
 
     async def aclose(self) -> None:
         await self.asker.aclose()
@@ -160,8 +164,18 @@ class McpAgent:
     async def publish(
         self, space: str, data: dict[str, Any], to: list[str] | None
     ) -> dict[str, Any]:
-        """Publish ``data`` from ``mcp``; returns the ``space.published`` reply."""
-        return await self._publish(space, data, to)
+        """Publish ``data`` from ``mcp``; returns the ``space.published`` reply
+        (an unaddressed one: the event as delivered).
+
+        An unaddressed event is one that sessions following the space hear of
+        (``resources/subscribe``): it is published with echo, so the ``mcp``
+        member's copy on every node gets it like any member's event, and this
+        node's copy — whose echo answers the publish — tells its own sessions."""
+        if to is not None:
+            return await self._publish(space, data, to)
+        event = await self._call(self.joining.publish(space, data, echo=True))
+        self._on_space_message(event)
+        return event
 
     async def ask(
         self, space: str, data: dict[str, Any], to: list[str] | None, timeout: float

@@ -95,6 +95,7 @@ class NodeAgents:
         capabilities: tuple[str, ...] = (),
         metadata: dict[str, Any] | None = None,
         take: Take | None = None,
+        own_events: bool = False,
     ) -> VirtualMember:
         conn_id = self._ids.connection_id("vm")
         record = AgentRecord(
@@ -109,7 +110,7 @@ class NodeAgents:
             agent_id, conn_id, self._dispatcher.receive, handler,
             session=session, record=record, detach=self._detach, shared=shared,
             queue_bytes=self._settings.outbox_max_bytes, request_prefix=f"{self._ids.tag}-",
-            take=take,
+            take=take, own_events=own_events,
         )  # fmt: skip
         self._registry.add(conn_id, member)
         self.attached += 1

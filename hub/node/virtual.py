@@ -87,6 +87,7 @@ class VirtualMember:
         queue_bytes: int = 4 * 1024 * 1024,
         request_prefix: str = "",
         take: Take | None = None,
+        own_events: bool = False,
     ):
         self.agent_id = agent_id
         self.connection_id = connection_id
@@ -101,6 +102,8 @@ class VirtualMember:
         self._receive = receive
         self._handler = handler
         self._take = take
+        #: Its own events (another node's copy published them) reach the handler.
+        self._own_events = own_events
         self._handling = False  # the handler is running (it may be awaiting)
         self._closing = False
         self._ids = (f"{request_prefix}{connection_id}-{n}" for n in itertools.count(1))
@@ -132,7 +135,7 @@ class VirtualMember:
             return False
         if self._waiting and self._answer(msg):
             return True
-        if self._handler is None or msg.get("from") == self.agent_id:
+        if self._handler is None or (msg.get("from") == self.agent_id and not self._own_events):
             return True
         if self._take is not None and not self._queue and not self._handling:
             try:

@@ -150,6 +150,14 @@ async def test_a_space_followed_through_one_node_notifies_on_the_other(hub, http
             if note.get("method") == "notifications/resources/updated":
                 break
     assert note["params"] == {"uri": "agora://spaces/lab"}
+    # Published through node one's mcp agent: node two's copy hears it too.
+    published = await via_one.call("space_publish", {"space": "lab", "text": "via mcp"})
+    assert not published["isError"], published
+    async with asyncio.timeout(30):
+        while True:
+            note = await next_sse(stream.content, 30)
+            if note.get("method") == "notifications/resources/updated":
+                break
     stream.close()
     await bob.close()
 

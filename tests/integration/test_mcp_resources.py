@@ -112,6 +112,32 @@ async def test_a_subscription_notifies_each_new_event_until_unsubscribed(hub, ht
     await carol.close()
 
 
+async def test_an_event_published_through_mcp_itself_is_told_too(hub, http):
+    """``space_publish`` (the hub's ``mcp`` agent publishing) is an event of the
+    space like any other: a session following the space hears of it — its
+    own call's or another caller's. (It used to be told of nobody's: ``mcp``
+    published without echo, so no copy of it heard its own events.)"""
+    server = await hub()
+    bob = await WsClient.connect(server.url, "bob")
+    await bob.join("lab")
+    mcp = McpHttp(http, server.http_url, agent_id="alice")
+    await mcp.initialize()
+    other = McpHttp(http, server.http_url, agent_id="carol")
+    await other.initialize()
+    stream = await open_stream(mcp)
+    assert (await mcp.rpc("resources/subscribe", {"uri": "agora://spaces/lab"})).result == {}
+    await bob.wait_for("space.members", timeout=10, space="lab")  # mcp joined to follow it
+    for caller in (mcp, other, mcp):
+        published = await caller.call("space_publish", {"space": "lab", "text": "via mcp"})
+        assert not published["isError"], published
+        note = await next_notification(stream, "notifications/resources/updated")
+        assert note["params"] == {"uri": "agora://spaces/lab"}
+        seen = await bob.wait_for("space.event", timeout=10, space="lab")
+        assert seen["from"] == "mcp" and seen["data"]["text"] == "via mcp"
+    stream.close()
+    await bob.close()
+
+
 async def test_subscriptions_outlive_the_stream_and_need_a_session(hub, http):
     server = await hub()
     bob = await WsClient.connect(server.url, "bob")
