@@ -249,6 +249,13 @@ class PublisherStreams:
         """Hub-side ids of the open streams in ``space``."""
         return [s.stream_id for s in self._open.values() if s.space == space]
 
+    def not_opened(self, stream_id: str) -> None:
+        """The first delta of ``stream_id`` was not carried out (the backplane
+        was unavailable): as if it never came — the same delta may open it."""
+        own = self._own(stream_id)
+        if own is not None:
+            del self._open[own]
+
     def refused(self, stream_id: str) -> None:
         """The node refused the first delta of ``stream_id`` (its ``to`` named
         a non-member): the stream is over, and a later delta of it is refused

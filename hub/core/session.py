@@ -294,6 +294,11 @@ class Session:
     def on_left(self, space: str) -> None:
         self.spaces.discard(space)
 
+    def stream_not_opened(self, stream_id: str) -> None:
+        """The first delta of ``stream_id`` was answered UNAVAILABLE: not open."""
+        if self._streams is not None:
+            self._streams.not_opened(stream_id)
+
     def stream_refused(self, stream_id: str) -> None:
         """The node refused the first delta of ``stream_id`` (its ``to``)."""
         if self._streams is not None:

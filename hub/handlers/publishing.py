@@ -28,6 +28,7 @@ from hub.core.counters import Counters
 from hub.core.ids import Ids
 from hub.core.peer import Peer
 from hub.core.registry import Registry
+from hub.errors import BackplaneUnavailable
 from hub.handlers.dispatch import ErrorSender
 from hub.handlers.envelope_check import EnvelopeCheck
 from protocol import codec
@@ -284,7 +285,18 @@ class Publishing:
         pending = self.backplane.publish_nowait(
             a.space, Draft(head, tail, exclude=exclude, stream=a.stream_id, op=op, to=a.to)
         )
-        await self._unless_queued(conn, pending, a.request_id)
+        if not a.first:
+            await self._unless_queued(conn, pending, a.request_id)
+            return
+        # A stream opens only once its first delta is carried out: refused
+        # (UNAVAILABLE), it is not open, and the same delta may open it again —
+        # the next frames of the connection must not see it half-open.
+        try:
+            await pending
+        except BackplaneUnavailable:
+            if conn.session is not None:
+                conn.session.stream_not_opened(a.stream_id)
+            raise
 
     async def _stream_recipients(self, conn: Peer, a: StreamDelta, to: tuple[str, ...]) -> None:
         """The recipients an addressed stream's first delta names must all be

@@ -300,6 +300,31 @@ async def test_a_client_stream_is_relayed_delta_by_delta_then_done(room: Room) -
     assert len(bob.messages()) == 3
 
 
+async def test_a_first_delta_refused_unavailable_opens_nothing_and_may_be_sent_again(
+    room: Room,
+) -> None:
+    """UNAVAILABLE means not carried out: the stream is not open after it (its
+    next frames used to be taken as a continuation of a stream nobody saw
+    open — published into history, delivered to no one, unanswered), and the
+    same first delta opens it once the backplane is back."""
+    rig, alice, bob, _ = room
+    rig.backplane.switches.fail.add("publish")
+    await rig.send(alice, delta("s1", "Hel", data={"kind": "answer"}, id="d1"))
+    assert alice.errors() == [("UNAVAILABLE", "d1")]
+    assert alice.session is not None and alice.session.open_streams == 0
+    rig.backplane.switches.fail.clear()
+    await rig.send(alice, delta("s1", "Hel", data={"kind": "answer"}, id="d2"))
+    await rig.send(alice, {"type": "space.event.done", "space": "room", "event_id": "s1",
+                           "id": "done"})  # fmt: skip
+    got = bob.messages()
+    assert [m["type"] for m in got] == ["space.event.delta", "space.event.done"], got
+    assert got[0]["data"] == {"text": "Hel", "kind": "answer", "from": "alice"}
+    echoed = [m for m in alice.messages() if m["type"] != "error"]
+    assert [(m["type"], m.get("request_id")) for m in echoed] == [
+        ("space.event.delta", None), ("space.event.done", "done"),
+    ]  # fmt: skip
+
+
 async def test_the_publishers_cancel_reaches_every_receiver_and_ends_the_stream(
     room: Room,
 ) -> None:
