@@ -493,6 +493,35 @@ async def test_membership_changes_a_node_missed_while_cut_off_are_told(
     assert event.sender == "newcomer" and event.data["text"] == "hello"
 
 
+async def test_an_event_published_while_a_node_was_cut_off_reaches_it_in_a_quiet_space(
+    redis_server, hub_process, proxy, clients
+):
+    """A node whose link to Redis is down misses what another node publishes
+    meanwhile (nodes come back from a Redis restart each on its own backoff).
+    Its members must get it once the node is back — not only when the space's
+    next event shows the gap: in a quiet space there is none (an asker would
+    wait for a reply that is never delivered)."""
+    slow_reap = {**CLUSTER, "heartbeat_timeout": 30.0, "node_heartbeat_timeout": 30.0}
+    n0 = hub_process(redis_url=redis_server.url, node_id="node0", **slow_reap)
+    link = await proxy(redis_server.port)
+    n1 = hub_process(redis_url=f"redis://127.0.0.1:{link.port}/0", node_id="node1", **slow_reap)
+    speaker = await clients(n0.url, "speaker")
+    listener = await clients(n1.url, "listener", request_timeout=20)
+    await speaker.join("quiet")
+    await listener.join("quiet")
+    heard = listener.events("quiet")
+    await speaker.publish("quiet", {"text": "before"})
+    assert (await heard.get(timeout=TIMEOUT)).data["text"] == "before"
+
+    link.refuse()  # node1 loses Redis; node0 does not
+    await wait_ready(n1, 503)
+    await speaker.publish("quiet", {"text": "while away"})
+    link.admit()
+    await wait_ready(n1, 200)
+    event = await heard.get(timeout=TIMEOUT)  # and nothing else is published
+    assert event.data["text"] == "while away" and event.sender == "speaker"
+
+
 async def told_until(sub: Any, want: set[tuple[str, str]]) -> set[tuple[str, str]]:
     """The changes ``sub``'s ``space.members`` events told, as ``("joined"|"left",
     agent)``, read until they include ``want``; an event before then fails."""

@@ -111,6 +111,10 @@ class PubSubLink:
         self.ready = False
         self._reported: bool | None = None
         self.lag = 0.0
+        # The catch-up after a (re)subscribe (:meth:`_catch_up`), and the
+        # barrier it waits for on this node's own channel.
+        self._catching_up: asyncio.Task[None] | None = None
+        self._barrier: tuple[bytes, asyncio.Future[None]] | None = None
 
     @property
     def conn(self) -> AbstractConnection | None:
@@ -298,6 +302,9 @@ class PubSubLink:
                 failures += 1
             finally:
                 was_ready = self.ready
+                if self._catching_up is not None:
+                    self._catching_up.cancel()
+                    self._catching_up = None
                 shards, self._shards = self._shards, {}
                 self._leaving.clear()
                 self._confirmed.clear()
@@ -367,7 +374,12 @@ class PubSubLink:
                         self.lag = clock() - published_at
                         deliver(message)
                     elif channel == node_channel:
-                        handler.node_message(data)
+                        barrier = self._barrier
+                        if barrier is not None and data == barrier[0]:
+                            if not barrier[1].done():
+                                barrier[1].set_result(None)
+                        else:
+                            handler.node_message(data)
                 except Exception:
                     self._log.exception("delivery failed", channel=channel[:200])
             elif kind == self._confirm_kind:
@@ -375,6 +387,49 @@ class PubSubLink:
             elif kind == b"sunsubscribe" and not self._left(msg[1]):
                 # Unasked: the channel's slot moved to another master.
                 raise ConnectionError("a sharded channel's slot moved")
+
+    async def _catch_up(self) -> None:
+        """Subscribed again: what was published in a space while this node was
+        not subscribed never arrives, and would be found missing only when the
+        space's next message does — never, in a quiet space. So read each
+        space's seq, then wait for a barrier sent on this node's own channel
+        (same connection: every message published before it that this
+        subscription gets has arrived by then); what is still missing up to
+        that seq is reported as missed, and filled from history. (One
+        connection only: sharded channels have no common order.)"""
+        spaces = list(self._channels.values())
+        token = b"catch-up:" + random.randbytes(12)
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        try:
+            client = self._redis.client
+            seqs = await asyncio.wait_for(
+                client.mget([self._keys.seq(space) for space in spaces]), self._timeout
+            )
+            self._barrier = (token, waiter)
+            await asyncio.wait_for(
+                client.execute_command("PUBLISH", self._node_channel, token), self._timeout
+            )
+            await asyncio.wait_for(waiter, 2 * self._timeout)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the link's own checks notice a dead Redis
+            self._log.warning("redis catch-up skipped", error=str(exc) or type(exc).__name__)
+            return
+        finally:
+            self._barrier = None
+        positions, handler = self.positions, self._handler
+        assert handler is not None
+        channels = set(self._channels.values())
+        for space, raw in zip(spaces, seqs, strict=True):
+            seq = int(raw or 0)
+            base = positions.delivered.get(space, positions.floors.get(space))
+            if base is None or seq <= base or space not in channels:
+                continue
+            positions.delivered[space] = seq  # what arrives next comes after it
+            try:
+                handler.missed(space, base, seq + 1)
+            except Exception:
+                self._log.exception("missed handler failed", space=space)
 
     def _lost(self, space: str) -> None:
         self._log.warning("space history may have been lost", space=space)
@@ -403,3 +458,5 @@ class PubSubLink:
             if not self._awaiting:
                 self._log.info("redis subscribed", channels=len(self._confirmed))
                 self._set_ready(True)
+                if not self._redis.clustered and self._channels:
+                    self._catching_up = asyncio.get_running_loop().create_task(self._catch_up())
