@@ -87,6 +87,8 @@ class RelayedStream(Generic[M]):
     #: Members of the audience other than the publisher; counted when the
     #: first of them stops (None until then).
     receivers: int | None = None
+    #: When its first frame came (the clock of ``last_active``).
+    opened: float = 0.0
 
 
 class StreamAudiences(Generic[M]):
@@ -110,7 +112,7 @@ class StreamAudiences(Generic[M]):
     ) -> None:
         publisher = stream_id.partition("/")[0] if "/" in stream_id else ""
         self._streams[stream_id] = RelayedStream(
-            stream_id, space, publisher, audience, now, addressed
+            stream_id, space, publisher, audience, now, addressed, opened=now
         )
 
     def audience(self, stream_id: str, op: StreamOp, now: float) -> dict[M, None] | None:

@@ -91,19 +91,29 @@ class Sweeper:
         await self._end_orphans(now)
 
     async def _end_orphans(self, now: float) -> None:
-        """A relayed stream whose publisher is gone from the cluster — its node
+        """A relayed stream whose publisher's connection is gone — its node
         died mid-stream and was reaped — ends as a disconnect ends it, once it
         has been quiet as long as a node takes to be declared dead, instead of
-        at twice the stream idle timeout."""
+        at twice the stream idle timeout. Also when the agent is back on
+        another connection (the SDKs reconnect at once): a stream belongs to
+        the connection that opened it, never to the next one."""
         local = self.registry.agents
         for record in self.registry.idle_streams(now, self.settings.node_dead_after):
-            if not record.publisher or record.publisher in local:
-                continue  # the hub's own (a split publish), or a session here ends it
+            if not record.publisher:
+                continue  # the hub's own (a split publish)
+            here = local.get(record.publisher)
+            if here is not None:
+                # Held here: exactly whether that connection has it open.
+                session = here.session
+                if session is None or record.stream_id in session.streams_in(record.space):
+                    continue
+                self._end(record, "publisher_disconnected", now)
+                continue
             try:
                 holder = await self.claims.get_agent(record.publisher)
             except BackplaneUnavailable:
                 return  # the cluster cannot tell now: the next sweep asks again
-            if holder is None:
+            if holder is None or _connected_after(holder.connected_at, record, now):
                 self._end(record, "publisher_disconnected", now)
 
     def _end(self, record: RelayedStream[Any], reason: str, now: float) -> None:
@@ -115,3 +125,19 @@ class Sweeper:
             op=StreamOp.END,
             now=now,
         )
+
+
+#: How much later than a stream's first frame (as this node saw it) its
+#: publisher's current connection must have been accepted (as its node's
+#: clock says) to be another connection than the stream's: clocks of nodes
+#: differ by far less.
+CLOCK_MARGIN = 1.0
+
+
+def _connected_after(connected_at_ms: int, record: RelayedStream[Any], now: float) -> bool:
+    """Was the holder's connection accepted after ``record`` opened (so it is
+    not the connection that opened it)? ``now``: the clock of ``record``."""
+    if not connected_at_ms:
+        return False
+    opened_wall = time.time() - (now - record.opened)
+    return connected_at_ms / 1000 > opened_wall + CLOCK_MARGIN

@@ -315,6 +315,39 @@ async def test_a_stream_of_a_killed_node_ends_as_a_disconnect(cluster, clients):
     assert (end.kind, end.reason) == ("cancel", "publisher_disconnected")
 
 
+async def test_a_stream_of_a_killed_node_ends_even_when_its_publisher_is_back_at_once(
+    cluster, clients
+):
+    """As above, with the publisher reconnecting to the receiver's node right
+    after its node died (the SDKs do): the stream was the dead connection's,
+    and ends with ``publisher_disconnected`` once that node is reaped — not at
+    the idle timeout because the agent id is held again."""
+    n0, n1 = cluster(2, stream_idle_timeout=300.0)
+    pub = await WsClient.connect(n0.url, "pub", heartbeat=True)
+    receiver = await clients(n1.url, "receiver")
+    await receiver.join("room")
+    await pub.join("room")
+    chunks = receiver.stream_events("room")
+    await pub.send({"type": "space.event.delta", "space": "room", "event_id": "long",
+                    "data": {"text": "first words"}})  # fmt: skip
+    first = await next_matching(chunks, lambda m: isinstance(m, StreamChunk))
+    assert (first.kind, first.event_id) == ("delta", "pub/long")
+    os.kill(n0.proc.pid, signal.SIGKILL)
+    async with asyncio.timeout(30):  # back as soon as the dead holder is found out
+        while True:
+            try:
+                back = await WsClient.connect(n1.url, "pub", heartbeat=True)
+                break
+            except Exception:
+                await asyncio.sleep(0.2)
+    await back.join("room")
+    end = await next_matching(
+        chunks, lambda m: isinstance(m, StreamChunk) and m.event_id == "pub/long", timeout=30
+    )
+    assert (end.kind, end.reason) == ("cancel", "publisher_disconnected")
+    await back.close()
+
+
 async def test_killed_node_is_cleaned_up_by_the_others(cluster, clients):
     n0, n1 = cluster(2)
     survivor = await clients(n1.url, "survivor")
