@@ -374,7 +374,7 @@ class A2aGateway:
     ) -> web.StreamResponse:
         query = task_query(rpc.params, rpc.id)
         record = await self.tasks.visible(query.id, space, self._owner(caller))
-        return answers.result(rpc.id, record.wire(query.historyLength))
+        return answers.result(rpc.id, self.tasks.wire(record, query.historyLength))
 
     async def _list_tasks(
         self, request: web.Request, rpc: RpcRequest, space: str, agent: str | None, caller: Caller
@@ -550,7 +550,7 @@ class A2aGateway:
             # Blocking: until the turn ends (a terminal or interrupted state)
             # or the agents say they go on in the background (WORKING).
             await run.answered.wait()
-        return answers.result(rpc.id, {"task": run.record.wire(history)})
+        return answers.result(rpc.id, {"task": run.wire(history)})
 
     async def _start_turn(
         self,

@@ -28,7 +28,11 @@ reply stream once that started — the hub tells the producer — else an event
 
 Updates go to the run's listeners (the SSE response, :meth:`TaskRun.listen`;
 ``SubscribeToTask`` on this node, :meth:`TaskRun.subscribe`) as A2A stream
-results. A new task was stored by the gateway before its turn
+results. While a reply streams, the task as this node shows it
+(:meth:`TaskRun.wire`: ``GetTask``, ``SubscribeToTask``'s first event) holds
+the text streamed so far as one artifact under the stream's ``artifactId``, so
+a subscriber's later ``append`` updates extend it; the store has that text only
+once the stream is done. A new task was stored by the gateway before its turn
 was published (one the store cannot keep is refused there, never
 acknowledged); a follow-up turn is stored as it starts; every turn is stored
 at its end — so ``GetTask`` on any node sees the task's state.
@@ -106,6 +110,10 @@ class TaskRun:
         self._saving: set[asyncio.Task[None]] = set()
         self._interrupt: tuple[TaskState, str | None] | None = None
         self._task: asyncio.Task[None] | None = None
+        #: The reply streaming now: its artifact's id and the texts of its
+        #: deltas so far (within ``max_reply_bytes``); emptied at its end.
+        self._streamed_id = ""
+        self._streamed: list[str] = []
 
     @property
     def task_id(self) -> str:
@@ -123,11 +131,22 @@ class TaskRun:
         self._listeners.append(queue)
         return queue
 
+    def wire(self, history_length: int | None = None) -> dict[str, Any]:
+        """The A2A ``Task`` as it is now: the record's, with the reply streamed
+        so far as one more artifact (the ``artifactId`` its next deltas
+        ``append`` to)."""
+        task = self.record.wire(history_length)
+        if self._streamed:
+            streamed = artifact(self._streamed_id, [text_part("".join(self._streamed))])
+            task["artifacts"] = [*task.get("artifacts", ()), streamed]
+        return task
+
     def subscribe(self) -> asyncio.Queue[Update]:
         """A queue of this turn's stream results from now on, beginning with
-        the task as it is (``SubscribeToTask``); ending with None."""
+        the task as it is (``SubscribeToTask``: :meth:`wire`, a reply streamed
+        so far included); ending with None."""
         queue: asyncio.Queue[Update] = asyncio.Queue()
-        queue.put_nowait({"task": self.record.wire()})
+        queue.put_nowait({"task": self.wire()})
         if self.finished.is_set():
             queue.put_nowait(None)
         else:
@@ -201,6 +220,7 @@ class TaskRun:
             state, message = TaskState.FAILED, "Gateway error"
         finally:
             self.relay.stop()
+            self._streamed = []  # kept in the record if the stream was done
         await self._finish(state, message)
 
     async def _follow(self) -> tuple[TaskState, str | None]:
@@ -208,6 +228,7 @@ class TaskRun:
         stream_state: tuple[TaskState, str | None] | None = None
         artifact_id = ""  # a streamed reply's, from its first delta on
         texts: list[str] = []
+        self._streamed = texts  # what GetTask / SubscribeToTask show meanwhile (wire)
         size = 0
         while True:
             try:
@@ -237,13 +258,14 @@ class TaskRun:
                 )  # fmt: skip
                 whole = "".join(texts)
                 self.record.add_artifact(artifact_id, [text_part(whole)], size)
+                self._streamed = []  # in the record now
                 assert stream_state is not None
                 state, message = stream_state
                 return state, whole if state is TaskState.INPUT_REQUIRED else message
             text = _text(piece)
             if stream_state is None:
                 stream_state = reply_state(piece.data)
-                artifact_id = self._artifact_id()
+                artifact_id = self._streamed_id = self._artifact_id()
                 self.record.stream_id = self.relay.stream_id
                 await self._save()  # another node's SubscribeToTask follows the stream
             size += len(text.encode("utf-8", "surrogatepass"))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+from typing import Any
 
 from adapters.a2a.runs import TaskRun
 from adapters.a2a.store import TaskStore
@@ -59,6 +60,15 @@ class NodeTasks:
         if record is None or record.space != space or owner not in (None, record.caller):
             raise RpcError(jsonrpc.TASK_NOT_FOUND, "Task not found")
         return record
+
+    def wire(self, record: TaskRecord, history_length: int | None = None) -> dict[str, Any]:
+        """The A2A ``Task`` for ``record`` (:meth:`visible`'s): with the reply
+        streamed so far when its turn is served here (:meth:`TaskRun.wire`),
+        else as stored — another node's partial reply is not in the store."""
+        run = self.runs.get(record.id)
+        if run is not None and run.record is record:
+            return run.wire(history_length)
+        return record.wire(history_length)
 
     async def next_turn(
         self, task_id: str, context_id: str | None, space: str, owner: str | None, max_turns: int

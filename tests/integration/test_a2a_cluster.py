@@ -92,6 +92,13 @@ async def test_subscribe_to_a_task_on_another_node(hub, clients, redis_server, a
     stream = helper.client.stream(SPACE, data={"in_reply_to": asked}, coalesce=0)
     await stream.send("one ")
     await _until(lambda: run.record.stream_id is not None)  # stored: others can find the stream
+    # Mid-stream, the serving node shows the text so far; another shows what the
+    # store has (the partial text is kept on the serving node only).
+    await _until(lambda: "artifacts" in run.wire())  # "one " past the store's write
+    here = (await a2a.call(url_one, "GetTask", {"id": task["id"]}))["result"]
+    assert [a["parts"] for a in here["artifacts"]] == [[{"text": "one "}]]
+    there = (await a2a.call(url_two, "GetTask", {"id": task["id"]}))["result"]
+    assert a2a.state(there) == "TASK_STATE_WORKING" and "artifacts" not in there
     step = {"op": "subscribe", "streaming": True, "task_id": task["id"]}
     following = asyncio.ensure_future(a2a_peer.client(url_two, [step]))
     await _until(lambda: following.done() or len(other._follows) == 1)
@@ -104,6 +111,8 @@ async def test_subscribe_to_a_task_on_another_node(hub, clients, redis_server, a
     texts = [p.get("text", "") for e in events if "artifactUpdate" in e
              for p in e["artifactUpdate"]["artifact"]["parts"]]  # fmt: skip
     assert "".join(texts) == "two", events  # what was left of the stream
+    first = next(e["artifactUpdate"] for e in events if "artifactUpdate" in e)
+    assert not first.get("append"), first  # an artifact of its own, not one it never had
     assert events[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
     got = (await a2a.call(url_two, "GetTask", {"id": task["id"]}))["result"]
     assert got["artifacts"][-1]["parts"] == [{"text": "one two"}]
