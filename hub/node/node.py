@@ -246,6 +246,7 @@ class Node:
             disconnect_local=self._disconnect_local,
             disconnect_remote=self.cluster.disconnect_remote,
             node_stats=create_node_stats(self.redis, prefix=s.redis_prefix), policy=self.policy,
+            reserved_ids=self.reserved_ids,
         )  # fmt: skip
         self.operator.mount(self.http_app)
         #: What the hosted adapters get (:class:`~hub.adapter_host.AdapterHost`).

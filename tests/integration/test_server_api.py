@@ -373,6 +373,14 @@ async def test_the_hubs_own_members_cannot_be_disconnected(hub):
     assert (status, error_code(body)) == (409, "CONFLICT")
     assert not bridge.closing
     await bridge.aclose()
+    # Members every node hosts under one reserved id (the HTTP gateways', the
+    # API's own sender) are the hub's own too: never "not connected".
+    shared = await server.node.host.hosting.attach("gateway-agent", type="bridge", shared=True)
+    for agent in ("gateway-agent", "api"):
+        status, body, _ = await call(server, "POST", f"/api/agents/{agent}/disconnect", {})
+        assert (status, error_code(body)) == (409, "CONFLICT"), agent
+    assert not shared.closing
+    await shared.aclose()
 
 
 # ── the SDK's HubAPI ────────────────────────────────────────────────────────

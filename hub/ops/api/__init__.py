@@ -10,7 +10,7 @@ the cluster every few seconds (:mod:`hub.ops.api.stats`, read by ``GET
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 
 from aiohttp import web
 
@@ -43,6 +43,7 @@ class OperatorFaces:
         disconnect_remote: Callable[[AgentRecord, str], Awaitable[bool]],
         node_stats: NodeStatsStore | None = None,
         policy: SpacePolicy | None = None,
+        reserved_ids: Collection[str] = (),
     ):
         s = settings
         api_key = s.api_key.get_secret_value() if s.api_key is not None else None
@@ -56,7 +57,7 @@ class OperatorFaces:
             self.operations = Operations(
                 s, node_id, run, claims, space_exists, store,
                 disconnect_local=disconnect_local, disconnect_remote=disconnect_remote,
-                own_figures=self.reporter.live, policy=policy,
+                own_figures=self.reporter.live, policy=policy, reserved_ids=reserved_ids,
             )  # fmt: skip
         self._api = api_app(self.operations, api_key, s.max_frame_bytes)
         self.status_page = StatusPage(self.operations, admin_token)

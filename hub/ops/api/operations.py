@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 import orjson
@@ -121,8 +121,12 @@ class Operations:
         own_figures: Callable[[], dict[str, Any]] | None = None,
         clock: Callable[[], float] = time.monotonic,
         policy: SpacePolicy | None = None,
+        reserved_ids: Collection[str] = (),
     ):
         self.settings = settings
+        #: Ids of the hub's own members every node hosts (bridges, the API's
+        #: senders): never a connection's, never claimed (the node's live set).
+        self.reserved_ids = reserved_ids
         #: The hub's one policy; the operator is trusted, so only its rule
         #: for system spaces (read-only for everyone) refuses the API anything.
         self.policy = policy or SpacePolicy()
@@ -268,10 +272,13 @@ class Operations:
             )
         if not is_valid_agent_id(agent_id):
             raise ApiError("AGENT_NOT_FOUND", f"no agent {str(agent_id)[:130]!r} is connected")
-        holder = await self.claims.get_agent(agent_id)
-        if holder is None:
-            raise ApiError("AGENT_NOT_FOUND", f"no agent {agent_id!r} is connected")
-        if holder.connection_id.startswith(VIRTUAL_PREFIX):
+        if agent_id in self.reserved_ids:
+            holder = None  # every node hosts it: no claim to look up
+        else:
+            holder = await self.claims.get_agent(agent_id)
+            if holder is None:
+                raise ApiError("AGENT_NOT_FOUND", f"no agent {agent_id!r} is connected")
+        if holder is None or holder.connection_id.startswith(VIRTUAL_PREFIX):
             raise ApiError(
                 "CONFLICT", f"agent {agent_id!r} is the hub's own (a bridge): it cannot be "
                 "disconnected",
