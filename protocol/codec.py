@@ -226,10 +226,10 @@ def _describe(exc: ValidationError) -> str:
         for e in exc.errors(include_url=False, include_input=False)
     ]
     # Fields another member of their union says more about.
-    told = {str(loc[:1]) for loc, kind, _ in errors if kind not in _TYPE_ERRORS}
+    told = {loc[0] for loc, kind, _ in errors if loc and kind not in _TYPE_ERRORS}
     parts: list[str] = []
     for loc, kind, msg in errors:
-        if kind in _TYPE_ERRORS and str(loc[:1]) in told:
+        if kind in _TYPE_ERRORS and loc and loc[0] in told:
             continue
         part = f"{'.'.join(str(p) for p in loc) or 'message'}: {msg}"
         if part not in parts:

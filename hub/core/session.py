@@ -136,9 +136,9 @@ class Session:
             limits.rate_limit, limits.rate_burst, limits.rate_abuse_seconds, now
         )
         self._streams: PublisherStreams | None = None
-        #: Per space, the last publish whose echo is still on its way back
-        #: through the backplane (its seq to come): a leave lets it arrive
-        #: first (hub/handlers/publishing.py). None until a first one.
+        #: Per space, the last publish whose echo is on its way back through
+        #: the backplane (its seq, or the future of it): a leave lets it
+        #: arrive first (hub/handlers/publishing.py). None until a first one.
         self.echoes: dict[str, Any] | None = None
         #: What the connection's credentials allow; ``agent.refresh`` replaces it.
         self.grant = grant

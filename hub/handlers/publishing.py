@@ -141,9 +141,6 @@ class Publishing:
         session = conn.session
         if session is None:
             return
-        if isinstance(pending, int):
-            seq, pending = pending, asyncio.get_running_loop().create_future()
-            pending.set_result(seq)
         echoes = session.echoes
         if echoes is None:
             echoes = session.echoes = {}
@@ -163,7 +160,7 @@ class Publishing:
         if pending is None:
             return
         try:
-            seq = await asyncio.shield(pending)
+            seq = pending if isinstance(pending, int) else await asyncio.shield(pending)
         except Exception:
             return  # refused: the publisher was told (UNAVAILABLE)
         if not isinstance(seq, Duplicate):  # a retry: nothing new comes back
