@@ -381,7 +381,8 @@ class A2aGateway:
     ) -> web.StreamResponse:
         query = list_query(rpc.params, rpc.id)
         records = await self.tasks.listed(space, self._owner(caller))
-        return answers.result(rpc.id, listing.page(records, query, rpc.id, to=agent))
+        shown = listing.page(records, query, rpc.id, to=agent, wire=self.tasks.wire)
+        return answers.result(rpc.id, shown)
 
     async def _subscribe(
         self, request: web.Request, rpc: RpcRequest, space: str, agent: str | None, caller: Caller

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
@@ -25,6 +25,8 @@ from protocol.a2a.model import DEFAULT_PAGE_SIZE, ListQuery
 from protocol.a2a.tasks import TaskRecord
 
 Key = tuple[int, str]
+#: How a listed task is shown: ``(record, historyLength, includeArtifacts)``.
+Wire = Callable[..., dict[str, Any]]
 
 
 def _key(record: TaskRecord) -> Key:
@@ -54,10 +56,17 @@ def decode_token(token: str, rpc_id: RequestId) -> Key:
 
 
 def page(
-    records: Iterable[TaskRecord], query: ListQuery, rpc_id: RequestId, *, to: str | None = None
+    records: Iterable[TaskRecord],
+    query: ListQuery,
+    rpc_id: RequestId,
+    *,
+    to: str | None = None,
+    wire: Wire | None = None,
 ) -> dict[str, Any]:
     """The ``ListTasks`` result for ``records`` (all the caller may list).
-    ``to``: only the tasks sent to that member (its own URL was called)."""
+    ``to``: only the tasks sent to that member (its own URL was called).
+    ``wire``: how a task is shown (default: as stored; the gateway passes
+    one that adds a reply streaming on this node, as ``GetTask`` shows it)."""
     after = query.after_ms
     matching = [
         r
@@ -74,9 +83,10 @@ def page(
         start = next((i for i, r in enumerate(matching) if _key(r) < cursor), len(matching))
     size = query.pageSize or DEFAULT_PAGE_SIZE
     shown = matching[start : start + size]
+    show = wire if wire is not None else TaskRecord.wire
     more = start + size < len(matching)
     return {
-        "tasks": [r.wire(query.historyLength, artifacts=query.includeArtifacts) for r in shown],
+        "tasks": [show(r, query.historyLength, artifacts=query.includeArtifacts) for r in shown],
         "nextPageToken": encode_token(shown[-1]) if more and shown else "",
         "pageSize": len(shown),
         "totalSize": len(matching),

@@ -131,12 +131,12 @@ class TaskRun:
         self._listeners.append(queue)
         return queue
 
-    def wire(self, history_length: int | None = None) -> dict[str, Any]:
+    def wire(self, history_length: int | None = None, *, artifacts: bool = True) -> dict[str, Any]:
         """The A2A ``Task`` as it is now: the record's, with the reply streamed
         so far as one more artifact (the ``artifactId`` its next deltas
-        ``append`` to)."""
-        task = self.record.wire(history_length)
-        if self._streamed:
+        ``append`` to); no artifacts at all unless ``artifacts``."""
+        task = self.record.wire(history_length, artifacts=artifacts)
+        if artifacts and self._streamed:
             streamed = artifact(self._streamed_id, [text_part("".join(self._streamed))])
             task["artifacts"] = [*task.get("artifacts", ()), streamed]
         return task

@@ -61,14 +61,17 @@ class NodeTasks:
             raise RpcError(jsonrpc.TASK_NOT_FOUND, "Task not found")
         return record
 
-    def wire(self, record: TaskRecord, history_length: int | None = None) -> dict[str, Any]:
-        """The A2A ``Task`` for ``record`` (:meth:`visible`'s): with the reply
-        streamed so far when its turn is served here (:meth:`TaskRun.wire`),
-        else as stored — another node's partial reply is not in the store."""
+    def wire(
+        self, record: TaskRecord, history_length: int | None = None, *, artifacts: bool = True
+    ) -> dict[str, Any]:
+        """The A2A ``Task`` for ``record`` (:meth:`visible`'s, :meth:`listed`'s):
+        with the reply streamed so far when its turn is served here
+        (:meth:`TaskRun.wire`), else as stored — another node's partial reply is
+        not in the store."""
         run = self.runs.get(record.id)
         if run is not None and run.record is record:
-            return run.wire(history_length)
-        return record.wire(history_length)
+            return run.wire(history_length, artifacts=artifacts)
+        return record.wire(history_length, artifacts=artifacts)
 
     async def next_turn(
         self, task_id: str, context_id: str | None, space: str, owner: str | None, max_turns: int

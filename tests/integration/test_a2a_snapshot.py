@@ -1,8 +1,8 @@
 """The task as it is while its reply streams, on the node serving the turn:
-``GetTask`` and ``SubscribeToTask``'s first event hold the text streamed so
-far, under the artifact id the later ``append`` updates extend (found by an
-outside audit: they showed no artifact, so a late subscriber could rebuild
-only the deltas after it came)."""
+``GetTask``, ``ListTasks`` (with ``includeArtifacts``) and ``SubscribeToTask``'s
+first event hold the text streamed so far, under the artifact id the later
+``append`` updates extend (found by an outside audit: they showed no artifact,
+so a late subscriber could rebuild only the deltas after it came)."""
 
 from __future__ import annotations
 
@@ -62,6 +62,14 @@ async def test_the_task_mid_stream_holds_the_reply_streamed_so_far(hub, clients)
         assert [(a["artifactId"], text_of(a)) for a in got.get("artifacts", [])] == [
             (artifact_id, "one two ")
         ], got
+        # ListTasks shows it the same way when asked for artifacts, and none otherwise.
+        listed = (await a2a.call(url, "ListTasks", {"includeArtifacts": True}))["result"]
+        (mine,) = [t for t in listed["tasks"] if t["id"] == task["id"]]
+        assert [(a["artifactId"], text_of(a)) for a in mine.get("artifacts", [])] == [
+            (artifact_id, "one two ")
+        ], mine
+        bare = (await a2a.call(url, "ListTasks", {}))["result"]
+        assert all("artifacts" not in t for t in bare["tasks"]), bare
         # A late subscriber: first the task as it is, then appends onto that artifact.
         late = subscription(http, url, task["id"])
         snapshot = (await anext(late))["task"]
