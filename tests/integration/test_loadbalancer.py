@@ -8,6 +8,7 @@ tests/support/proxies.py). The agents are the project's own SDK
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import urllib.error
 import urllib.request
@@ -21,8 +22,10 @@ from tests.support.servers import free_port
 
 CLUSTER = {"heartbeat_interval": 0.5, "heartbeat_timeout": 3.0}
 HAS_HTTP_PORT = "http_port" in Settings.model_fields
+#: A space with the A2A and MCP gateways on (the nodes of the routes test).
+GATEWAYS = "desk"
 # Requests the HTTP port answers without changing anything: unknown spaces,
-# malformed bodies, the identity document.
+# malformed bodies, the identity document, the gateways' cards.
 HTTP_ROUTES = [
     ("GET", "/identity", None),
     ("POST", "/agora/no-such-space", b"{}"),
@@ -32,6 +35,10 @@ HTTP_ROUTES = [
     ("POST", "/agentprotocol/no-such-space", b"not json"),
     ("GET", "/api/", None),
     ("GET", "/admin", None),
+    ("POST", "/mcp", b"not json"),
+    ("GET", f"/a2a/{GATEWAYS}/.well-known/agent-card.json", None),
+    ("POST", "/a2a/no-such-space", b"{}"),
+    ("GET", "/.well-known/agent-card.json", None),
 ]
 
 
@@ -140,11 +147,17 @@ async def test_haproxy_health_checks_readyz(redis_server, hub_process, clients):
         proxy.stop()
 
 
-def test_http_routes_reach_the_http_port(proxy_class, hub_process):
+def test_http_routes_reach_the_http_port(proxy_class, hub_process, tmp_path):
     if not HAS_HTTP_PORT:
         pytest.skip("the hub has no http_port setting yet: bridge routes cannot be exercised")
     cls, binary = proxy_class
-    nodes = [hub_process(node_id=f"http{i}", **_node_settings()) for i in range(2)]
+    config = tmp_path / "hub.toml"
+    config.write_text(
+        f'trusted_proxies = ["127.0.0.1"]\n[[spaces]]\nid = "{GATEWAYS}"\na2a = true\nmcp = true\n'
+    )
+    nodes = [
+        hub_process(node_id=f"http{i}", config=str(config), **_node_settings()) for i in range(2)
+    ]
     proxy = cls(binary, [_ports(n) for n in nodes]).start()
     try:
         ws_port_404 = _request("GET", f"{nodes[0].http}/no-such-route")
@@ -158,5 +171,12 @@ def test_http_routes_reach_the_http_port(proxy_class, hub_process):
             assert (got, text) != proxy_404, f"{path} is not routed by the proxy"
         status, identity = _request("GET", f"{proxy.http}/identity")
         assert status == 200 and b'"did"' in identity
+        # The card names the balancer's address, whatever host a client claims.
+        card_url = f"{proxy.http}/a2a/{GATEWAYS}/.well-known/agent-card.json"
+        spoofed = urllib.request.Request(card_url, headers={"X-Forwarded-Host": "evil.example"})
+        with urllib.request.urlopen(spoofed, timeout=10) as resp:
+            card = json.loads(resp.read())
+        url = card["supportedInterfaces"][0]["url"]
+        assert url == f"{proxy.http}/a2a/{GATEWAYS}", card["supportedInterfaces"]
     finally:
         proxy.stop()

@@ -23,6 +23,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from aiohttp import web
 
 from hub.auth import TokenFileAuth
 from hub.config.settings import Settings, load_settings
@@ -47,7 +48,10 @@ SETTINGS = {f"AGORA_HUB_{n.upper()}" for n in Settings.model_fields}
 SETTINGS.add("AGORA_HUB_CONFIG")
 # What the balancers send to the HTTP port (path prefixes end with "/").
 HTTP_ROUTES = {"/agora/", "/envelope/", "/agentprotocol", "/agentprotocol/", "/api/"}
-HTTP_ROUTES |= {"/admin", "/admin/", "/identity"}
+HTTP_ROUTES |= {"/admin", "/admin/", "/identity", "/mcp", "/a2a/", "/.well-known/agent-card.json"}
+#: The HTTP port's routes that are each node's own (probed and scraped per node,
+#: not through a balancer); ``/ws`` there only says which port serves WebSockets.
+PER_NODE = {"/healthz", "/readyz", "/metrics", "/ws"}
 DEFAULT_PORT = Settings.model_fields["port"].default
 DEFAULT_HTTP_PORT = 8766  # contract §9
 HEARTBEAT_TIMEOUT = Settings.model_fields["heartbeat_timeout"].default
@@ -209,6 +213,31 @@ def test_k8s_objects_refer_to_each_other():
         for path in rule["http"]["paths"]:
             backend = path["backend"]["service"]
             assert backend["name"] == "agora-hub" and backend["port"]["name"] in service_ports
+
+
+def _balanced(route: str) -> bool:
+    """Does a route of the HTTP port (aiohttp's canonical form) go through the balancers?"""
+    path = route.replace("{tail}", "/x").replace("{", "").replace("}", "")
+    return path in HTTP_ROUTES or any(p.endswith("/") and path.startswith(p) for p in HTTP_ROUTES)
+
+
+async def test_the_balancers_route_every_face_of_the_http_port(hub):
+    """Every route a node serves with every face on (bridges, gateways, API, status
+    page) is one the balancers send on: a face added to the hub and not to
+    deploy/ would answer its callers 404 behind the documented balancers."""
+    server = await hub(
+        spaces=[{"id": "desk", "a2a": True, "agora_http": True, "mcp": True}],
+        api_key="k" * 32,
+        admin_token="t" * 32,
+    )
+    routes = {
+        # A sub-application (the server API) serves what is below its prefix.
+        f"{r.canonical}{{tail}}" if isinstance(r, web.PrefixedSubAppResource) else r.canonical
+        for r in server.node.http_app.router.resources()
+    }
+    assert {"/mcp", "/a2a/{space}", "/agora/{space}", "/api{tail}"} <= routes  # all faces on
+    missing = {r for r in routes - PER_NODE if not _balanced(r)}
+    assert not missing, f"routes the deploy configs do not send on: {sorted(missing)}"
 
 
 def test_k8s_ingress_routes_and_websocket_timeouts():
