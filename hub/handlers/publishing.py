@@ -16,6 +16,7 @@ encodes.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -256,7 +257,12 @@ class Publishing:
             request_id=a.request_id,
         )  # fmt: skip
         # ``to`` on the done too: history readers get the routing of every frame.
-        draft = Draft(head, tail, exclude=exclude, stream=stream_id, op=StreamOp.END, to=audience)
+        # The done's seq is the acknowledgement's: a retry is answered with it too.
+        settle = None if once is None else dataclasses.replace(once, settle=True)
+        draft = Draft(
+            head, tail, exclude=exclude, stream=stream_id, op=StreamOp.END, to=audience,
+            once=settle,
+        )  # fmt: skip
         seq = await self.backplane.publish(a.space, draft)
         self.counters.published += 1
         if not a.echo:

@@ -226,9 +226,14 @@ class ClusterLink:
             self._probes.pop(token, None)
 
     async def evict_remote(self, holder: AgentRecord) -> None:
+        """The holder's id was taken over: its node closes it (and says it went
+        ``offline``). A node nobody listens for any more (killed) cannot: the
+        ``offline`` of that connection is published here, before the newcomer's
+        ``online`` — as when a live node's holder is replaced."""
         msg = {"op": "evict", "connection_id": holder.connection_id}
         with contextlib.suppress(BackplaneUnavailable):
-            await self.backplane.send_to_node(holder.node_id, orjson.dumps(msg))
+            if await self.backplane.send_to_node(holder.node_id, orjson.dumps(msg)) == 0:
+                await self.membership.agent_status("offline", holder)
 
     async def disconnect_remote(self, holder: AgentRecord, reason: str) -> bool:
         """Ask the holder's node to disconnect it (an operator's request);

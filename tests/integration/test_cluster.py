@@ -348,6 +348,33 @@ async def test_a_stream_of_a_killed_node_ends_even_when_its_publisher_is_back_at
     await back.close()
 
 
+async def test_an_agent_back_at_once_from_a_killed_node_is_offline_then_online(cluster, clients):
+    """Its id taken over from a dead node, the old connection is announced
+    ``offline`` before the new one ``online`` — as for a holder replaced on a
+    live node (found by an outside audit: watchers got ``online`` twice)."""
+    n0, n1 = cluster(2)
+    watcher = await clients(n1.url, "watcher")
+    await watcher.join("agent.status")
+    status = watcher.events("agent.status")
+    await WsClient.connect(n0.url, "mover", heartbeat=True)  # its node is killed below
+    first = await next_matching(status, lambda e: e.data["agent"]["id"] == "mover")
+    assert first.data["event"] == "online"
+    os.kill(n0.proc.pid, signal.SIGKILL)
+    async with asyncio.timeout(30):  # back as soon as the dead holder is found out
+        while True:
+            try:
+                back = await WsClient.connect(n1.url, "mover", heartbeat=True)
+                break
+            except Exception:
+                await asyncio.sleep(0.2)
+    told = []
+    while "online" not in told:
+        event = await next_matching(status, lambda e: e.data["agent"]["id"] == "mover")
+        told.append(event.data["event"])
+    assert told == ["offline", "online"], told
+    await back.close()
+
+
 async def test_killed_node_is_cleaned_up_by_the_others(cluster, clients):
     n0, n1 = cluster(2)
     survivor = await clients(n1.url, "survivor")
@@ -566,3 +593,40 @@ async def told_until(sub: Any, want: set[tuple[str, str]]) -> set[tuple[str, str
             told |= {("joined", a) for a in item.joined_ids}
             told |= {("left", a) for a in item.left_ids}
     return told
+
+
+async def test_a_space_whose_keys_redis_lost_while_linked_never_goes_back_in_seq(
+    redis_server, cluster
+):
+    """``FLUSHALL`` (or eviction) with every link up: the next publish begins the
+    space again at seq 1 under a new epoch. Members that stayed connected had
+    seen seqs 1–3: they must never get a seq again (found by an outside audit:
+    they got 1, 2, … a second time, told nothing). They are closed
+    ``UNAVAILABLE``/1013 before that event, and resuming tells them
+    ``recovered: false`` with the new epoch."""
+    import redis.asyncio as aioredis
+
+    n0, n1 = cluster()
+    a = await WsClient.connect(n0.url, "a", heartbeat=True)
+    b = await WsClient.connect(n1.url, "b", heartbeat=True)
+    await a.join("f")
+    joined = await b.join("f")
+    for i in range(1, 4):
+        await a.send({"type": "space.publish", "space": "f", "data": {"text": f"e{i}"}})
+        assert (await b.wait_for("space.event", timeout=TIMEOUT))["seq"] == i
+    redis = aioredis.from_url(redis_server.url)
+    await redis.flushall()
+    await redis.aclose()
+    await a.send({"type": "space.publish", "space": "f", "data": {"text": "after"}})
+    for member in (a, b):
+        code, frames = await member.closed(timeout=TIMEOUT)
+        assert code == 1013, (code, frames)
+        seqs = [f["seq"] for f in frames if f.get("type") == "space.event"]
+        assert seqs == sorted(set(seqs)) and set(seqs) <= {1, 2, 3}, frames  # a's echoes
+        assert [f["code"] for f in frames if f.get("type") == "error"] == ["UNAVAILABLE"]
+    back = await WsClient.connect(n1.url, "b")
+    since = {"seq": 3, "epoch": joined["epoch"]}
+    rejoined = await back.request({"type": "space.join", "space": "f", "since": since})
+    assert rejoined["type"] == "space.joined" and rejoined["recovered"] is False, rejoined
+    assert rejoined["epoch"] != joined["epoch"]
+    await back.close()

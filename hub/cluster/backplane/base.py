@@ -46,6 +46,10 @@ class Once:
     event_id: str
     timestamp: int
     digest: str  # of what was published: a retry with other data is refused
+    #: Record this message's seq as the receipt without checking the key: the
+    #: done of a publish the hub streamed (its first delta claimed the key), so a
+    #: retry is answered with the seq the original's acknowledgement carried.
+    settle: bool = False
 
 
 class Duplicate(int):

@@ -116,7 +116,7 @@ class MemoryBackplane:
 
     def _publish(self, space: str, draft: Draft) -> int:
         once = draft.once
-        if once is not None:
+        if once is not None and not once.settle:
             duplicate = self._once.get(space, once.key)
             if duplicate is not None:
                 return duplicate

@@ -84,7 +84,7 @@ class RedisPublisher:
         once = draft.once
         if once is not None:
             keys.append(names.once(space, once.key))
-            args.append(receipt(once))
+            args += [receipt(once), b"1" if once.settle else b"0"]
         self._outgoing.append((space, (keys, args), future))
         if self._drainer is None or self._drainer.done():
             self._drainer = asyncio.get_running_loop().create_task(self._drain())

@@ -25,7 +25,9 @@ The link also keeps, per subscribed space, the highest seq acknowledged to a
 publisher of this node (or read at a join) and the last one delivered: the
 floors of the raise, and how a skipped seq (missed messages) is noticed; and
 the epoch its members are on: when the raise finds another one, what they
-received may be gone from Redis (``lost``), and they must resume.
+received may be gone from Redis (``lost``), and they must resume. They resume
+too when a space's seq goes back while the link stands (Redis lost its keys
+without restarting: ``FLUSHALL``, eviction), before that message is delivered.
 """
 
 from __future__ import annotations
@@ -369,8 +371,11 @@ class PubSubLink:
                         if seq is not None:
                             last = delivered.get(space)
                             delivered[space] = seq
-                            if last is not None and seq > last + 1:
-                                handler.missed(space, last, seq)
+                            if last is not None and seq != last + 1:
+                                if seq > last:
+                                    handler.missed(space, last, seq)
+                                else:
+                                    self._restarted(space, last, seq)
                         self.lag = clock() - published_at
                         deliver(message)
                     elif channel == node_channel:
@@ -430,6 +435,21 @@ class PubSubLink:
                 handler.missed(space, base, seq + 1)
             except Exception:
                 self._log.exception("missed handler failed", space=space)
+
+    def _restarted(self, space: str, last: int, seq: int) -> None:
+        """A space's seq went back while this link stood: Redis lost its keys
+        (``FLUSHALL``, eviction) and the scripts began the space again under a
+        new epoch. Its members cannot get this event in order: they resume
+        (:meth:`_lost`, before the event is delivered) and learn ``recovered:
+        false``; the node's floor follows the new epoch, so a later raise does
+        not push it back up to the old one."""
+        self._log.warning(
+            "space seq went back: its keys were lost", space=space, last=last, seq=seq
+        )
+        positions = self.positions
+        positions.floors[space] = seq
+        positions.epochs.pop(space, None)
+        self._lost(space)
 
     def _lost(self, space: str) -> None:
         self._log.warning("space history may have been lost", space=space)

@@ -184,12 +184,13 @@ end
 
 # KEYS: seq, history, epoch[, once]. ARGV: head, tail, channel, header rest,
 # history_size, history_ttl, seq_ttl, candidate epoch, stream id, stream op
-# code[, receipt]. A known idempotency key returns its receipt (a string)
-# and publishes nothing; otherwise the seq (an integer).
+# code[, receipt, settle]. A known idempotency key returns its receipt (a
+# string) and publishes nothing; otherwise the seq (an integer). With settle
+# "1" the key is not checked, only its receipt rewritten with this seq.
 PUBLISH_LUA = (
     POSITION_FN
     + """
-if KEYS[4] then
+if KEYS[4] and ARGV[12] ~= '1' then
   local receipt = redis.call('GET', KEYS[4])
   if receipt then return receipt end
 end
