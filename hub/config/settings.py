@@ -455,6 +455,14 @@ class Settings(BaseSettings):
             raise ValueError("jwt_* settings need auth_mode=jwt")
         if self.jwt_jwks_url and urlsplit(self.jwt_jwks_url).scheme not in ("http", "https"):
             raise ValueError("jwt_jwks_url must be an http:// or https:// URL")
+        if self.outbox_max_bytes < 2 * self.max_frame_bytes:
+            # The largest event (a whole frame and the hub's stamps) must fit in a
+            # connection's queue beside what is already there: else it closes
+            # prompt readers 4008 (the publisher too, through its echo).
+            raise ValueError(
+                f"outbox_max_bytes ({self.outbox_max_bytes}) must be at least twice "
+                f"max_frame_bytes ({self.max_frame_bytes})"
+            )
         if (self.tls_certfile is None) != (self.tls_keyfile is None):
             raise ValueError("tls_certfile and tls_keyfile go together")
         if self.workers > 1 and not self.redis_url:

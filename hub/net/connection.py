@@ -275,6 +275,10 @@ class HubConnection(WebSocketsConnection):
         outbox = self.outbox
         if outbox.open and self.protocol.state in _ENDING:
             outbox.stop()
+        elif outbox.started:
+            # Its pongs count against the bound too: a client that pings and
+            # never reads is a slow consumer, not a sink for the hub's memory.
+            outbox.bounded()
 
     def pause_writing(self) -> None:
         super().pause_writing()

@@ -206,6 +206,12 @@ class Outbox:
         # connection) would keep the connection and its outbox in a cycle.
         self._on_overflow = _nothing
 
+    def bounded(self) -> bool:
+        """After a write that did not go through :meth:`push` (websockets' own:
+        its pongs): True while what waits to be written is within the bound;
+        past it the connection is a slow consumer, as for a frame pushed."""
+        return not self.open or not self._over_limit()
+
     def _over_limit(self) -> bool:
         buffered = self._transport.get_write_buffer_size()
         if self._pending_bytes + buffered <= self.limit:

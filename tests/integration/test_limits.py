@@ -6,6 +6,7 @@ import random
 import orjson
 
 from tests.support.wsclient import WsClient
+from tests.support.wsframes import RawFrame
 
 
 async def test_frame_over_max_gets_error_then_1009(hub):
@@ -108,7 +109,9 @@ async def test_a_burst_is_refused_message_by_message_and_never_closes(hub):
 
 
 async def test_slow_consumer_is_closed_4008_and_others_keep_receiving(hub):
-    server = await hub(outbox_max_bytes=1_048_576, rate_limit=10_000, rate_burst=10_000)
+    server = await hub(
+        outbox_max_bytes=1_048_576, max_frame_bytes=262_144, rate_limit=10_000, rate_burst=10_000
+    )
     pub = await WsClient.connect(server.url, "pub")
     fast = await WsClient.connect(server.url, "fast")
     slow = await WsClient.connect(server.url, "slow")
@@ -141,6 +144,32 @@ async def test_slow_consumer_is_closed_4008_and_others_keep_receiving(hub):
     assert server.node.counters.slow_consumer_closes == 1
     await pub.close()
     await fast.close()
+
+
+async def test_a_client_that_pings_and_never_reads_is_a_slow_consumer(hub):
+    """websockets answers every ping with a pong written straight to the
+    socket; a client that pings without reading would grow the hub's memory
+    by what it sends (found by an outside audit: 297 MB after 180 MB of pings,
+    never closed). The pongs count against ``outbox_max_bytes``: 4008."""
+    server = await hub(outbox_max_bytes=65_536, max_frame_bytes=32_768)
+    pinger = await WsClient.connect(server.url, "pinger")
+    pinger.ws.transport.pause_reading()  # it never reads its pongs
+    ping = RawFrame(0x89, b"p" * 125, key=b"\x01\x02\x03\x04").wire
+    batch = ping * 1000
+    counters = server.node.counters
+    sent = 0
+    while counters.slow_consumer_closes == 0 and sent < 48_000_000:
+        transport = pinger.ws.transport
+        if transport.is_closing():
+            break
+        transport.write(batch)
+        sent += len(batch)
+        await asyncio.sleep(0)  # the hub (same loop) reads between batches
+    assert counters.slow_consumer_closes == 1, f"not closed after {sent} bytes of pings"
+    pinger.ws.transport.resume_reading()
+    code, frames = await pinger.closed(timeout=30)
+    assert code == 4008
+    assert frames[-1]["type"] == "error" and frames[-1]["code"] == "SLOW_CONSUMER"
 
 
 async def test_garbage_never_breaks_the_hub(hub):

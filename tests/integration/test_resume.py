@@ -213,7 +213,7 @@ async def test_replay_includes_complete_streams_only(hub):
 
 
 async def test_a_replay_bigger_than_the_outbox_is_paced(hub):
-    server = await hub(outbox_max_bytes=65536, **FAST_RATE)
+    server = await hub(outbox_max_bytes=65536, max_frame_bytes=32768, **FAST_RATE)
     a = await WsClient.connect(server.url, "alice")
     b = await WsClient.connect(server.url, "bob")
     epoch = (await a.join("room"))["epoch"]

@@ -325,7 +325,7 @@ async def test_raw_frames_nan_duplicates_and_a_10_mb_envelope(hub):
     """NaN is not JSON; with duplicate keys the last wins and *that* is verified
     (so a duplicate that changes signed content fails); an envelope over the
     1 MiB limit is refused, not canonicalised — the connection stays open."""
-    server = await hub(max_frame_bytes=16 * 1024 * 1024)
+    server = await hub(max_frame_bytes=16 * 1024 * 1024, outbox_max_bytes=32 * 1024 * 1024)
     alice, bob = await _pair(server)
     first = await _publish(alice, {"text": "before"})
     env = agora_request(ALICE)

@@ -72,6 +72,9 @@ def test_serve_help_shows_real_defaults_only():
         ({"listen_backlog": 0}, "listen_backlog"),
         ({"listen_backlog": 70000}, "listen_backlog"),
         ({"listen_backlog": "many"}, "listen_backlog"),
+        # A prompt reader would be closed 4008 by one big event (outside audit).
+        ({"outbox_max_bytes": 262_144}, "twice max_frame_bytes"),
+        ({"max_frame_bytes": 4_194_304}, "twice max_frame_bytes"),
     ],
 )
 def test_invalid_settings_are_clear_errors(overrides, fragment):
