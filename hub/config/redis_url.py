@@ -66,6 +66,8 @@ def parse_redis_url(url: str) -> RedisTarget:
         raise ValueError(f"redis_url must start with one of {forms} (or be memory://)")
     mode, tls = _SCHEMES[scheme.lower()]
     if mode == "single":
+        if scheme.lower() != "unix":
+            _check_single(url)
         return RedisTarget(url, mode, tls)
     parts = urlsplit("x://" + url.partition("://")[2])
     userinfo, _, hostlist = parts.netloc.rpartition("@")
@@ -115,6 +117,22 @@ def parse_redis_url(url: str) -> RedisTarget:
         options.get("sentinel_password") or None,
         tls_options,
     )
+
+
+def _check_single(url: str) -> None:
+    """What redis-py would fail on only when connecting (a port that is not
+    one: a traceback) or ignore (a db that is not a number: db 0 instead)."""
+    parts = urlsplit(url)
+    hostport = parts.netloc.rpartition("@")[2]
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0 and hostport.rpartition("]")[2].count(":"):
+        raise ValueError(f"redis_url: {hostport!r} has no valid port")
+    db = unquote(parts.path).strip("/")
+    if db:
+        _db(db)
 
 
 def _host(text: str, default_port: int) -> tuple[str, int]:

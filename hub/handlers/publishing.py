@@ -117,7 +117,7 @@ class Publishing:
         )
         draft = Draft(head, tail, exclude=None if a.echo else agent, to=audience, once=once)
         pending = self.backplane.publish_nowait(a.space, draft)
-        self.counters.published += 1
+        self.counters.published += 1  # taken back below if it was not published
         if a.echo and self._reached is not None:
             self._echo_on_its_way(conn, a.space, pending)
         if check is not None and verified is not None:
@@ -127,13 +127,17 @@ class Publishing:
         # Acknowledge: a retry with the original's ids; else the echo (the
         # publisher's next message needn't wait for Redis, a failure is still
         # reported), or ``space.published`` once the seq is known.
-        if once is not None and self._duplicate(conn, a, await pending, once):
-            self.counters.published -= 1  # a retry: nothing was published
-            return
-        if a.echo:
-            await self._unless_queued(conn, pending, a.request_id)
-            return
-        seq = await pending
+        try:
+            if once is not None and self._duplicate(conn, a, await pending, once):
+                self.counters.published -= 1  # a retry: nothing was published
+                return
+            if a.echo:
+                await self._unless_queued(conn, pending, a.request_id, counted=True)
+                return
+            seq = await pending
+        except BackplaneUnavailable:
+            self.counters.published -= 1  # refused: nothing was published
+            raise
         conn.send_frame(codec.published(a.request_id, a.space, event_id, seq, ts))
 
     def _echo_on_its_way(self, conn: Peer, space: str, pending: asyncio.Future[int] | int) -> None:
@@ -177,13 +181,19 @@ class Publishing:
         task.add_done_callback(self._forgetting.discard)
 
     async def _unless_queued(
-        self, conn: Peer, pending: asyncio.Future[int], request_id: str | int | None
+        self,
+        conn: Peer,
+        pending: asyncio.Future[int],
+        request_id: str | int | None,
+        *,
+        counted: bool = False,
     ) -> None:
-        """Await a publish only if it is already settled or the backlog is long."""
+        """Await a publish only if it is already settled or the backlog is long.
+        ``counted``: it is in ``published``, taken back if it fails later."""
         if pending.done() or self.backplane.backlog > MAX_UNAWAITED:
             await pending  # BackplaneUnavailable becomes an UNAVAILABLE answer
         else:
-            pending.add_done_callback(functools.partial(self._report, conn, request_id))
+            pending.add_done_callback(functools.partial(self._report, conn, request_id, counted))
 
     async def _audience(self, a: Publish, agent: str) -> tuple[str, ...] | None:
         """Who receives an addressed publish: the recipients, all members of
@@ -214,11 +224,17 @@ class Publishing:
         return True
 
     def _report(
-        self, conn: Peer, request_id: str | int | None, pending: asyncio.Future[int]
+        self,
+        conn: Peer,
+        request_id: str | int | None,
+        counted: bool,
+        pending: asyncio.Future[int],
     ) -> None:
         if pending.cancelled() or pending.exception() is None:
             return
         self.counters.backplane_errors += 1
+        if counted:
+            self.counters.published -= 1  # refused: nothing was published
         if not conn.closing:
             self.send_error(
                 conn,

@@ -39,6 +39,8 @@ def test_url_forms() -> None:
     assert t.password == "secret" and t.username is None
     assert parse_redis_url("redis://localhost:6379/0").mode == "single"
     assert parse_redis_url("unix:///tmp/redis.sock").mode == "single"
+    for fine in ("redis://h", "redis://h:6379", "redis://:pw@[::1]:6379/15", "rediss://h/0"):
+        assert parse_redis_url(fine).mode == "single"
 
 
 @pytest.mark.parametrize(
@@ -54,6 +56,14 @@ def test_url_forms() -> None:
         ("redis+cluster://h:1/0", "takes no path"),
         ("redis+cluster://", "at least one host"),
         ("redis+cluster://h:99999", "no valid port"),
+        # One Redis: what redis-py would fail on at connect (a traceback) or
+        # ignore (a db that is no number: db 0), found by an outside audit.
+        ("redis://127.0.0.1:notaport/0", "no valid port"),
+        ("redis://127.0.0.1:99999/0", "no valid port"),
+        ("redis://127.0.0.1:0", "no valid port"),
+        ("redis://u:p@[::1]:x/0", "no valid port"),
+        ("redis://127.0.0.1:6379/abc", "db must be a number"),
+        ("rediss://h:6379/1/2", "db must be a number"),
         ("redis+cluster://h:1?sentinel_password=x", "unknown option"),
         ("redis+cluster://h:1?tls=1", "unknown option"),
         ("redis+cluster://h:1?ssl_ca_certs=/ca.pem", r"need the rediss\+cluster"),

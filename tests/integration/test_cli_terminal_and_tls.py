@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pty
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -160,3 +161,36 @@ async def test_client_tools_with_a_private_ca(hub_process, tmp_path: Path):
 
     async with Client(url, "sdk", ssl=ssl.create_default_context(cafile=str(ca_cert))) as c:
         assert "agent.status" in {s.id for s in await c.spaces()}
+
+
+async def test_ctrl_c_while_publish_reads_a_terminal_exits_130_quietly(hub_process, clients):
+    """Ctrl-C on ``publish SPACE -`` reading a terminal: exit 130, one quiet end
+    (an outside audit: "Fatal Python error: _enter_buffered_busy" and SIGABRT,
+    the stdin reader thread holding stdin's lock at interpreter shutdown)."""
+    proc = hub_process()
+    observer = await clients(proc.url, "observer")
+    await observer.join("typing")
+    chunks = observer.stream_events("typing")
+    master, slave = pty.openpty()
+    base = {k: v for k, v in os.environ.items() if not k.startswith("AGORA_HUB_")}
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "hub", "publish", "typing", "-", "--url", proc.url,
+        cwd=ROOT, stdin=slave, stdout=slave, stderr=subprocess.PIPE,
+        env={**base, "TERM": "dumb"},
+    )  # fmt: skip
+    os.close(slave)
+    try:
+        os.write(master, b"first line\n")  # typed: the stream opens with it
+        async with asyncio.timeout(TIMEOUT):
+            while True:
+                chunk = await chunks.get()
+                if getattr(chunk, "kind", "") == "delta":
+                    break
+            child.send_signal(signal.SIGINT)
+            _, err = await child.communicate()
+    finally:
+        os.close(master)
+        if child.returncode is None:
+            child.kill()
+    assert child.returncode == 130, (child.returncode, err)
+    assert b"Fatal Python error" not in err and b"Traceback" not in err, err

@@ -183,6 +183,10 @@ async def test_failures_are_one_line_with_an_exit_status(hub_process, tmp_path):
     status, _, err = await cli("spaces", "--url", proc.url, "--agent-id", "bad id!")
     assert status == 2 and "invalid agent_id" in err and "Traceback" not in err
 
+    for port in ("99999", "abc"):  # an outside audit: websockets' traceback, exit 1
+        status, _, err = await cli("tail", "room", "--url", f"ws://127.0.0.1:{port}/ws")
+        assert status == 2 and "no valid port" in err and "Traceback" not in err, err
+
 
 def test_tail_on_a_terminal_shows_streams_live():
     buf = io.StringIO()

@@ -126,6 +126,12 @@ def ws_url(url: str) -> str:
     parts = urlsplit(url)
     if parts.scheme not in ("ws", "wss"):
         raise ValueError(f"hub URL must start with ws:// or wss://, got {url!r}")
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or out of range
+        port = 0
+    if port == 0 and parts.netloc.rpartition("@")[2].rpartition("]")[2].count(":"):
+        raise ValueError(f"hub URL has no valid port: {url!r}")
     path = parts.path if parts.path not in ("", "/") else "/ws"
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 

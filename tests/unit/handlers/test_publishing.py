@@ -95,9 +95,16 @@ async def test_an_unreachable_backplane_is_unavailable_and_nothing_is_delivered(
     rig.backplane.switches.fail.add("publish")
     await rig.publish(alice, "room", {"text": "x"}, id="p1")
     await rig.publish(alice, "room", {"text": "y"}, id="p2", echo=False)
-    assert alice.errors() == [("UNAVAILABLE", "p1"), ("UNAVAILABLE", "p2")]
+    await rig.publish(alice, "room", {"text": "z"}, id="p3", idempotency_key="k")
+    assert alice.errors() == [("UNAVAILABLE", "p1"), ("UNAVAILABLE", "p2"), ("UNAVAILABLE", "p3")]
     assert bob.frames == []
-    assert rig.counters.backplane_errors == 2
+    assert rig.counters.backplane_errors == 3
+    # agora_hub_published_total counts what was published (an outside audit:
+    # refused publishes were counted).
+    assert rig.counters.published == 0
+    rig.backplane.switches.fail.clear()
+    await rig.publish(alice, "room", {"text": "x"}, id="p4")
+    assert len(bob.messages()) == 1 and rig.counters.published == 1
 
 
 # ── addressed publish ────────────────────────────────────────────────────────

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import codecs
 import contextlib
+import os
 import sys
 import threading
 from typing import TYPE_CHECKING, Any
@@ -108,21 +109,33 @@ def _stdin_lines() -> asyncio.Queue[str | None]:
     A line longer than :data:`STDIN_CHUNK` bytes comes in pieces, never cut
     inside a UTF-8 character. A daemon thread rather than the default
     executor: a blocked read must not keep the process alive after the
-    command ends.
+    command ends. It reads the descriptor itself, not ``sys.stdin.buffer``:
+    blocked in that object's ``readline`` it would hold the object's lock, and
+    the interpreter's shutdown (Ctrl-C while a terminal is read) would abort
+    on it ("could not acquire lock … at interpreter shutdown").
     """
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[str | None] = asyncio.Queue(maxsize=256)
+    fd = sys.stdin.fileno()
 
     def read() -> None:
-        stdin = sys.stdin.buffer
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+        def put(raw: bytes, final: bool = False) -> None:
+            if text := decoder.decode(raw, final=final):
+                asyncio.run_coroutine_threadsafe(queue.put(text), loop).result()
+
+        pending = bytearray()
         try:
-            for raw in iter(lambda: stdin.readline(STDIN_CHUNK), b""):
-                text = decoder.decode(raw)
-                if text:
-                    asyncio.run_coroutine_threadsafe(queue.put(text), loop).result()
-            if tail := decoder.decode(b"", final=True):
-                asyncio.run_coroutine_threadsafe(queue.put(tail), loop).result()
+            while chunk := os.read(fd, STDIN_CHUNK):
+                pending += chunk
+                while (end := pending.find(b"\n", 0, STDIN_CHUNK) + 1) or (
+                    len(pending) >= STDIN_CHUNK
+                ):
+                    piece = bytes(pending[: end or STDIN_CHUNK])  # a line, or a piece of one
+                    del pending[: len(piece)]
+                    put(piece)
+            put(bytes(pending), final=True)
         except RuntimeError:  # the loop is gone: the command ended
             return
         with contextlib.suppress(RuntimeError):
