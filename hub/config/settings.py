@@ -433,10 +433,15 @@ class Settings(BaseSettings):
     @field_validator("api_key", "admin_token")
     @classmethod
     def _long_secret(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
-        if value is not None and len(value.get_secret_value()) < MIN_SECRET_LENGTH:
+        if value is None:
+            return None
+        # Whitespace around it cannot be sent in a header (HTTP drops it): a
+        # secret read from a file ends with its newline. Counted without it.
+        secret = value.get_secret_value().strip()
+        if len(secret) < MIN_SECRET_LENGTH:
             # Never echo the value: it is a secret, even a bad one.
             raise ValueError(f"{info.field_name} must be at least {MIN_SECRET_LENGTH} characters")
-        return value
+        return SecretStr(secret)
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:

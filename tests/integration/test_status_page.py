@@ -169,6 +169,33 @@ async def test_disconnect_from_the_page_and_what_it_refuses(hub):
         await session.close()
 
 
+async def test_disconnect_from_the_page_behind_a_balancer_that_drops_the_port(hub):
+    """nginx's ``Host $host`` drops the port the browser used (the compose demo's
+    8080); the page's ``Origin`` has it. From a trusted balancer the origin it
+    names (``X-Forwarded-Host``) is the page's own — found by an outside audit:
+    the button was refused 403 behind the shipped nginx. Not believed from
+    anyone else."""
+    behind = {
+        "Host": "hub.example",
+        "X-Forwarded-Host": "hub.example:8080",
+        "X-Forwarded-Proto": "http",
+        "Origin": "http://hub.example:8080",
+    }
+    for trusted, want in ((["127.0.0.1"], 200), ([], 403)):
+        server = await hub(admin_token=TOKEN, trusted_proxies=trusted)
+        victim = await WsClient.connect(server.url, "victim")
+        session = await logged_in(server)
+        try:
+            status, _, _ = await request(
+                server, "POST", "/admin/agents/victim/disconnect",
+                session=session, json={}, headers=behind,
+            )  # fmt: skip
+            assert status == want, (trusted, status)
+        finally:
+            await session.close()
+            await victim.close()
+
+
 async def test_static_files_and_unknown_paths(hub):
     server = await hub(admin_token=TOKEN)
     async with aiohttp.ClientSession() as s:

@@ -20,6 +20,7 @@ from hub.cluster.presence import AgentClaims, AgentRecord
 from hub.config.settings import Settings
 from hub.core.authz import SpacePolicy
 from hub.core.counters import Counters
+from hub.net.proxies import TrustedProxies
 from hub.ops.api.operations import Operations, Run
 from hub.ops.api.routes import api_app
 from hub.ops.api.stats import NodeReadings, NodeStatsReporter
@@ -60,7 +61,9 @@ class OperatorFaces:
                 own_figures=self.reporter.live, policy=policy, reserved_ids=reserved_ids,
             )  # fmt: skip
         self._api = api_app(self.operations, api_key, s.max_frame_bytes)
-        self.status_page = StatusPage(self.operations, admin_token)
+        self.status_page = StatusPage(
+            self.operations, admin_token, TrustedProxies(s.trusted_proxies)
+        )
 
     def mount(self, app: web.Application) -> None:
         app.add_subapp("/api", self._api)

@@ -24,6 +24,7 @@ from aiohttp import web
 
 from hub.errors import BackplaneUnavailable
 from hub.net.bodies import BodyRefused, parse_json, read_body
+from hub.net.proxies import TrustedProxies
 from hub.ops.api.auth import AdminSessions, Secret
 from hub.ops.api.errors import ApiError, json_response
 from hub.ops.api.operations import Operations
@@ -54,8 +55,16 @@ def _asset(name: str) -> str:
 
 
 class StatusPage:
-    def __init__(self, operations: Operations | None, admin_token: str | None):
+    def __init__(
+        self,
+        operations: Operations | None,
+        admin_token: str | None,
+        proxies: TrustedProxies | None = None,
+    ):
         self.ops = operations
+        #: Behind ``trusted_proxies``: the origin the browser reached (their
+        #: ``X-Forwarded-Proto`` / ``-Host``), which a page's ``Origin`` names.
+        self._proxies = proxies if proxies is not None else TrustedProxies()
         self.sessions = AdminSessions(Secret(admin_token)) if admin_token is not None else None
         if self.sessions is not None:
             self._page = _asset("index.html")
@@ -160,7 +169,9 @@ class StatusPage:
         assert self.ops is not None
         try:
             self._check(request)
-            _same_origin_json(request)
+            peer = request.transport.get_extra_info("peername") if request.transport else None
+            public = self._proxies.origin(peer, request.headers, request.scheme, request.host)
+            _same_origin_json(request, public)
             try:
                 raw = await read_body(request, MAX_BODY)
                 body = parse_json(raw) if raw.strip() else {}
@@ -181,14 +192,18 @@ class StatusPage:
             raise ApiError("UNAUTHENTICATED", "log in at /admin, or send Authorization: Bearer")
 
 
-def _same_origin_json(request: web.Request) -> None:
-    """Refuse what a page of another site could make a browser send."""
+def _same_origin_json(request: web.Request, public: str) -> None:
+    """Refuse what a page of another site could make a browser send.
+    ``public``: this request's origin as its client reached it (behind a
+    trusted balancer, the one it names: nginx's ``Host $host`` drops the port)."""
     if request.content_type != "application/json":
         raise ApiError(ErrorCode.INVALID_REQUEST, "send the request as application/json")
     origin = request.headers.get("Origin")
-    if origin is not None and origin != f"{request.scheme}://{request.host}":
-        if origin.partition("://")[2] != request.host:  # a TLS-terminating proxy: scheme differs
-            raise ApiError(ErrorCode.UNAUTHORIZED, "cross-origin requests are refused")
+    if origin is None or origin in (public, f"{request.scheme}://{request.host}"):
+        return
+    # A TLS-terminating proxy that says nothing of it: only the scheme differs.
+    if origin.partition("://")[2] not in (request.host, public.partition("://")[2]):
+        raise ApiError(ErrorCode.UNAUTHORIZED, "cross-origin requests are refused")
 
 
 def _html(text: str, status: int = 200) -> web.Response:

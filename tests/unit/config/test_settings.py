@@ -75,6 +75,8 @@ def test_serve_help_shows_real_defaults_only():
         # A prompt reader would be closed 4008 by one big event (outside audit).
         ({"outbox_max_bytes": 262_144}, "twice max_frame_bytes"),
         ({"max_frame_bytes": 4_194_304}, "twice max_frame_bytes"),
+        ({"api_key": " " * 16}, "api_key"),  # nothing but whitespace (an outside audit)
+        ({"admin_token": "short-token\n\n\n\n\n\n"}, "admin_token"),
     ],
 )
 def test_invalid_settings_are_clear_errors(overrides, fragment):
@@ -98,3 +100,12 @@ def test_bad_config_files(tmp_path):
     system.write_text('[[spaces]]\nid = "agent.mine"\n')
     with pytest.raises(ConfigError, match="user space"):
         load_settings(config_file=system)
+
+
+def test_a_secret_read_from_a_file_loses_its_newline(monkeypatch):
+    """HTTP drops whitespace around a header's value: a key kept with its
+    file's newline could never be presented (found by an outside audit)."""
+    monkeypatch.setenv("AGORA_HUB_API_KEY", "k" * 20 + "\n")
+    s = load_settings({"admin_token": "  " + "t" * 16 + " "})
+    assert s.api_key is not None and s.api_key.get_secret_value() == "k" * 20
+    assert s.admin_token is not None and s.admin_token.get_secret_value() == "t" * 16
