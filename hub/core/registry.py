@@ -164,6 +164,10 @@ class Registry(Generic[M]):
         """
         members = self._spaces.get(space)
         if not members:
+            if op is StreamOp.END and stream is not None:
+                # Nobody here any more, but a stream's last frame still ends
+                # its record (else kept, and asked about by the sweep, forever).
+                self.streams.audience(stream, op, now)
             return 0
         audience: dict[M, None] | list[M]
         if stream is not None:

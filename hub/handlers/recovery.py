@@ -83,13 +83,17 @@ class ReplayBuffer:
     frames back where they went before.
     """
 
-    def __init__(self, registry: Registry[Any], member: Peer, limit: int):
+    def __init__(self, registry: Registry[Any], member: Peer, limit: int, space: str = ""):
         self.registry = registry
         self.member = member
         self.limit = limit
+        #: The space joined (a later join of it retires this buffer's filter).
+        self.space = space
         self.frames: list[OutFrame] = []
         self.size = 0
         self.overflowed = False
+        if space:
+            _retire(registry, member, space)
         #: Where the member's frames went before (its own ``push``, or an
         #: earlier buffer still filtering), and where buffered ones go out.
         self.direct: Callable[[OutFrame], bool] = registry.route_of(member)
@@ -134,6 +138,26 @@ class ReplayBuffer:
         if self.registry.route_of(self.member) not in (self.push, self._filter):
             return  # a later buffer wraps this one: it routes back to this one
         self.registry.route(self.member, self.direct)
+
+
+def _retire(registry: Registry[Any], member: Peer, space: str) -> None:
+    """Take out of ``member``'s route the filter an earlier join of ``space``
+    left (it filters until this node has delivered up to that join's position,
+    which in a quiet space may never happen): the member left and joins again,
+    and that old boundary must not hold back what the new join sends — its
+    ``space.joined`` (seq ≤ the old boundary) or a replay from before it."""
+    parent: ReplayBuffer | None = None
+    route = registry.route_of(member)
+    while isinstance(owner := getattr(route, "__self__", None), ReplayBuffer):
+        if route != owner._filter:
+            return  # still buffering (a join under way holds the member's lock)
+        if owner.space == space:
+            if parent is None:
+                registry.route(member, owner.direct)
+            else:
+                parent.direct = owner.direct
+            return
+        parent, route = owner, owner.direct
 
 
 class Recovery:
@@ -207,7 +231,7 @@ class Recovery:
     ) -> None:
         session = conn.session
         assert session is not None
-        buffer = ReplayBuffer(self.registry, conn, self.settings.outbox_max_bytes)
+        buffer = ReplayBuffer(self.registry, conn, self.settings.outbox_max_bytes, space)
         self.registry.join(space, conn)
         session.on_joined(space)
         try:

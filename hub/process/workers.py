@@ -140,12 +140,17 @@ def run_workers(settings: Settings) -> int:
                     break
                 log.warning("worker died; restarting", worker=index, exitcode=proc.exitcode)
                 time.sleep(RESTART_PAUSE)
+                if stopping:  # a SIGTERM during the pause: nothing is started any more
+                    break
                 workers[index] = spawn(index)
+                if stopping:  # one while it started: it was not among those told
+                    workers[index].terminate()
             if stopping:
                 deadline = time.monotonic() + settings.shutdown_timeout + 5
-                for proc in workers:
+                for index, proc in enumerate(workers):
                     proc.join(max(0.0, deadline - time.monotonic()))
                     if proc.is_alive():
+                        log.warning("worker did not stop in time; killed", worker=index)
                         proc.kill()
                         proc.join()
                 log.info("workers stopped")

@@ -630,3 +630,32 @@ async def test_a_space_whose_keys_redis_lost_while_linked_never_goes_back_in_seq
     assert rejoined["type"] == "space.joined" and rejoined["recovered"] is False, rejoined
     assert rejoined["epoch"] != joined["epoch"]
     await back.close()
+
+
+async def test_joining_a_quiet_space_again_is_answered(cluster):
+    """A node that joined a member to a space whose last event came before it
+    subscribed keeps filtering that member's frames until it delivers an event
+    up to the join's position — in a quiet space, never. Leaving and joining
+    again went unanswered: the old filter dropped the new ``space.joined``
+    (its seq is not above the old position). Found by an outside audit."""
+    n0, n1 = cluster()
+    speaker = await WsClient.connect(n0.url, "speaker", heartbeat=True)
+    await speaker.join("quiet")
+    await speaker.request({"type": "space.publish", "space": "quiet", "data": {"text": "hi"}})
+    rejoiner = await WsClient.connect(n1.url, "rejoiner", heartbeat=True)
+    first = await rejoiner.join("quiet")
+    assert first["seq"] == 1
+    left = await rejoiner.request({"type": "space.leave", "space": "quiet"})
+    assert left["type"] == "space.left", left
+    again = await rejoiner.request({"type": "space.join", "space": "quiet"}, timeout=TIMEOUT)
+    assert again["type"] == "space.joined" and again["seq"] == 1, again
+    since = {"seq": 0, "epoch": first["epoch"]}  # a resume below the old boundary
+    await rejoiner.request({"type": "space.leave", "space": "quiet"})
+    resumed = await rejoiner.request(
+        {"type": "space.join", "space": "quiet", "since": since}, timeout=TIMEOUT
+    )
+    assert resumed["type"] == "space.joined" and resumed["recovered"] is True, resumed
+    replayed = await rejoiner.wait_for("space.event", timeout=TIMEOUT)
+    assert replayed["seq"] == 1 and replayed["data"]["text"] == "hi"
+    await speaker.close()
+    await rejoiner.close()

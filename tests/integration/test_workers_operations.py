@@ -4,6 +4,7 @@ metrics, and SIGHUP to the parent reloads every worker without dropping anyone."
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import time
 import urllib.request
@@ -177,3 +178,24 @@ async def test_sighup_to_the_parent_reloads_every_worker(tmp_path, redis_server,
     for c in old:
         await c.close()
     assert proc.stop() == 0
+
+
+async def test_a_sigterm_while_a_dead_worker_waits_to_restart_stops_everything(
+    redis_server, hub_process
+):
+    """SIGTERM in the pause before a crashed worker is restarted: nothing is
+    started any more, and every worker stops by itself (an outside audit: a
+    new worker started after the SIGTERM, took clients, and was killed at the
+    deadline with no close for them)."""
+    proc = hub_process(redis_url=redis_server.url, **WORKERS)
+    await started(proc)
+    (pids,) = [e["pids"] for e in proc.log_lines() if e.get("event") == "workers started"]
+    os.kill(pids[0], signal.SIGKILL)
+    async with asyncio.timeout(30):
+        while not any(e.get("event") == "worker died; restarting" for e in proc.log_lines()):  # noqa: ASYNC110 (another process's log)
+            await asyncio.sleep(0.02)
+    proc.proc.send_signal(signal.SIGTERM)  # within the pause (1 s) before the restart
+    status = await asyncio.to_thread(proc.proc.wait, 60)
+    events = [e.get("event") for e in proc.log_lines()]
+    assert status == 0, proc.log()
+    assert "worker did not stop in time; killed" not in events, proc.log()

@@ -93,6 +93,19 @@ def test_a_stream_audience_is_fixed_by_its_first_frame(reg):
     assert registry.deliver("room", frame("again"), stream="a/s", op=StreamOp.DELTA) == 0
 
 
+def test_a_streams_end_ends_its_record_when_nobody_is_left_here(reg):
+    """The publisher's cancel (or the sweep's) can come once the space's last
+    local member has gone: it still ends the record, which would otherwise be
+    kept — and looked at by every sweep — for ever (an outside audit: 14 % of
+    vanished publishers' streams stayed)."""
+    registry, m = reg
+    registry.deliver("room", frame("d1"), stream="a/s", op=StreamOp.OPEN)
+    for member in m.values():
+        registry.leave("room", member)
+    assert registry.deliver("room", frame("cancel"), stream="a/s", op=StreamOp.END) == 0
+    assert list(registry.idle_streams(now=10**9, idle=0)) == []
+
+
 def test_an_unknown_stream_is_relayed_to_nobody(reg):
     registry, _ = reg
     assert registry.deliver("room", frame("d"), stream="x/y", op=StreamOp.DELTA) == 0
