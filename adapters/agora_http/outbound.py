@@ -41,6 +41,7 @@ from protocol.agora_http import (
     CONVERSATION_EXPIRED,
     CONVERSATION_NOT_FOUND,
     DEFAULT_LIMITS,
+    TIMEOUT,
     AgoraLimits,
     HashForm,
     Reply,
@@ -127,14 +128,25 @@ class AgoraHttpOutbound(OutboundBridge):
     # ── events addressed to the bridge ──────────────────────────────────
 
     async def serve(self, event: dict[str, Any]) -> None:
-        async with self._calls:
-            try:
-                reply, conversation_id = await self._exchange(event)
-            except BackplaneUnavailable:
-                reply, conversation_id = failed("Hub unavailable: try again"), None
-            except Exception:
-                log.exception("agora-http bridge call failed", agent_id=self.agent_id)
-                reply, conversation_id = failed("Bridge error"), None
+        # ``timeout`` counts from the request's arrival, its wait for a call
+        # slot included: the sender hears within it, whatever is queued before.
+        assert self.timeout is not None
+        deadline = asyncio.get_running_loop().time() + self.timeout
+        try:
+            async with asyncio.timeout_at(deadline):
+                await self._calls.acquire()
+        except TimeoutError:
+            await self._answer(event, failed(TIMEOUT))
+            return
+        try:
+            reply, conversation_id = await self._exchange(event, deadline)
+        except BackplaneUnavailable:
+            reply, conversation_id = failed("Hub unavailable: try again"), None
+        except Exception:
+            log.exception("agora-http bridge call failed", agent_id=self.agent_id)
+            reply, conversation_id = failed("Bridge error"), None
+        finally:
+            self._calls.release()
         await self._answer(event, reply, conversation_id)
 
     async def refuse(self, event: dict[str, Any], why: str) -> None:
@@ -152,7 +164,7 @@ class AgoraHttpOutbound(OutboundBridge):
 
     # ── one exchange with the remote ────────────────────────────────────
 
-    async def _exchange(self, event: dict[str, Any]) -> tuple[Reply, str | None]:
+    async def _exchange(self, event: dict[str, Any], deadline: float) -> tuple[Reply, str | None]:
         assert self.conversations is not None
         data = event.get("data")
         data = data if isinstance(data, dict) else {}
@@ -190,8 +202,11 @@ class AgoraHttpOutbound(OutboundBridge):
             await self._close(remote)
             return Reply("success"), conversation_id
         assert self._remote is not None
+        left = deadline - asyncio.get_running_loop().time()
+        if left <= 0:
+            return failed(TIMEOUT), conversation_id if remote is not None else None
         if remote is not None:
-            reply = await self._remote.post({"body": body}, remote.remote_id)
+            reply = await self._remote.post({"body": body}, remote.remote_id, timeout=left)
         else:
             payload = outbound_request(
                 body,
@@ -200,7 +215,7 @@ class AgoraHttpOutbound(OutboundBridge):
                 multiround=multiround,
                 hash_form=self.options.hash_form,
             )
-            reply = await self._remote.post(payload)
+            reply = await self._remote.post(payload, timeout=left)
         if not multiround and remote is None:
             return reply, None
         if reply.ok:

@@ -6,6 +6,11 @@
 redirects, reads at most ``max_request_bytes`` of a reply, and turns every
 outcome — timeouts, refused connections, garbage — into a
 :class:`~protocol.agora_http.Reply`: it never raises for what a remote does.
+
+A success the hub could not publish unchanged is a failure saying why: a body
+nested deeper than an event may be, or an integer beyond 64 bits (which JSON
+parsing would quietly turn into a float) — the hub refuses both in the frames
+it receives (:func:`~hub.adapter_host.check_json`).
 """
 
 from __future__ import annotations
@@ -16,11 +21,21 @@ import aiohttp
 import orjson
 import structlog
 
-from hub.adapter_host import read_at_most
-from protocol.agora_http import DEFAULT_LIMITS, TIMEOUT, AgoraLimits, Reply, decode_reply
+from hub.adapter_host import BodyRefused, check_json, read_at_most
+from protocol.agora_http import (
+    DEFAULT_LIMITS,
+    TIMEOUT,
+    AgoraLimits,
+    Reply,
+    decode_reply,
+    interpret_reply,
+)
 
 #: Most of a DELETE's answer read (it is only drained).
 _DELETE_REPLY_BYTES = 64 * 1024
+
+#: A success the hub cannot carry unchanged is a failure saying this, then why.
+REPLY_REFUSED = "The remote's reply cannot be published: "
 
 log = structlog.get_logger("adapters.agora_http")
 
@@ -49,8 +64,11 @@ class RemoteEndpoint:
     def conversation_url(self, remote_id: str) -> str:
         return f"{self.url}/conversations/{remote_id}"
 
-    async def post(self, payload: dict[str, Any], remote_id: str | None = None) -> Reply:
-        """POST to the endpoint, or to a conversation's follow-up URL."""
+    async def post(
+        self, payload: dict[str, Any], remote_id: str | None = None, *, timeout: float | None = None
+    ) -> Reply:
+        """POST to the endpoint, or to a conversation's follow-up URL, for at most
+        ``timeout`` seconds (default: the endpoint's)."""
         url = self.url if remote_id is None else self.conversation_url(remote_id)
         limit = self.limits.max_request_bytes
         raw = orjson.dumps(payload)
@@ -60,11 +78,12 @@ class RemoteEndpoint:
             async with self._session.post(
                 url, data=raw, headers={"Content-Type": "application/json"},
                 allow_redirects=False,
+                timeout=None if timeout is None else aiohttp.ClientTimeout(total=timeout),
             ) as resp:  # fmt: skip
                 answer = await read_at_most(resp.content, limit, resp.content_length)
                 if answer is None:
                     return failed(f"Reply exceeds {limit} bytes")
-                return decode_reply(resp.status, answer, self.limits)
+                return _decode(resp.status, answer, self.limits)
         except TimeoutError:
             return failed(TIMEOUT)
         except aiohttp.ClientConnectorError:
@@ -85,3 +104,24 @@ class RemoteEndpoint:
 
     async def aclose(self) -> None:
         await self._session.close()
+
+
+def _decode(http_status: int, raw: bytes, limits: AgoraLimits) -> Reply:
+    """:func:`~protocol.agora_http.decode_reply`, and a success the hub could not
+    publish unchanged is a failure (see the module)."""
+    if http_status != 200:
+        return decode_reply(http_status, raw, limits)
+    try:
+        text = raw.decode()
+        obj = orjson.loads(text)
+    except (UnicodeDecodeError, orjson.JSONDecodeError):
+        return decode_reply(http_status, raw, limits)  # its failure
+    reply = interpret_reply(obj)
+    if reply.ok:
+        try:
+            # The reply's body sits as deep in the answer's ``data`` as in the
+            # reply, and ``data`` one level down in the event.
+            check_json(text, obj, nesting=1)
+        except BodyRefused as exc:
+            return failed(f"{REPLY_REFUSED}{exc.message}")
+    return reply

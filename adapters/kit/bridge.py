@@ -19,6 +19,9 @@ an event, what to publish back).
   nothing is answered — the asker no longer waits).
 - **A takeover**: the new holder answers with a failure what the lost one
   left unanswered in the space's history (:mod:`adapters.kit.takeover`).
+- **Its answers**: one the hub refuses for what it carries (nested deeper than
+  frames may be, an integer beyond 64 bits…) is replaced by a failure saying
+  why (:meth:`OutboundBridge.unpublishable`): the asker is told, not left waiting.
 - **Closing**: background tasks stop, requests being served are answered
   "Bridge shutting down", the id is let go, then the bridge's own resources.
 
@@ -43,6 +46,8 @@ from hub.adapter_host import AdapterHost, AdapterMember
 
 log = structlog.get_logger("adapters")
 
+#: What an answer the hub refused is replaced by says, before the hub's reason.
+ANSWER_REFUSED = "The remote's answer cannot be delivered: "
 #: What a lost holder's unanswered requests are told (a bridge may say it its way).
 MOVED = "Bridge moved to another hub node while this request was in flight: try again"
 
@@ -54,6 +59,9 @@ class OutboundBridge:
     #: The member's ``type`` (``"a2a-bridge"``) and the bridge kind in the log.
     member_type = "bridge"
     label = "bridge"
+    #: The fields of an answer a failure in its place keeps, so that the sender
+    #: can still name the conversation or task (:meth:`unpublishable`).
+    answer_ids: tuple[str, ...] = ("conversation_id", "task_id", "context_id")
 
     def __init__(
         self,
@@ -114,6 +122,18 @@ class OutboundBridge:
         """Which request an event the bridge published answers."""
         return in_reply_to(event)
 
+    def unpublishable(
+        self, event: dict[str, Any], answer: dict[str, Any], why: str
+    ) -> dict[str, Any]:
+        """What is published instead of ``answer`` when the hub refuses it (``why``)."""
+        kept = {key: answer[key] for key in self.answer_ids if key in answer}
+        return {
+            "in_reply_to": answer.get("in_reply_to", event.get("event_id")),
+            "status": "failure",
+            "error": f"{ANSWER_REFUSED}{why}",
+            **kept,
+        }
+
     async def moved(self, event: dict[str, Any]) -> None:
         """Answer a request a lost holder left unanswered."""
         await self.refuse(event, MOVED)
@@ -170,9 +190,12 @@ class OutboundBridge:
         return self.claim.held
 
     async def answer(self, event: dict[str, Any], data: dict[str, Any]) -> None:
-        """Publish ``data`` addressed to ``event``'s sender (logged, never
-        raised, when it cannot be)."""
-        await self.claim.answer(event, data)
+        """Publish ``data`` addressed to ``event``'s sender: a failure instead
+        when the hub refuses ``data`` (:meth:`unpublishable`); logged, never
+        raised, when nothing can be published."""
+        await self.claim.answer(
+            event, data, failure=lambda why: self.unpublishable(event, data, why)
+        )
 
     async def _claimed(self, member: AdapterMember, seq: int) -> None:
         await self.claimed(member)

@@ -82,18 +82,46 @@ class AgentIdClaim:
                 self.held.clear()
                 log.warning(f"{self._label} lost its agent id", agent_id=self.agent_id)
 
-    async def answer(self, event: dict[str, Any], data: dict[str, Any]) -> None:
-        """Publish ``data`` in the space, addressed to ``event``'s sender; an
-        answer that cannot be published (the id is not held here, the sender
-        left) is logged, never raised."""
+    async def answer(
+        self,
+        event: dict[str, Any],
+        data: dict[str, Any],
+        *,
+        failure: Callable[[str], dict[str, Any]] | None = None,
+    ) -> None:
+        """Publish ``data`` in the space, addressed to ``event``'s sender.
+
+        An answer the hub refuses for what it is (:func:`answer_refused`: nested
+        too deep, an integer out of range…) is replaced by ``failure(why)`` when
+        given, so the sender hears that its request failed rather than nothing
+        (contract §9). An answer that cannot be published at all (the id is not
+        held here, the sender left) is logged, never raised."""
         member, sender = self.member, event.get("from")
         if member is None or not isinstance(sender, str):
             log.warning(f"{self._label} answer lost: bridge not held", agent_id=self.agent_id)
             return
         try:
             await member.publish(self.space, data, to=sender)
-        except (RequestFailed, TimeoutError) as exc:  # the sender left, say
-            log.info(f"{self._label} answer not delivered", agent_id=self.agent_id, reason=str(exc))
+            return
+        except RequestFailed as exc:
+            if failure is None or not answer_refused(exc):  # the sender left, say
+                self._not_delivered(exc)
+                return
+            why = str(exc.error.get("message"))
+        except TimeoutError as exc:
+            self._not_delivered(exc)
+            return
+        log.warning(
+            f"{self._label} answer refused by the hub: a failure goes instead",
+            agent_id=self.agent_id, reason=why,
+        )  # fmt: skip
+        try:
+            await member.publish(self.space, failure(why), to=sender)
+        except (RequestFailed, TimeoutError) as exc:
+            self._not_delivered(exc)
+
+    def _not_delivered(self, exc: Exception) -> None:
+        log.info(f"{self._label} answer not delivered", agent_id=self.agent_id, reason=str(exc))
 
     async def release(self) -> None:
         member, self.member = self.member, None
@@ -123,3 +151,10 @@ class AgentIdClaim:
         log.info(f"{self._label} active", agent_id=self.agent_id, space=self.space)
         await self._on_claimed(member, int(joined.get("seq", 0)))
         return True
+
+
+def answer_refused(exc: RequestFailed) -> bool:
+    """Did the hub refuse a bridge's publish for what it carries (``INVALID_REQUEST``:
+    nested too deep, an integer beyond 64 bits…), rather than because its
+    addressee has left the space? Another publish in its place may go through."""
+    return exc.code == "INVALID_REQUEST" and "not members" not in str(exc)

@@ -265,6 +265,7 @@ class Node:
         self._beat: asyncio.Task[None] | None = None
         self._started = False
         self._closed = False
+        self._adapters_closed = False
         self._settled = False
         self._background: set[asyncio.Task[None]] = set()
 
@@ -329,8 +330,7 @@ class Node:
         if self._closed:
             return
         self.accepting = False
-        for adapter in reversed(self.adapters):
-            await self._close_part(f"adapter {type(adapter).__name__}", adapter.aclose)
+        await self.close_adapters()
         self._closed = True
         for task in (self._sweeper, self._beat):
             if task is not None:
@@ -353,6 +353,16 @@ class Node:
         await self._close_part("key-value store", self.kv.aclose)
         if self.redis is not None:
             await self.redis.aclose()
+
+    async def close_adapters(self) -> None:
+        """Stop the adapters, last started first closed; idempotent. The server
+        does it before it closes the agents' connections, so that what a bridge
+        answers as it stops ("Bridge shutting down") still reaches its sender."""
+        if self._adapters_closed:
+            return
+        self._adapters_closed = True
+        for adapter in reversed(self.adapters):
+            await self._close_part(f"adapter {type(adapter).__name__}", adapter.aclose)
 
     async def _close_part(self, part: str, close: Callable[[], Awaitable[object]]) -> None:
         try:

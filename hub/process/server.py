@@ -10,10 +10,11 @@ Start order: the node (backplane, presence, adapters), the WebSocket port,
 the HTTP port. Both ports serve TLS from one :class:`~hub.net.tls.ServerTls`, whose
 certificate :mod:`hub.process.reload` can replace (SIGHUP) without touching open
 connections. Shutdown order (:meth:`HubServer.aclose`): stop accepting,
-close the HTTP port, send every connection an ``error`` (UNAVAILABLE) and
-close 1001, wait up to ``shutdown_timeout`` for handlers to finish their
-cleanup, abort what is left, then close the node (adapters, backplane,
-presence).
+close the HTTP port, stop the adapters (a bridge's calls in flight are
+answered while their senders are still connected), send every connection an
+``error`` (UNAVAILABLE) and close 1001, wait up to ``shutdown_timeout`` for
+handlers to finish their cleanup, abort what is left, then close the rest of
+the node (backplane, presence).
 """
 
 from __future__ import annotations
@@ -163,12 +164,14 @@ class HubServer:
         self._closed = True
         node = self.node
         node.accepting = False
+        server = self._server
+        if server is not None:
+            server.close(close_connections=False)  # no more listening; connections stay
         if self._http is not None:
             with contextlib.suppress(Exception):
                 await self._http.aclose()
-        server = self._server
+        await node.close_adapters()
         if server is not None:
-            server.close(close_connections=False)
             for conn in list(server.connections):
                 hub_conn = conn if isinstance(conn, HubConnection) else None
                 if hub_conn is not None:

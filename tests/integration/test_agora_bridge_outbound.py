@@ -402,6 +402,93 @@ async def test_calls_and_waiting_events_are_bounded(hub, remote, agents):
     assert most == 1
 
 
+def nested(levels: int) -> Any:
+    value: Any = "x"
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    ("reply", "error"),
+    [
+        (b'{"status": "success", "body": {"n": 18446744073709551616}}',
+         "integer 18446744073709551616 does not fit in 64 bits"),
+        (b'{"status": "success", "body": {"n": -9223372036854775809}}',
+         "integer -9223372036854775809 does not fit in 64 bits"),
+        (json.dumps({"status": "success", "body": nested(70)}).encode(),
+         "JSON nested deeper than 63 levels"),
+    ],
+)  # fmt: skip
+async def test_a_reply_the_hub_cannot_carry_unchanged_is_a_failure(
+    hub, remote, agents, reply, error
+):
+    # Not lost (the hub would refuse the answer's publish: contract §9) nor
+    # changed (a 64-bit-plus integer parsed as a float).
+    target = await remote(replying(200, reply))
+    server = await hub(adapters=[bridge(target.url)])
+    alice = await agents(server, "alice")
+    answer = await ask(alice, {"body": "x"})
+    assert answer["data"]["status"] == "failure", answer
+    assert answer["data"]["error"].startswith("The remote's reply cannot be published: " + error)
+    assert "body" not in answer["data"]
+
+
+async def test_the_deepest_reply_an_event_can_carry_is_delivered(hub, remote, agents):
+    target = await remote(replying(200, {"status": "success", "body": nested(62)}))
+    server = await hub(adapters=[bridge(target.url)])
+    alice = await agents(server, "alice")
+    answer = await ask(alice, {"body": "x"})
+    assert answer["data"]["status"] == "success" and answer["data"]["body"] == nested(62)
+
+
+async def test_a_queued_request_times_out_from_its_arrival(hub, remote, agents):
+    # bridges.md: no reply within ``timeout`` → Timeout, however long the
+    # request waited for a call slot (it once waited a slot's timeout first).
+    release = asyncio.Event()
+
+    async def gated(request: web.Request, body: Any) -> web.Response:
+        await release.wait()
+        return web.json_response({"status": "success", "body": body["body"]})
+
+    target = await remote(gated)
+    server = await hub(adapters=[bridge(target.url, timeout=1.0, max_concurrency=1)])
+    alice = await agents(server, "alice")
+    loop = asyncio.get_running_loop()
+    await send(alice, {"body": "1"})
+    await asyncio.wait_for(target.called.wait(), 5)  # the only slot is taken
+    began = loop.time()
+    queued = await send(alice, {"body": "2"})
+    answer = await answer_to(alice, queued)
+    assert answer["data"]["error"] == "Timeout"
+    assert loop.time() - began < 1.6
+    assert len(target.calls) == 1  # it never got a slot
+    release.set()
+
+
+async def test_calls_in_flight_are_answered_before_the_senders_are_disconnected(
+    hub, remote, agents
+):
+    # The sender on the same node hears "Bridge shutting down" before its
+    # connection is closed 1001 (the answer once found it no longer a member).
+    never = asyncio.Event()
+
+    async def hang(request: web.Request, body: Any) -> web.Response:
+        await never.wait()
+        raise AssertionError("unreachable")
+
+    target = await remote(hang)
+    server = await hub(adapters=[bridge(target.url)])
+    alice = await agents(server, "alice")
+    sent = await send(alice, {"body": "x"})
+    await asyncio.wait_for(target.called.wait(), 10)  # the call is in flight at the remote
+    await server.aclose()
+    code, frames = await alice.closed()
+    assert code == 1001
+    answers = [f for f in frames if f.get("data", {}).get("in_reply_to") == sent]
+    assert [a["data"]["error"] for a in answers] == ["Bridge shutting down"]
+
+
 # ── one holder in a cluster ────────────────────────────────────────────────
 
 
