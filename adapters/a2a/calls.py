@@ -17,6 +17,10 @@
 
 A call is an asyncio task of its own: the sender's cancel (``data.cancel``)
 interrupts it (:meth:`Call.interrupt`) and ``CancelTask`` goes to the remote.
+A call is bounded: ``max_reply_bytes`` of parts (every part, of any kind, at
+its JSON size), ``timeout`` of silence between stream events, and ``max_time``
+in all; past a bound it ends with a failure and is marked :attr:`Call.abandoned`
+(the bridge then sends ``CancelTask``).
 :class:`CallTable` keeps a bridge's calls in progress, to find the one a
 cancel names and the stream a refusal from the hub is about.
 """
@@ -24,10 +28,13 @@ cancel names and the stream a refusal from the hub is about.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from adapters.a2a.relay import ReplyStream, Sender
 from adapters.a2a.remote import RemoteAgent, RemoteFailure
@@ -60,6 +67,10 @@ class Request:
     task_id: str | None
     #: The sender's name for the context (``data.context_id``), if it gave one.
     context_name: str | None = None
+    #: The sender's own id for the task (a ``data.task_id`` naming no task
+    #: waiting for input — the hub's A2A gateway sends its task's): the remote
+    #: task may be continued by it too.
+    alias: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +94,7 @@ class Call:
         streaming: bool,
         flush_interval: float,
         max_reply_bytes: int,
+        max_time: float,
         on_stream: Callable[[ReplyStream | None], None],
     ):
         self.request = request
@@ -90,6 +102,7 @@ class Call:
         self.streaming = streaming
         self.flush_interval = flush_interval
         self.max_reply_bytes = max_reply_bytes
+        self.max_time = max_time
         #: The remote task, once the remote named it.
         self.task_id: str | None = request.task_id
         self.context_id: str | None = request.context_id
@@ -97,6 +110,11 @@ class Call:
         self.interrupted = False
         #: Set when the remote could not be reached at all.
         self.unreachable = False
+        #: Set when the call ended at a bound (reply bytes, time): the remote
+        #: task is left running unless cancelled.
+        self.abandoned = False
+        #: Set when the sender stopped waiting: nothing more is answered.
+        self.quiet = False
         self._member = member
         self._on_stream = on_stream
         self._stream: ReplyStream | None = None
@@ -118,9 +136,11 @@ class Call:
                 raise
             return self._answer(RemoteOutcome("failure", error=CANCELLED))
 
-    def interrupt(self) -> None:
-        """The sender cancelled: stop talking to the remote."""
+    def interrupt(self, *, quiet: bool = False) -> None:
+        """The sender cancelled: stop talking to the remote (``quiet``: it
+        stopped waiting, nothing is to be answered)."""
         self.interrupted = True
+        self.quiet = self.quiet or quiet
         if self._task is not None:
             self._task.cancel()
 
@@ -132,12 +152,16 @@ class Call:
             task_id=self.task_id,
         )
         try:
-            if self.streaming:
-                return await self._streamed({"message": message})
-            return await self._blocking({"message": message})
+            async with asyncio.timeout(self.max_time):
+                if self.streaming:
+                    return await self._streamed({"message": message})
+                return await self._blocking({"message": message})
         except RemoteFailure as exc:
             self.unreachable = exc.unreachable
             return self._answer(RemoteOutcome("failure", error=exc.reason))
+        except TimeoutError:  # max_time: a remote that talks forever
+            self.abandoned = True
+            return self._answer(RemoteOutcome("failure", error="Timeout"))
 
     def _answer(self, outcome: RemoteOutcome, parts: Sequence[dict[str, Any]] = ()) -> Answer:
         """The call's answer. A success whose streamed chunks never went out
@@ -159,37 +183,38 @@ class Call:
     async def _streamed(self, params: dict[str, Any]) -> Answer:
         size = 0
         parts: list[dict[str, Any]] = []
-        async for result in self.remote.stream(params):
-            if isinstance(result.get("message"), dict):
-                self._ids(result["message"], "taskId")
-                return self._answer(message_outcome(result["message"]))
-            task = result.get("task")
-            if isinstance(task, dict):
-                self._ids(task)
-                outcome = remote_outcome(task)
-                if outcome is not None:
-                    return self._answer(outcome, parts)
-                continue
-            update = result.get("artifactUpdate")
-            if isinstance(update, dict):
-                self._ids(update, "taskId")
-                artifact = update.get("artifact")
-                chunk = artifact.get("parts") if isinstance(artifact, dict) else None
-                chunk = [p for p in chunk if isinstance(p, dict)] if isinstance(chunk, list) else []
-                text = parts_text(chunk)
-                parts += chunk
-                size += len(text.encode("utf-8", "surrogatepass"))
-                if size > self.max_reply_bytes:
-                    error = f"The remote's answer exceeds {self.max_reply_bytes} bytes"
-                    return self._answer(RemoteOutcome("failure", error=error))
-                await self._relay(text)
-                continue
-            update = result.get("statusUpdate")
-            if isinstance(update, dict):
-                self._ids(update, "taskId")
-                outcome = remote_outcome(update)
-                if outcome is not None:
-                    return self._answer(outcome, parts)
+        # Closed as soon as the call ends: the remote's stream is dropped.
+        async with contextlib.aclosing(self.remote.stream(params)) as results:
+            async for result in results:
+                if isinstance(result.get("message"), dict):
+                    self._ids(result["message"], "taskId")
+                    return self._answer(message_outcome(result["message"]))
+                task = result.get("task")
+                if isinstance(task, dict):
+                    self._ids(task)
+                    outcome = remote_outcome(task)
+                    if outcome is not None:
+                        return self._answer(outcome, parts)
+                    continue
+                update = result.get("artifactUpdate")
+                if isinstance(update, dict):
+                    self._ids(update, "taskId")
+                    chunk = _artifact_parts(update.get("artifact"))
+                    parts += chunk
+                    size += sum(map(_size, chunk))
+                    if size > self.max_reply_bytes:
+                        self.abandoned = True
+                        error = f"The remote's answer exceeds {self.max_reply_bytes} bytes"
+                        return self._answer(RemoteOutcome("failure", error=error))
+                    text = parts_text(chunk)
+                    await self._relay(text)
+                    continue
+                update = result.get("statusUpdate")
+                if isinstance(update, dict):
+                    self._ids(update, "taskId")
+                    outcome = remote_outcome(update)
+                    if outcome is not None:
+                        return self._answer(outcome, parts)
         return self._answer(
             RemoteOutcome("failure", error="The remote ended its stream without a final status")
         )
@@ -230,6 +255,20 @@ class Call:
             await asyncio.sleep(POLL_INTERVAL)
             task = await self.remote.call("GetTask", {"id": self.task_id})
         return self._answer(outcome)
+
+
+def _artifact_parts(artifact: object) -> list[dict[str, Any]]:
+    parts = artifact.get("parts") if isinstance(artifact, dict) else None
+    return [p for p in parts if isinstance(p, dict)] if isinstance(parts, list) else []
+
+
+def _size(part: dict[str, Any]) -> int:
+    """What a part counts against ``max_reply_bytes``: a text part its text's
+    bytes, any other part (data, file, url, raw, unknown) its JSON."""
+    text = part.get("text")
+    if isinstance(text, str) and len(part) == 1:
+        return len(text.encode("utf-8", "surrogatepass"))
+    return len(orjson.dumps(part))
 
 
 class CallTable:

@@ -6,7 +6,9 @@
   may name it next time.
 * The remote tasks waiting for a sender's input (``INPUT_REQUIRED``): whose
   they are and in which context, so only that sender continues one, and a
-  standby node that takes the bridge over continues them too.
+  standby node that takes the bridge over continues them too. A waiting
+  task is found by its remote id and, when the request that made it named a
+  task of its own (the hub's A2A gateway names its task), by that id too.
 
 Entries expire after ``ttl`` seconds without use. :meth:`BridgeMemory.resolve`
 and :meth:`BridgeMemory.settle` are what a call needs before and after.
@@ -54,24 +56,31 @@ class BridgeMemory:
         await self.kv.set(self._key("ctx", space, sender, name), remote.encode(), self.ttl)
 
     async def waiting(self, task_id: str) -> WaitingTask | None:
+        """The task waiting for input that ``task_id`` names (its remote id, or
+        the alias it was remembered under)."""
         value = json_object(await self.kv.get(self._key("task", task_id)))
         if value is None:
             return None
+        remote = value.get("task", task_id)
         try:
             return WaitingTask(
-                task_id, value["space"], value["sender"], value["context"], value["name"]
-            )
+                remote if isinstance(remote, str) else task_id,
+                value["space"], value["sender"], value["context"], value["name"],
+            )  # fmt: skip
         except KeyError:
             return None
 
-    async def remember_waiting(self, task: WaitingTask) -> None:
+    async def remember_waiting(self, task: WaitingTask, alias: str | None = None) -> None:
         value = {
             "space": task.space,
             "sender": task.sender,
             "context": task.context_id,
             "name": task.context_name,
+            "task": task.task_id,
         }
-        await self.kv.set(self._key("task", task.task_id), orjson.dumps(value), self.ttl)
+        for key in (task.task_id, alias):
+            if key is not None:
+                await self.kv.set(self._key("task", key), orjson.dumps(value), self.ttl)
 
     async def forget_waiting(self, task_id: str) -> None:
         await self.kv.delete(self._key("task", task_id))
@@ -101,15 +110,20 @@ class BridgeMemory:
         context_id: str | None,
         task_id: str | None,
         continued: str | None,
+        alias: str | None = None,
     ) -> None:
         """After a call: remember its context (under the sender's name for it,
-        or the remote's id), the task if it now waits for input, and forget
-        the task it continued."""
+        or the remote's id), the task if it now waits for input (by its id and
+        by ``alias``, the sender's own id for it), and forget the task it
+        continued."""
         if kind != "failure" and context_id is not None:
             with contextlib.suppress(BackplaneUnavailable):
                 await self.remember_context(space, sender, name or context_id, context_id)
         if kind == "input-required" and task_id is not None:
-            await self.remember_waiting(WaitingTask(task_id, space, sender, context_id, name))
-        elif continued is not None:
-            with contextlib.suppress(BackplaneUnavailable):
-                await self.forget_waiting(continued)
+            task = WaitingTask(task_id, space, sender, context_id, name)
+            await self.remember_waiting(task, alias)
+            return
+        with contextlib.suppress(BackplaneUnavailable):
+            for key in (continued, alias):
+                if key is not None:
+                    await self.forget_waiting(key)

@@ -10,14 +10,18 @@ agents find it with ``agent.list``.
 
 An event addressed to the bridge (``to``) becomes a call (:mod:`adapters.a2a.calls`);
 its answer is published back from ``agent_id``. ``data.task_id`` continues a
-task that asked for input; ``data.context_id`` names a conversation (one remote
-``contextId`` per space, sender and name, :mod:`adapters.a2a.contexts`).
+task that asked for input (any other ``task_id`` — the hub's A2A gateway sends
+its own — names the new remote task, which it continues when that asks for
+input); ``data.context_id`` names a conversation (one remote ``contextId`` per
+space, sender and name, :mod:`adapters.a2a.contexts`).
 An addressed event ``{"cancel": true, "task_id" | "event_id": …}`` cancels a
-call in progress (or a task waiting for input): ``CancelTask`` on the remote,
-the reply stream cancelled, the request answered ``"Cancelled"``; the cancel
-itself is answered ``{status, task_id, state: "canceled"}``. A sender that
-stops waiting (``{"cancel": true, "in_reply_to": …}``, or a receiver cancel
-of the reply stream) has its call stopped the same way, the cancel unanswered.
+call in progress, a request waiting for a call slot (dropped) or a task
+waiting for input: ``CancelTask`` on the remote, the reply stream cancelled,
+the request answered ``"Cancelled"``; the cancel itself is answered
+``{status, task_id, state: "canceled"}``. A sender that stops waiting
+(``{"cancel": true, "in_reply_to": …}``, a receiver cancel of the reply
+stream, or leaving the space while it streams: ``receivers_left``) has its
+call stopped the same way, and nothing is answered.
 
 Exactly one node of a cluster holds ``agent_id`` (claimed at start); the
 others stand by and retry the claim, and the node that takes over answers
@@ -29,12 +33,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
-from adapters.a2a.calls import Answer, Call, CallTable, Request
+from adapters.a2a.calls import CANCELLED, Answer, Call, CallTable, Request
 from adapters.a2a.cardwatch import CardWatch
 from adapters.a2a.contexts import BridgeMemory
 from adapters.a2a.remote import RemoteAgent, RemoteFailure
@@ -54,6 +59,10 @@ from protocol.a2a.mapping import (
 )
 
 MAX_NAME = 256
+#: The reasons of a ``space.event.cancel`` telling the bridge that nobody
+#: receives a reply stream any more (contract §19): its sender cancelled it,
+#: or left the space (or disconnected).
+STOPPED_RECEIVING = ("receiver_cancelled", "receivers_left")
 
 log = structlog.get_logger("adapters.a2a")
 
@@ -66,8 +75,13 @@ class OutboundOptions:
     max_queued: int = 64
     #: Largest body read from the remote (a card, an answer, one stream event).
     max_body_bytes: int = 1024 * 1024
-    #: Streamed answer relayed per call; more cancels the remote task.
+    #: Streamed answer relayed per call (every part, at its JSON size); more
+    #: cancels the remote task.
     max_reply_bytes: int = 8 * 1024 * 1024
+    #: Longest a call may take in all, however lively the remote's stream
+    #: (``timeout`` bounds only the silence between its events); past it the
+    #: call fails "Timeout" and the remote task is cancelled.
+    max_call_time: float = 600.0
     #: Coalescing of streamed chunks into deltas (see adapters.a2a.relay).
     flush_interval: float = 0.1
     #: Idle time after which a context or a waiting task is forgotten.
@@ -115,6 +129,8 @@ class A2aOutbound(OutboundBridge):
         self.memory: BridgeMemory | None = None
         self._slots = asyncio.Semaphore(self.options.max_concurrency)
         self._calls = CallTable()
+        #: Requests waiting for a call slot, by event id: (the event, its task).
+        self._queued: dict[str, tuple[dict[str, Any], asyncio.Task[Any]]] = {}
 
     # ── lifecycle, the claim and the card ────────────────────────────────
 
@@ -172,7 +188,7 @@ class A2aOutbound(OutboundBridge):
 
     async def on_message(self, msg: dict[str, Any]) -> None:
         kind = msg.get("type")
-        if kind == "space.event.cancel" and msg.get("reason") == "receiver_cancelled":
+        if kind == "space.event.cancel" and msg.get("reason") in STOPPED_RECEIVING:
             await self._receiver_cancelled(msg)
         elif kind == "error":
             self._calls.refused(msg)
@@ -185,10 +201,14 @@ class A2aOutbound(OutboundBridge):
     async def cancel_request(self, cancel: dict[str, Any]) -> None:
         """``{cancel: true, in_reply_to}`` (the sender stopped waiting): the call
         stops and the remote task is cancelled (``CancelTask``), as for a
-        receiver cancel of its reply stream."""
-        call = self._calls.find(cancel.get("from"), None, in_reply_to(cancel))
+        receiver cancel of its reply stream; a request still waiting for a
+        call slot is dropped. Nothing is answered."""
+        sender, request_id = cancel.get("from"), in_reply_to(cancel)
+        call = self._calls.find(sender, None, request_id)
         if call is not None:
-            await self._interrupt(call)
+            await self._interrupt(call, quiet=True)
+        else:
+            self._drop_queued(sender, request_id)
 
     async def serve(self, event: dict[str, Any]) -> None:
         # A cancel takes no call slot: it must overtake the call it cancels.
@@ -197,7 +217,7 @@ class A2aOutbound(OutboundBridge):
             if cancel:
                 await self._cancel(event)
                 return
-            async with self._slots:
+            async with self._slot(event):
                 request = await self._request(event)
                 if isinstance(request, RemoteOutcome):
                     await self._reply(event, request)
@@ -211,6 +231,32 @@ class A2aOutbound(OutboundBridge):
             log.exception("a2a bridge call failed", agent_id=self.agent_id)
             await self._reply(event, _failed("Bridge error"))
 
+    @contextlib.asynccontextmanager
+    async def _slot(self, event: dict[str, Any]) -> AsyncIterator[None]:
+        """A call slot for ``event``; while it waits for one, its sender's
+        cancel drops it (:meth:`_drop_queued`)."""
+        key, task = str(event.get("event_id")), asyncio.current_task()
+        assert task is not None
+        self._queued[key] = (event, task)
+        try:
+            await self._slots.acquire()
+        finally:
+            self._queued.pop(key, None)
+        try:
+            yield
+        finally:
+            self._slots.release()
+
+    def _drop_queued(self, sender: object, event_id: str | None) -> dict[str, Any] | None:
+        """The sender's request ``event_id``, if it waits for a call slot: it
+        is dropped (its task cancelled, unanswered). The request, if it was."""
+        queued = self._queued.get(event_id) if event_id is not None else None
+        if queued is None or queued[0].get("from") != sender:
+            return None
+        event, task = self._queued.pop(str(event_id))
+        task.cancel()
+        return event
+
     async def _request(self, event: dict[str, Any]) -> Request | RemoteOutcome:
         """What to send for ``event``; a failure outcome when it cannot be sent."""
         assert self.memory is not None
@@ -222,19 +268,27 @@ class A2aOutbound(OutboundBridge):
             self.cards.want()
             return _failed("Remote A2A agent unavailable: its agent card could not be read")
         task_id, name = _name(data.get("task_id")), _name(data.get("context_id"))
-        resolved = await self.memory.resolve(self.space, sender, task_id, name)
-        if resolved is None:
-            return _failed(f"No task {task_id!r} of yours is waiting for input")
-        context, name = resolved
+        alias, context = None, None
+        waiting = await self.memory.waiting(task_id) if task_id is not None else None
+        if waiting is not None:  # it continues a task that asked for input
+            if (waiting.space, waiting.sender) != (self.space, sender):
+                return _failed(f"No task {task_id!r} of yours is waiting for input")
+            alias = task_id if task_id != waiting.task_id else None
+            task_id, context, name = waiting.task_id, waiting.context_id, waiting.context_name
+        else:  # none, or the sender's own id for a new task (the A2A gateway's)
+            alias, task_id = task_id, None
+            if name is not None:
+                context = await self.memory.context(self.space, sender, name)
         event_id = str(event.get("event_id"))
-        return Request(event_id, sender, self.space, parts, context, task_id, name)
+        return Request(event_id, sender, self.space, parts, context, task_id, name, alias)
 
     async def _call(self, event: dict[str, Any], request: Request) -> None:
         assert self.remote is not None and self.card is not None and self.member is not None
         call = Call(
             request, self.remote, self.member,
             streaming=self.card.streaming, flush_interval=self.options.flush_interval,
-            max_reply_bytes=self.options.max_reply_bytes, on_stream=self._calls.track,
+            max_reply_bytes=self.options.max_reply_bytes,
+            max_time=self.options.max_call_time, on_stream=self._calls.track,
         )  # fmt: skip
         self._calls.add(call)
         try:
@@ -243,6 +297,8 @@ class A2aOutbound(OutboundBridge):
             self._calls.remove(call)
         if call.unreachable:
             self.cards.want()  # read the card again until the remote is back
+        if call.abandoned and call.task_id is not None:
+            self.spawn(self._cancel_remote(call.task_id))  # past a bound: stop it there too
         await self._finish(event, request, call, answer)
 
     async def _finish(
@@ -256,8 +312,12 @@ class A2aOutbound(OutboundBridge):
         name = request.context_name
         await self.memory.settle(
             self.space, request.sender, name, kind=outcome.kind, context_id=context,
-            task_id=answer.task_id, continued=request.task_id,
+            task_id=answer.task_id, continued=request.task_id, alias=request.alias,
         )  # fmt: skip
+        if call.quiet:  # the sender stopped waiting: its stream ends, nothing is answered
+            if stream is not None:
+                await stream.cancel(CANCELLED)
+            return
         if stream is not None:
             if stream.failure is not None and outcome.kind == "success":
                 outcome = _failed(f"The answer could not be relayed ({stream.failure})")
@@ -276,15 +336,21 @@ class A2aOutbound(OutboundBridge):
         or a task waiting for input, and tell the remote (``CancelTask``)."""
         assert self.remote is not None and self.memory is not None
         data, sender = _data(event), event.get("from")
-        task_id = _name(data.get("task_id"))
-        call = self._calls.find(sender, task_id, _name(data.get("event_id")))
+        task_id, request_id = _name(data.get("task_id")), _name(data.get("event_id"))
+        call = self._calls.find(sender, task_id, request_id)
+        queued = self._drop_queued(sender, request_id) if call is None else None
+        named = task_id
         if call is not None:
             task_id = call.task_id
             call.interrupt()
+        elif queued is not None:  # never sent: nothing to tell the remote
+            task_id = None
+            await self._reply(queued, _failed(CANCELLED))
         elif task_id is not None:
-            if await self.memory.resolve(self.space, str(sender), task_id, None) is None:
-                task_id = None
-        if call is None and task_id is None:
+            waiting = await self.memory.waiting(task_id)
+            mine = waiting is not None and (waiting.space, waiting.sender) == (self.space, sender)
+            task_id = waiting.task_id if waiting is not None and mine else None
+        if call is None and queued is None and task_id is None:
             await self._reply(event, _failed("Nothing of yours to cancel"))
             return
         answer: dict[str, Any] = {"in_reply_to": event.get("event_id"), "status": "success"}
@@ -294,7 +360,8 @@ class A2aOutbound(OutboundBridge):
             except RemoteFailure as exc:
                 answer = {**answer, "status": "failure", "error": exc.reason}
             with contextlib.suppress(BackplaneUnavailable):
-                await self.memory.forget_waiting(task_id)
+                for key in {task_id, named} - {None}:
+                    await self.memory.forget_waiting(str(key))
         if answer["status"] == "success":
             answer["state"] = "canceled"
         await self.answer(event, {**answer, "task_id": task_id})
@@ -307,16 +374,20 @@ class A2aOutbound(OutboundBridge):
         call = self._calls.streaming(stream_id.partition("/")[2] + ".")
         if call is None or call.request.sender != notice.get("from"):
             return
-        await self._interrupt(call)
+        await self._interrupt(call, quiet=True)
 
-    async def _interrupt(self, call: Call) -> None:
-        assert self.remote is not None
-        call.interrupt()
+    async def _interrupt(self, call: Call, *, quiet: bool = False) -> None:
+        call.interrupt(quiet=quiet)
         if call.task_id is not None:
-            try:
-                await self.remote.cancel(call.task_id)
-            except RemoteFailure as exc:
-                log.info("a2a CancelTask failed", agent_id=self.agent_id, reason=exc.reason)
+            await self._cancel_remote(call.task_id)
+
+    async def _cancel_remote(self, task_id: str) -> None:
+        """``CancelTask`` for a task the bridge no longer follows (logged if refused)."""
+        assert self.remote is not None
+        try:
+            await self.remote.cancel(task_id)
+        except RemoteFailure as exc:
+            log.info("a2a CancelTask failed", agent_id=self.agent_id, reason=exc.reason)
 
     # ── answers ─────────────────────────────────────────────────────────
 

@@ -12,6 +12,7 @@ fit for a failure event; nothing else is raised.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -123,7 +124,8 @@ class RemoteAgent:
 
     async def stream(self, params: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """``SendStreamingMessage``: each result as it arrives, until the remote
-        ends the response."""
+        ends the response; ``timeout`` without a whole event (comment lines do
+        not count) is a failure "Timeout"."""
         body = jsonrpc.request_body("SendStreamingMessage", params, str(uuid.uuid4()))
         headers = {
             **self._headers,
@@ -142,9 +144,20 @@ class RemoteAgent:
                     yield _result(resp.status, answer)
                     return
                 decoder = sse.SseDecoder(self.max_body_bytes)
-                async for chunk in resp.content.iter_any():
-                    for event in decoder.feed(chunk):
+                # Silence is measured between events, not bytes: comment lines
+                # (keepalives) and half events do not keep a call open.
+                loop = asyncio.get_running_loop()
+                quiet_until = loop.time() + self.timeout
+                while True:
+                    async with asyncio.timeout_at(quiet_until):
+                        chunk = await resp.content.readany()
+                    if not chunk:
+                        break
+                    events = decoder.feed(chunk)
+                    for event in events:
                         yield _result(200, event.data.encode())
+                    if events:
+                        quiet_until = loop.time() + self.timeout
         except sse.SseError as exc:
             raise RemoteFailure(f"The remote's stream was refused: {exc.message}") from None
         except (TimeoutError, aiohttp.ClientError) as exc:

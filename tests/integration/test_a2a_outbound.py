@@ -391,3 +391,175 @@ def test_config_mistakes_stop_the_hub(tmp_path, table, problem):
     config = write_config(tmp_path / "hub.toml", f"[[bridges.a2a]]\n{table}\n")
     with pytest.raises(ConfigError, match=problem):
         from_settings(load_settings({}, str(config)))
+
+
+# ── bounds every call keeps, cancels that reach every call ──────────────────
+
+
+async def cancel_task_sent(remote: RemoteA2a) -> None:
+    """Until the remote got a ``CancelTask``."""
+    async with asyncio.timeout(15):
+        while "CancelTask" not in remote.methods():
+            remote.called.clear()
+            if "CancelTask" not in remote.methods():
+                await remote.called.wait()
+
+
+async def dropped(remote: RemoteA2a, text: str) -> None:
+    """Until the hub dropped the remote's stream for ``text``."""
+    async with asyncio.timeout(15):
+        while text not in remote.dropped:
+            remote.called.clear()
+            if text not in remote.dropped:
+                await remote.called.wait()
+
+
+async def first_frame(client: WsClient, request: str) -> dict[str, Any]:
+    return await client._until(
+        lambda m: m.get("from") == BRIDGE and (m.get("data") or {}).get("in_reply_to") == request,
+        15,
+    )
+
+
+async def test_parts_of_every_kind_count_against_the_reply_bound(hub, remotes):
+    """File (and any other) parts count at their JSON size: 1000 KiB of them
+    against a 300 KB bound end the call, and the remote task is cancelled."""
+    remote = await remotes()
+    outbound = bridge(remote.url, max_reply_bytes=300_000)
+    server = await hosting(hub, outbound)
+    alice = await member(server)
+    answer = await ask(alice, {"text": "files:10:100"})
+    assert answer["type"] == "space.event", answer["type"]
+    assert answer["data"]["status"] == "failure"
+    assert answer["data"]["error"] == "The remote's answer exceeds 300000 bytes"
+    await cancel_task_sent(remote)
+    await alice.close()
+
+
+async def test_keepalives_are_not_stream_events(hub, remotes):
+    """``timeout`` is silence between stream events: SSE comment lines do not
+    reset it, and the remote's stream is dropped."""
+    remote = await remotes()
+    outbound = bridge(remote.url, timeout=0.5)
+    server = await hosting(hub, outbound)
+    alice = await member(server)
+    answer = await ask(alice, {"text": "keepalive"})
+    assert answer["data"]["status"] == "failure" and answer["data"]["error"] == "Timeout"
+    await dropped(remote, "keepalive")
+    await alice.close()
+
+
+async def test_a_call_has_a_longest_time(hub, remotes):
+    """A remote that keeps saying WORKING holds a call no longer than
+    ``max_call_time``: "Timeout", the stream dropped, ``CancelTask`` sent; the
+    call slot is free again."""
+    remote = await remotes()
+    outbound = bridge(remote.url, timeout=5, max_call_time=1.0, max_concurrency=1)
+    server = await hosting(hub, outbound)
+    alice = await member(server)
+    answer = await ask(alice, {"text": "busy"})
+    assert answer["data"]["status"] == "failure" and answer["data"]["error"] == "Timeout"
+    await dropped(remote, "busy")
+    await cancel_task_sent(remote)
+    assert (await ask(alice, {"text": "next"}))["data"]["text"] == "echo:next"
+    await alice.close()
+
+
+async def test_the_hubs_a2a_gateway_reaches_the_bridge(hub, remotes):
+    """A2A client → the gateway's member URL → the bridge → the remote: the
+    gateway's own ``task_id`` starts a remote task, and continues it after
+    ``INPUT_REQUIRED``; a remote task waiting for another sender is still not
+    anyone else's to continue."""
+    from adapters.a2a import A2aGateway, SpaceCard
+    from tests.support import a2a_http as a2a
+
+    remote = await remotes()
+    outbound = bridge(remote.url)
+    server = await hub(adapters=[A2aGateway({SPACE: SpaceCard()}), outbound])
+    await outbound.card_read.wait()
+    url = f"{server.http_url}/a2a/{SPACE}/{BRIDGE}"
+    done = await a2a.send(url, "hello")
+    assert a2a.state(done) == "TASK_STATE_COMPLETED", done
+    assert done["artifacts"][0]["parts"] == [{"text": "echo:hello"}]
+    asked = await a2a.send(url, "ask")
+    assert a2a.state(asked) == "TASK_STATE_INPUT_REQUIRED", asked
+    remote_task = remote.calls[-1]  # the remote's task id is not the gateway's
+    answered = await a2a.send(url, "Oslo", message=a2a.message("Oslo", taskId=asked["id"]))
+    assert a2a.state(answered) == "TASK_STATE_COMPLETED", answered
+    continued = remote.calls[-1]["params"]["message"]
+    assert continued["taskId"] and continued["taskId"] != asked["id"]
+    assert remote_task["params"]["message"].get("taskId") is None
+    alice = await member(server)
+    stolen = await ask(alice, {"text": "x", "task_id": "task-never"})  # unknown: a new task
+    assert stolen["data"]["status"] == "success"
+    await alice.close()
+
+
+async def test_a_queued_request_is_dropped_on_cancel(hub, remotes):
+    """All call slots busy: a request waiting for one is dropped by its
+    sender's cancel — never sent to the remote. ``{cancel, event_id}`` answers
+    the request "Cancelled" and the cancel ``canceled``; ``{cancel,
+    in_reply_to}`` answers nothing."""
+    remote = await remotes()
+    outbound = bridge(remote.url, timeout=20, max_concurrency=1, max_queued=4)
+    server = await hosting(hub, outbound)
+    alice = await member(server)
+    hanging = await send(alice, {"text": "hang"})
+    await first_frame(alice, hanging)
+    quiet = await send(alice, {"text": "queued-1"})
+    told = await send(alice, {"text": "queued-2"})
+    await send(alice, {"cancel": True, "in_reply_to": quiet})
+    cancel = await send(alice, {"cancel": True, "event_id": told})
+    done = await answer_to(alice, cancel)
+    assert done["data"]["status"] == "success" and done["data"]["state"] == "canceled"
+    failed = await answer_to(alice, told)
+    assert failed["data"]["status"] == "failure" and failed["data"]["error"] == "Cancelled"
+    await send(alice, {"cancel": True, "event_id": hanging})  # frees the slot
+    assert (await ask(alice, {"text": "after"}))["data"]["text"] == "echo:after"
+    texts = ["".join(p.get("text", "") for p in c["params"]["message"]["parts"])
+             for c in remote.calls if c["method"] == "SendStreamingMessage"]  # fmt: skip
+    assert texts == ["hang", "after"]
+    assert not [m for m in alice.backlog if (m.get("data") or {}).get("in_reply_to") == quiet]
+    await alice.close()
+
+
+@pytest.mark.parametrize("how", ["leaves", "disconnects"])
+async def test_a_sender_gone_mid_stream_cancels_the_remote_task(hub, remotes, how):
+    """Contract §19: the sender leaves the space or disconnects while its
+    reply streams (``receivers_left``): ``CancelTask``, the stream dropped."""
+    remote = await remotes()
+    outbound = bridge(remote.url, timeout=20)
+    server = await hosting(hub, outbound)
+    alice = await member(server)
+    request = await send(alice, {"text": "hang"})
+    assert (await first_frame(alice, request))["type"] == "space.event.delta"
+    if how == "leaves":
+        await alice.request({"type": "space.leave", "space": SPACE})
+    else:
+        await alice.close()
+    await cancel_task_sent(remote)
+    await asyncio.sleep(0.2)
+    assert not outbound._calls._calls  # the call is over
+    if how == "leaves":
+        await alice.close()
+
+
+async def test_a_sender_that_stops_waiting_is_answered_nothing(hub, remotes):
+    """``{cancel: true, in_reply_to}``: the call stops, the reply stream ends,
+    and no failure event answers the request (docs/adapters.md)."""
+    remote = await remotes()
+    outbound = bridge(remote.url, timeout=20)
+    server = await hosting(hub, outbound)
+    alice = await member(server)
+    request = await send(alice, {"text": "hang"})
+    first = await first_frame(alice, request)
+    await send(alice, {"cancel": True, "in_reply_to": request})
+    await cancel_task_sent(remote)
+    cut = await alice._until(lambda m: m.get("event_id") == first["event_id"]
+                             and m["type"] == "space.event.cancel", 15)  # fmt: skip
+    assert not cut["reason"].startswith("failed")
+    assert (await ask(alice, {"text": "after"}))["data"]["text"] == "echo:after"
+    answers = [m for m in alice.backlog if m.get("type") == "space.event"
+               and (m.get("data") or {}).get("in_reply_to") == request]  # fmt: skip
+    assert answers == []
+    await alice.close()

@@ -9,6 +9,10 @@ picked by the message's text, so a test can make it misbehave on purpose:
 * ``hang`` — the task, WORKING, then nothing until it is cancelled;
 * ``rpc-error`` — a JSON-RPC error; ``http500`` — HTTP 500; ``garbage`` — not JSON;
 * ``redirect`` — HTTP 307 to ``redirect_to``; ``big`` — a 100 KB artifact;
+* ``files:N:K`` — N artifact chunks of one ``{"file": …}`` part of K KiB, then COMPLETED;
+* ``keepalive`` — the task, then only SSE comment lines; ``busy`` — the task,
+  then WORKING again and again (both every 50 ms, until the hub drops the
+  stream: :attr:`RemoteA2a.dropped` has the text, and :attr:`RemoteA2a.called` is set);
 * ``ask`` — INPUT_REQUIRED; ``working`` — (``SendMessage``) a task still WORKING,
   COMPLETED when asked again with ``GetTask``;
 * anything else — ``echo:<text>``.
@@ -44,6 +48,8 @@ class RemoteA2a:
         self.interface = interface
         self.redirect_to = redirect_to
         self.calls: list[dict[str, Any]] = []
+        #: The texts of the streams the hub dropped before their end.
+        self.dropped: list[str] = []
         self.card_reads = 0
         self.called = asyncio.Event()
         self.port = 0
@@ -154,6 +160,26 @@ class RemoteA2a:
             await event(chunk("working… ", 0))
             await cancelled.wait()
             await event(status("TASK_STATE_CANCELED"))
+        elif text.startswith("files:"):
+            count, kib = (int(n) for n in text.split(":")[1:])
+            for n in range(count):
+                await event({"artifactUpdate": {
+                    "taskId": task_id, "contextId": context, "append": n > 0,
+                    "artifact": {"artifactId": "a", "parts": [{"file": "x" * kib * 1024}]},
+                }})  # fmt: skip
+            await event(status("TASK_STATE_COMPLETED"))
+        elif text in ("keepalive", "busy"):
+            try:
+                while True:
+                    await asyncio.sleep(0.05)
+                    if text == "keepalive":
+                        await resp.write(b": keepalive\n\n")
+                    else:
+                        await event(status("TASK_STATE_WORKING"))
+            except (ConnectionError, asyncio.CancelledError):
+                self.dropped.append(text)
+                self.called.set()
+                raise
         elif text == "big":
             await event(chunk("x" * 100_000, 0))
             await event(status("TASK_STATE_COMPLETED"))
