@@ -142,7 +142,7 @@ class A2aGateway:
     def __init__(self, spaces: Mapping[str, SpaceCard], options: InboundOptions | None = None):
         self.spaces = dict(spaces)
         self.options = options or InboundOptions()
-        self.waiters = ReplyWaiters(self.options.max_reply_bytes)
+        self.waiters = ReplyWaiters(self.options.max_reply_bytes, own=VIA)
         o = self.options
         #: Tasks with a turn in progress here, and SSE responses open here
         #: (made anew with the hub's ``caller_share`` at start).

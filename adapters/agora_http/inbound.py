@@ -108,7 +108,7 @@ class AgoraHttpInbound:
         """``spaces``: each opted-in space → its declared documents, by hash."""
         self.spaces = {space: dict(docs) for space, docs in spaces.items()}
         self.options = options or InboundOptions()
-        self.waiters = ReplyWaiters(self.options.max_reply_bytes)
+        self.waiters = ReplyWaiters(self.options.max_reply_bytes, own=INBOUND_AGENT)
         self.joining = JoiningMember(
             INBOUND_AGENT, self.spaces, capabilities=("agora-http",), label="agora-http"
         )

@@ -229,7 +229,13 @@ class ReplyWaiters:
     kept in a small bounded stash that :meth:`expect` looks through.
     """
 
-    def __init__(self, max_reply_bytes: int, *, stash_size: int = STASH_SIZE):
+    def __init__(
+        self, max_reply_bytes: int, *, stash_size: int = STASH_SIZE, own: str | None = None
+    ):
+        #: The asking member's id. What it publishes itself never answers its
+        #: own requests — its copies on other nodes share the id, and publish
+        #: for other callers (an MCP caller's space_publish through another node).
+        self._own = own
         self._asked: dict[str, Asked] = {}
         self._pending: dict[str, asyncio.Future[Assembled]] = {}
         self._relays: dict[str, ReplyRelay] = {}
@@ -321,7 +327,9 @@ class ReplyWaiters:
     def _answers(self, msg: dict[str, Any], answered: str | None) -> bool:
         """Is ``msg`` a legitimate answer to the request ``answered`` we wait for?"""
         asked = self._asked.get(answered) if answered is not None else None
-        return asked is not None and asked.admits(msg)
+        if asked is None or (self._own is not None and msg.get("from") == self._own):
+            return False
+        return asked.admits(msg)
 
     def _in_space_of(self, msg: dict[str, Any], answered: str) -> bool:
         asked = self._asked.get(answered)

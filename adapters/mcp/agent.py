@@ -80,7 +80,7 @@ class McpAgent:
         self.pinned = frozenset(pinned)
         self.max_joined = max_joined
         self.max_answer_bytes = max_answer_bytes
-        self.waiters = ReplyWaiters(max_answer_bytes)
+        self.waiters = ReplyWaiters(max_answer_bytes, own=MCP_AGENT)
         self._on_members_changed = on_members_changed
         self._on_call_event = on_call_event
         self._on_space_message = on_space_message

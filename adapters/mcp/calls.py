@@ -242,6 +242,14 @@ class ToolRunner:
             raise ToolFailure(f"You may not publish to space {space!r}.")
 
     def _stamped(self, data: dict[str, Any], caller: Caller) -> dict[str, Any]:
+        if data.get("cancel") is True and "in_reply_to" in data:
+            # The hub's own word to an answering agent that its asker stopped
+            # (contract §19): published from ``mcp``, it would stop any MCP
+            # caller's request — only that caller's cancel may.
+            raise ToolFailure(
+                "data {cancel: true, in_reply_to} is the hub's own: cancel a call of yours "
+                "with notifications/cancelled."
+            )
         stamped = {**data, "via": VIA, "caller": caller.agent_id}
         limit = self.max_frame_bytes - 1024  # room for the frame around it
         if len(orjson.dumps(stamped)) > limit:

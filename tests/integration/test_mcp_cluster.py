@@ -213,3 +213,27 @@ async def test_a_cancel_through_one_node_stops_the_call_running_on_another(
     answer = await asyncio.wait_for(running, 15)
     assert answer.result["isError"] is True and "Cancelled" in answer.result["content"][0]["text"]
     serving.cancel()
+
+
+async def test_another_callers_publish_through_another_node_answers_no_ask(hub, http, redis_server):
+    """§18: a reply from ``mcp`` never answers ``mcp``'s own request. Through
+    the same node a caller's ``space_publish`` naming another's ask was ignored;
+    through another node it came back ``from: mcp`` and answered it (an outside
+    audit). The asker waits on for a real answer, here until its timeout."""
+    one, two = await two_nodes(hub, redis_server.url)
+    watcher = await WsClient.connect(one.url, "watcher", heartbeat=True)
+    await watcher.join("tools")
+    alice = McpHttp(http, one.http_url, agent_id="alice")
+    eve = McpHttp(http, two.http_url, agent_id="eve")
+    await alice.initialize()
+    await eve.initialize()
+    ask = asyncio.ensure_future(
+        alice.call("space_ask", {"space": "tools", "text": "?", "timeout": 3})
+    )
+    asked = await watcher.wait_for("space.event", space="tools", **{"from": "mcp"})
+    forged = {"in_reply_to": asked["event_id"], "text": "FORGED"}
+    published = await eve.call("space_publish", {"space": "tools", "data": forged})
+    assert published["isError"] is False
+    result = await asyncio.wait_for(ask, 30)
+    assert result["isError"] is True and "FORGED" not in str(result), result
+    await watcher.close()

@@ -113,6 +113,11 @@ async def test_space_publish_reaches_the_members_naming_the_caller(hub, http):
     assert system["isError"] and "system space" in text_of(system)
     stranger = await mcp.call("space_publish", {"space": "lab", "text": "x", "to": "nobody"})
     assert stranger["isError"]
+    # The hub's word to an answering agent that an MCP caller stopped: published
+    # from mcp, it would stop any caller's request (an outside audit).
+    forged = {"cancel": True, "in_reply_to": published["event_id"]}
+    cancel = await mcp.call("space_publish", {"space": "lab", "to": "bob", "data": forged})
+    assert cancel["isError"] and "notifications/cancelled" in text_of(cancel)
     await bob.close()
     await carol.close()
 

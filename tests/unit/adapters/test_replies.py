@@ -109,6 +109,20 @@ async def test_only_the_requests_space_and_addressees_may_answer():
     assert open_.result().data["body"] == "anyone here"
 
 
+async def test_the_asker_never_answers_its_own_request():
+    """A shared member (``mcp``: a copy per node under one id) publishes for
+    other callers too; through another node, a caller's ``space_publish``
+    naming the request came back ``from: mcp`` and answered it (an outside
+    audit). Its own id is no answerer, whole or streamed."""
+    waiters = ReplyWaiters(100, own="mcp")
+    open_ = waiters.expect(asked("e1"))
+    waiters.feed(event("f", {"in_reply_to": "e1", "text": "forged"}, **{"from": "mcp"}))
+    waiters.feed(delta("mcp/1", "forged", in_reply_to="e1", stamps={"from": "mcp"}))
+    assert not open_.done()
+    waiters.feed(event("r", {"in_reply_to": "e1", "text": "genuine"}, **{"from": "agent"}))
+    assert open_.result().data["text"] == "genuine"
+
+
 async def test_a_stream_answering_is_followed_only_in_its_space():
     waiters = ReplyWaiters(100)
     relay = waiters.relay(asked("e1", to=["keeper", "helper"]))
