@@ -81,6 +81,8 @@ async def test_every_kind_of_answer(serving, clients):
             raise ValueError("no such city")
         if text == "bad":
             return 42
+        if text == "not json":  # an outside audit: no reply at all, a task error logged
+            return {"when": object()}
         return f"you said: {text}"
 
     server, _, _ = await serving(handler)
@@ -96,6 +98,8 @@ async def test_every_kind_of_answer(serving, clients):
     assert (failed.data["status"], failed.data["error"]) == ("failure", "no such city")
     bad = await c.request(SPACE, "bad", timeout=TIMEOUT)
     assert bad.data["status"] == "failure" and "not int" in bad.data["error"]
+    unsent = await c.request(SPACE, "not json", timeout=TIMEOUT)
+    assert unsent.data["status"] == "failure" and "JSON" in unsent.data["error"], unsent.data
     with pytest.raises(TimeoutError):
         await c.request(SPACE, "nothing", timeout=0.5)
 

@@ -199,9 +199,14 @@ export class Answerer {
     if (signal.aborted || result === null || result === undefined) return;
     const chunks = iteratorOf(result);
     if (chunks !== null) await this.stream(answer, chunks);
-    else if (typeof result === "string") await this.reply(answer, { text: result });
-    else if (isObject(result)) await this.reply(answer, result);
-    else {
+    else if (typeof result === "string" || isObject(result)) {
+      try {
+        await this.reply(answer, typeof result === "string" ? { text: result } : result);
+      } catch (error) {
+        if (!(error instanceof TypeError)) throw error; // not JSON (a BigInt, a cycle): nothing was sent
+        await this.fail(answer, error);
+      }
+    } else {
       const what = Array.isArray(result) ? "an array" : typeof result;
       await this.fail(answer, new TypeError(`a handler returns a string, an object, null or an iterator of strings, not ${what}`));
     }

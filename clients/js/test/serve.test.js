@@ -70,6 +70,8 @@ describe("serve", () => {
           return sleep(10).then(() => "resolved later");
         case "array":
           return ["not", "a", "stream"];
+        case "bigint": // not JSON: an outside audit found no reply at all (Python)
+          return { big: 10n };
         default:
           return `you said: ${event.text}`;
       }
@@ -87,6 +89,9 @@ describe("serve", () => {
     const array = await c.request(space, "array", { timeout: 10_000 });
     assert.equal(array.data.status, "failure");
     assert.match(array.data.error, /not an array/);
+    const unsent = await c.request(space, "bigint", { timeout: 10_000 });
+    assert.equal(unsent.data.status, "failure");
+    assert.match(unsent.data.error, /BigInt/);
     await assert.rejects(c.request(space, "nothing", { timeout: 500 }), { name: "ReplyTimeout" });
   });
 

@@ -225,7 +225,12 @@ class Answerer:
             if isinstance(result, AsyncIterator | Iterator):
                 await self._stream(answer, result)
             elif isinstance(result, str | Mapping):
-                await self._reply(answer, {"text": result} if isinstance(result, str) else result)
+                try:
+                    await self._reply(
+                        answer, {"text": result} if isinstance(result, str) else result
+                    )
+                except TypeError as exc:  # not JSON (a set, an object): nothing was sent
+                    await self._fail(answer, exc)
             else:
                 what = type(result).__name__
                 await self._fail(answer, TypeError(f"a handler returns str, dict, None or an "
