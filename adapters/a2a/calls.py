@@ -304,8 +304,12 @@ class CallTable:
         return next((c for c in self._calls.values() if c.stream is stream), None)
 
     def find(self, sender: object, task_id: str | None, event_id: str | None) -> Call | None:
-        """The sender's call answering ``event_id``, or working on ``task_id``."""
+        """The sender's call answering ``event_id``, or working on ``task_id``
+        (the remote's id, or the sender's own for it: its alias)."""
         call = self._calls.get(event_id) if event_id is not None else None
-        if call is None and task_id is not None:
-            call = next((c for c in self._calls.values() if c.task_id == task_id), None)
-        return call if call is not None and call.request.sender == sender else None
+        if call is not None and call.request.sender == sender:
+            return call
+        if task_id is None:
+            return None
+        mine = (c for c in self._calls.values() if c.request.sender == sender)
+        return next((c for c in mine if task_id in (c.task_id, c.request.alias)), None)

@@ -12,8 +12,10 @@ An event addressed to the bridge (``to``) becomes a call (:mod:`adapters.a2a.cal
 its answer is published back from ``agent_id``. ``data.task_id`` continues a
 task that asked for input (any other ``task_id`` — the hub's A2A gateway sends
 its own — names the new remote task, which it continues when that asks for
-input); ``data.context_id`` names a conversation (one remote ``contextId`` per
-space, sender and name, :mod:`adapters.a2a.contexts`).
+input: a name of that sender's own, as context names are); ``data.context_id``
+names a conversation (one remote ``contextId`` per space, sender and name,
+:mod:`adapters.a2a.contexts`). No sender makes the bridge forget or replace
+another's waiting task.
 An addressed event ``{"cancel": true, "task_id" | "event_id": …}`` cancels a
 call in progress, a request waiting for a call slot (dropped) or a task
 waiting for input: ``CancelTask`` on the remote, the reply stream cancelled,
@@ -21,7 +23,9 @@ the request answered ``"Cancelled"``; the cancel itself is answered
 ``{status, task_id, state: "canceled"}``. A sender that stops waiting
 (``{"cancel": true, "in_reply_to": …}``, a receiver cancel of the reply
 stream, or leaving the space while it streams: ``receivers_left``) has its
-call stopped the same way, and nothing is answered.
+call stopped the same way (``CancelTask`` in the background), and nothing is
+answered; an ``in_reply_to`` cancel of a request already answered cancels the
+sender's waiting task its ``task_id`` names.
 
 Exactly one node of a cluster holds ``agent_id`` (claimed at start); the
 others stand by and retry the claim, and the node that takes over answers
@@ -202,13 +206,23 @@ class A2aOutbound(OutboundBridge):
         """``{cancel: true, in_reply_to}`` (the sender stopped waiting): the call
         stops and the remote task is cancelled (``CancelTask``), as for a
         receiver cancel of its reply stream; a request still waiting for a
-        call slot is dropped. Nothing is answered."""
+        call slot is dropped; else a ``task_id`` naming the sender's task
+        waiting for input cancels that task. Nothing is answered, and
+        ``CancelTask`` goes in the background (a remote slow to answer it
+        never holds up the bridge's messages)."""
         sender, request_id = cancel.get("from"), in_reply_to(cancel)
         call = self._calls.find(sender, None, request_id)
         if call is not None:
             await self._interrupt(call, quiet=True)
-        else:
-            self._drop_queued(sender, request_id)
+        elif self._drop_queued(sender, request_id) is None:
+            # The request was answered already (the task then asked for input,
+            # as the hub's A2A gateway's CancelTask of such a task says): the
+            # sender's waiting task its data.task_id names is cancelled.
+            task_id = _name(_data(cancel).get("task_id"))
+            if task_id is not None and self.memory is not None:
+                waiting = await self.memory.forget_waiting(self.space, str(sender), task_id)
+                if waiting is not None:
+                    self.spawn(self._cancel_remote(waiting.task_id))
 
     async def serve(self, event: dict[str, Any]) -> None:
         # A cancel takes no call slot: it must overtake the call it cancels.
@@ -269,11 +283,13 @@ class A2aOutbound(OutboundBridge):
             return _failed("Remote A2A agent unavailable: its agent card could not be read")
         task_id, name = _name(data.get("task_id")), _name(data.get("context_id"))
         alias, context = None, None
-        waiting = await self.memory.waiting(task_id) if task_id is not None else None
+        waiting = None
+        if task_id is not None:
+            waiting = await self.memory.waiting(task_id, self.space, sender)
         if waiting is not None:  # it continues a task that asked for input
             if (waiting.space, waiting.sender) != (self.space, sender):
                 return _failed(f"No task {task_id!r} of yours is waiting for input")
-            alias = task_id if task_id != waiting.task_id else None
+            alias = task_id if task_id != waiting.task_id else waiting.alias
             task_id, context, name = waiting.task_id, waiting.context_id, waiting.context_name
         else:  # none, or the sender's own id for a new task (the A2A gateway's)
             alias, task_id = task_id, None
@@ -347,7 +363,7 @@ class A2aOutbound(OutboundBridge):
             task_id = None
             await self._reply(queued, _failed(CANCELLED))
         elif task_id is not None:
-            waiting = await self.memory.waiting(task_id)
+            waiting = await self.memory.waiting(task_id, self.space, str(sender))
             mine = waiting is not None and (waiting.space, waiting.sender) == (self.space, sender)
             task_id = waiting.task_id if waiting is not None and mine else None
         if call is None and queued is None and task_id is None:
@@ -359,9 +375,9 @@ class A2aOutbound(OutboundBridge):
                 await self.remote.cancel(task_id)
             except RemoteFailure as exc:
                 answer = {**answer, "status": "failure", "error": exc.reason}
-            with contextlib.suppress(BackplaneUnavailable):
+            with contextlib.suppress(BackplaneUnavailable):  # the sender's own only
                 for key in {task_id, named} - {None}:
-                    await self.memory.forget_waiting(str(key))
+                    await self.memory.forget_waiting(self.space, str(sender), str(key))
         if answer["status"] == "success":
             answer["state"] = "canceled"
         await self.answer(event, {**answer, "task_id": task_id})
@@ -377,9 +393,10 @@ class A2aOutbound(OutboundBridge):
         await self._interrupt(call, quiet=True)
 
     async def _interrupt(self, call: Call, *, quiet: bool = False) -> None:
+        """Stop ``call``; ``CancelTask`` goes in the background."""
         call.interrupt(quiet=quiet)
         if call.task_id is not None:
-            await self._cancel_remote(call.task_id)
+            self.spawn(self._cancel_remote(call.task_id))
 
     async def _cancel_remote(self, task_id: str) -> None:
         """``CancelTask`` for a task the bridge no longer follows (logged if refused)."""

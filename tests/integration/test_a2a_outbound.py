@@ -563,3 +563,135 @@ async def test_a_sender_that_stops_waiting_is_answered_nothing(hub, remotes):
                and (m.get("data") or {}).get("in_reply_to") == request]  # fmt: skip
     assert answers == []
     await alice.close()
+
+
+# ── waiting tasks and their names are each sender's own ─────────────────────
+
+
+def sent_task_ids(remote: RemoteA2a, text: str) -> list[str | None]:
+    """The ``taskId`` of each message ``text`` the remote was sent."""
+    messages = [c["params"]["message"] for c in remote.calls if c["method"].startswith("Send")]
+    return [m.get("taskId") for m in messages if [p.get("text") for p in m["parts"]] == [text]]
+
+
+async def waiting_answer(client: WsClient, request: str) -> dict[str, Any]:
+    return await client._until(
+        lambda m: (
+            m.get("type") == "space.event" and (m.get("data") or {}).get("in_reply_to") == request
+        ),
+        15,
+    )
+
+
+async def test_no_sender_makes_the_bridge_forget_anothers_waiting_task(hub, remotes):
+    """Contract §18: naming another sender's waiting task — in a cancel of
+    one's own call, or as one's own name for a new task — never forgets it."""
+    remote = await remotes()
+    outbound = bridge(remote.url, timeout=20)
+    server = await hosting(hub, outbound)
+    alice, mallory = await member(server), await member(server, "mallory")
+    # (a) a cancel of mallory's own call that also names alice's waiting task
+    asked = await ask(alice, {"text": "ask"})
+    waiting = asked["data"]["task_id"]
+    own = await send(mallory, {"text": "hang"})
+    await first_frame(mallory, own)
+    cancel = await send(mallory, {"cancel": True, "event_id": own, "task_id": waiting})
+    assert (await answer_to(mallory, cancel))["data"]["state"] == "canceled"
+    assert (await ask(alice, {"text": "Oslo", "task_id": waiting}))["data"]["status"] == "success"
+    assert sent_task_ids(remote, "Oslo") == [waiting]
+    # (b) mallory's request naming alice's task (not waiting yet) as its own name
+    request = await send(alice, {"text": "held:ask"})
+    running = (await first_frame(alice, request))["data"]["task_id"]
+    squat = await send(mallory, {"text": "hang", "task_id": running})
+    await first_frame(mallory, squat)
+    remote.gate.set()
+    assert (await waiting_answer(alice, request))["data"]["state"] == "input-required"
+    cancel = await send(mallory, {"cancel": True, "event_id": squat})
+    assert (await answer_to(mallory, cancel))["data"]["state"] == "canceled"
+    await waiting_answer(mallory, squat)  # "Cancelled": its call has settled
+    assert (await ask(alice, {"text": "Rome", "task_id": running}))["data"]["status"] == "success"
+    assert sent_task_ids(remote, "Rome") == [running]
+    await alice.close()
+    await mallory.close()
+
+
+async def test_a_senders_own_task_names_are_its_own(hub, remotes):
+    """Two senders may give a task the same name (``data.task_id``): each
+    continues its own."""
+    remote = await remotes()
+    outbound = bridge(remote.url)
+    server = await hosting(hub, outbound)
+    alice, mallory = await member(server), await member(server, "mallory")
+    hers = await ask(mallory, {"text": "ask", "task_id": "booking-1"})
+    assert hers["data"]["state"] == "input-required"
+    mine = await ask(alice, {"text": "ask", "task_id": "booking-1"})
+    assert mine["data"]["state"] == "input-required", mine["data"]
+    continued = await ask(alice, {"text": "Oslo", "task_id": "booking-1"})
+    assert continued["data"]["status"] == "success"
+    assert sent_task_ids(remote, "Oslo") == [mine["data"]["task_id"]]
+    continued = await ask(mallory, {"text": "Rome", "task_id": "booking-1"})
+    assert continued["data"]["status"] == "success"
+    assert sent_task_ids(remote, "Rome") == [hers["data"]["task_id"]]
+    await alice.close()
+    await mallory.close()
+
+
+async def test_a_running_call_is_cancelled_by_the_senders_name_for_it(hub, remotes):
+    remote = await remotes()
+    outbound = bridge(remote.url, timeout=20)
+    server = await hosting(hub, outbound)
+    alice = await member(server)
+    request = await send(alice, {"text": "hang", "task_id": "job-7"})
+    first = await first_frame(alice, request)
+    done = await ask(alice, {"cancel": True, "task_id": "job-7"})
+    assert done["data"]["status"] == "success" and done["data"]["state"] == "canceled", done
+    assert done["data"]["task_id"] == first["data"]["task_id"]
+    await cancel_task_sent(remote)
+    assert (await waiting_answer(alice, request))["data"]["error"] == "Cancelled"
+    await alice.close()
+
+
+async def test_a_cancel_in_reply_to_an_answered_request_cancels_the_waiting_task(hub, remotes):
+    """What the hub's A2A gateway sends for CancelTask of a task waiting for
+    input: ``{task_id, cancel, in_reply_to: <the turn answered>}`` →
+    ``CancelTask`` on the remote, the task forgotten, nothing answered."""
+    remote = await remotes()
+    outbound = bridge(remote.url)
+    server = await hosting(hub, outbound)
+    alice = await member(server)
+    request = await send(alice, {"text": "ask", "task_id": "gw-1"})
+    remote_task = (await answer_to(alice, request))["data"]["task_id"]
+    await send(alice, {"cancel": True, "task_id": "gw-1", "in_reply_to": request})
+    await cancel_task_sent(remote)
+    cancelled = [c for c in remote.calls if c["method"] == "CancelTask"]
+    assert [c["params"]["id"] for c in cancelled] == [remote_task]
+    assert (await ask(alice, {"text": "Oslo", "task_id": "gw-1"}))["data"]["text"] == "echo:Oslo"
+    assert sent_task_ids(remote, "Oslo") == [None]  # a new task: the old one is forgotten
+    answers = [m for m in alice.backlog if (m.get("data") or {}).get("in_reply_to") == request]
+    assert answers == []  # nothing beyond the input-required answer
+    await alice.close()
+
+
+@pytest.mark.parametrize("how", ["in_reply_to", "receiver", "leaves"])
+async def test_a_remote_slow_to_cancel_holds_up_nothing(hub, remotes, how):
+    """``CancelTask`` for a sender that stopped waiting goes in the background:
+    a remote that never answers it does not stall the bridge's other messages."""
+    remote = await remotes(hang_cancel=True)
+    outbound = bridge(remote.url, timeout=10)
+    server = await hosting(hub, outbound)
+    alice, bob = await member(server), await member(server, "bob")
+    request = await send(alice, {"text": "hang"})
+    first = await first_frame(alice, request)
+    if how == "in_reply_to":
+        await send(alice, {"cancel": True, "in_reply_to": request})
+    elif how == "receiver":
+        await alice.request(
+            {"type": "space.event.cancel", "space": SPACE, "event_id": first["event_id"]}
+        )
+    else:
+        await alice.request({"type": "space.leave", "space": SPACE})
+    await cancel_task_sent(remote)
+    answer = await answer_to(bob, await send(bob, {"text": "next"}), timeout=3)
+    assert answer["data"]["text"] == "echo:next"
+    await alice.close()
+    await bob.close()

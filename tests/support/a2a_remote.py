@@ -15,10 +15,13 @@ picked by the message's text, so a test can make it misbehave on purpose:
   stream: :attr:`RemoteA2a.dropped` has the text, and :attr:`RemoteA2a.called` is set);
 * ``ask`` — INPUT_REQUIRED; ``working`` — (``SendMessage``) a task still WORKING,
   COMPLETED when asked again with ``GetTask``;
+* ``held:<text>`` — one ``working… `` chunk, then nothing until :attr:`RemoteA2a.gate`
+  is set, then as ``<text>`` (``held:ask``: a task that asks for input later);
 * anything else — ``echo:<text>``.
 
 Every JSON-RPC call is kept in :attr:`RemoteA2a.calls`; :meth:`stop` and
 :meth:`start` again on the same port make a remote that is down for a while.
+``hang_cancel=True``: ``CancelTask`` is never answered (until :meth:`stop`).
 """
 
 from __future__ import annotations
@@ -42,11 +45,16 @@ class RemoteA2a:
         skills: tuple[str, ...] = ("translate", "summarize"),
         interface: str | None = None,
         redirect_to: str | None = None,
+        hang_cancel: bool = False,
     ):
         self.streaming = streaming
         self.skills = skills
         self.interface = interface
         self.redirect_to = redirect_to
+        self.hang_cancel = hang_cancel
+        #: Set by the test: ``held:`` streams go on.
+        self.gate = asyncio.Event()
+        self._stopping = asyncio.Event()
         self.calls: list[dict[str, Any]] = []
         #: The texts of the streams the hub dropped before their end.
         self.dropped: list[str] = []
@@ -71,6 +79,8 @@ class RemoteA2a:
         return self
 
     async def stop(self) -> None:
+        self._stopping.set()
+        self.gate.set()
         for hanging in self._cancelled.values():
             hanging.set()  # nothing left waiting for a cancel that will not come
         if self._server is not None:
@@ -98,6 +108,8 @@ class RemoteA2a:
         method, params, rid = body["method"], body.get("params", {}), body["id"]
         if method == "CancelTask":
             task_id = params["id"]
+            if self.hang_cancel:
+                await self._stopping.wait()
             if task_id not in self._cancelled:
                 return _error(rid, -32002, "Task cannot be canceled")
             self._cancelled[task_id].set()
@@ -149,6 +161,10 @@ class RemoteA2a:
 
         await event({"task": _task(task_id, context, "TASK_STATE_SUBMITTED")})
         await event(status("TASK_STATE_WORKING"))
+        if text.startswith("held:"):
+            await event(chunk("working… ", 0))
+            await self.gate.wait()
+            text = text.removeprefix("held:")
         if text.startswith(("chunks:", "slow:")):
             for n in range(int(text.split(":")[1])):
                 await event(chunk(f"{n},", n))
