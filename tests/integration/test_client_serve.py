@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from agora_client import AssembledEvent, Client, Event, MembersChanged, StreamChunk
+from agora_client import AssembledEvent, Client, Event, MembersChanged, ReplyTimeout, StreamChunk
 
 TIMEOUT = 15.0
 SPACE = "general"
@@ -174,6 +174,36 @@ async def test_a_cancel_note_cancels_the_handler_before_it_answers(serving, clie
     await c.publish(SPACE, forged, to="server-bot")
     async with asyncio.timeout(TIMEOUT):
         await stopped.wait()
+
+
+async def test_an_ask_that_stops_waiting_stops_the_handler(serving, clients):
+    """``request()`` that times out, or whose task is cancelled, tells the agent
+    asked (contract §19; an outside audit: the handler ran on to the end)."""
+    started, stopped = asyncio.Queue[str](), asyncio.Queue[str]()
+
+    async def handler(event: Event) -> str:
+        text = event.text or ""
+        await started.put(text)
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            await stopped.put(text)
+            raise
+        return "too late"
+
+    server, _, _ = await serving(handler)
+    c = await asker(clients, server)
+    with pytest.raises(ReplyTimeout):
+        await c.request(SPACE, "timed out", to="server-bot", timeout=1.0)
+    async with asyncio.timeout(TIMEOUT):
+        assert await stopped.get() == "timed out"
+    waiting = asyncio.ensure_future(c.request(SPACE, "given up", to="server-bot", timeout=60))
+    async with asyncio.timeout(TIMEOUT):
+        assert await started.get() == "timed out"
+        assert await started.get() == "given up"
+    waiting.cancel()
+    async with asyncio.timeout(TIMEOUT):
+        assert await stopped.get() == "given up"
 
 
 async def test_a_streamed_reply_cancelled_by_the_asker_stops_the_handler(serving, clients):

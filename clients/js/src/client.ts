@@ -120,6 +120,10 @@ export class HubClient extends ClientSession {
       () => {
         const message = `no reply to ${sent.eventId} in ${space} within ${timeout} ms`;
         replies.abandon(pending, new ReplyTimeout(message, sent.eventId));
+        // Nobody waits any more: the agents asked are told, as the hub's faces
+        // tell them (contract §19), and serve() cancels its handler. Best effort.
+        const stop = { cancel: true, in_reply_to: sent.eventId, reason: "timeout" };
+        this.publish(space, stop, { to: options.to, echo: false }).catch(() => {});
       },
       Math.max(0, deadline - performance.now()),
     );

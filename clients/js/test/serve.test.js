@@ -123,6 +123,24 @@ describe("serve", () => {
     assert.match(reason.message, /asker_left/);
   });
 
+  test("a request() that times out aborts the handler it asked", async () => {
+    let started;
+    const startedP = new Promise((r) => (started = r));
+    let aborted;
+    const abortedP = new Promise((r) => (aborted = r));
+    const { space, agent } = await serving((event, signal) => {
+      started();
+      signal.addEventListener("abort", () => aborted(signal.reason));
+      return new Promise(() => {}); // never answers by itself
+    });
+    const c = await asker(space);
+    const asked = c.request(space, "slow question", { to: agent.agentId, timeout: 1_000 });
+    await within(10_000, startedP, "the handler starting");
+    await assert.rejects(asked, { name: "ReplyTimeout" });
+    const reason = await within(10_000, abortedP, "the handler's signal aborting");
+    assert.equal(reason.name, "AbortError");
+  });
+
   test("a cancel note from the asker aborts the handler; another agent's does not", async () => {
     let started;
     const startedP = new Promise((r) => (started = r));

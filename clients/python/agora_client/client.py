@@ -157,6 +157,8 @@ class Client(Receiver):
         )
         if agent_type is not None or capabilities or metadata:
             self._agent_info = agent_info(agent_id, agent_type, capabilities, metadata)
+        #: Asked agents being told that an answer is no longer awaited.
+        self._telling: set[asyncio.Task[None]] = set()
 
     def __repr__(self) -> str:
         state = "connected" if self.connected else "closed" if self._closed else "disconnected"
@@ -407,8 +409,14 @@ class Client(Receiver):
         of them answers it (unaddressed: by any member of the space). No reply
         within ``timeout`` seconds (publishing included) raises
         :class:`ReplyTimeout`; the client closing for good raises its error.
+        An ask that stops waiting (no reply in time, or its task cancelled)
+        tells the answering agent, as the hub's faces do (contract §19):
+        ``{"cancel": true, "in_reply_to": …, "reason": "timeout" | "cancelled"}``,
+        addressed as the request was — ``serve()`` cancels its handler.
         """
         answered: str | None = None
+        replied = False
+        reason = "cancelled"
         addressed = None if to is None else recipients(to)
         asked = self._replies.sending(space, addressed)
         try:
@@ -425,8 +433,10 @@ class Client(Receiver):
                     stopped.cancel()
                 if not fut.done():
                     raise self._final_error or ConnectionClosed("client closed")
+                replied = True
                 return fut.result()
         except TimeoutError as exc:
+            reason = "timeout"
             if answered is None:
                 if isinstance(exc, RequestTimeout):
                     raise
@@ -439,6 +449,26 @@ class Client(Receiver):
         finally:
             if answered is not None:
                 self._replies.forget(answered)
+                if not replied and not self._stopped.is_set():
+                    self._stop_asking(space, answered, addressed, reason)
+
+    def _stop_asking(self, space: str, answered: str, to: list[str] | None, reason: str) -> None:
+        """Tell the agents asked that nobody waits for the answer to
+        ``answered`` any more. In the background, best effort: the asker has
+        moved on, and whoever cannot be told has left."""
+
+        async def tell() -> None:
+            data = {"cancel": True, "in_reply_to": answered, "reason": reason}
+            try:
+                await self.publish(space, data, to=to, echo=False)
+            except (HubClientError, TimeoutError) as exc:
+                log.debug(
+                    "could not tell %s that %s is no longer awaited: %s", space, answered, exc
+                )
+
+        task = asyncio.get_running_loop().create_task(tell())
+        self._telling.add(task)
+        task.add_done_callback(self._telling.discard)
 
     async def reply(
         self,
