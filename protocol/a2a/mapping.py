@@ -145,15 +145,13 @@ def _parts(value: object) -> list[dict[str, Any]]:
 
 
 def parts_text(parts: list[dict[str, Any]]) -> str:
-    """The text of parts: text parts as they are, other parts (data, url, raw)
-    as JSON, so nothing the remote sent is dropped silently."""
+    """The text of parts: text parts as they are, every other part (data,
+    url, raw, or a kind A2A 1.0 does not define) as its JSON, so nothing the
+    remote sent is dropped silently — nor kept back to go out as one event."""
     out = []
     for part in parts:
         text = part.get("text")
-        if isinstance(text, str):
-            out.append(text)
-        elif any(key in part for key in ("data", "url", "raw")):
-            out.append(orjson.dumps(part).decode())
+        out.append(text if isinstance(text, str) else orjson.dumps(part).decode())
     return "".join(out)
 
 

@@ -160,6 +160,7 @@ def test_reply_data_for_the_sender():
         "text": "city?",
     }  # fmt: skip
     assert mapping.parts_text([{"text": "a"}, {"data": {"b": 1}}]) == 'a{"data":{"b":1}}'
+    assert mapping.parts_text([{"file": {"b": 1}}]) == '{"file":{"b":1}}'  # a kind not in 1.0
 
 
 # ── the task record ────────────────────────────────────────────────────────
