@@ -315,6 +315,17 @@ async def test_a_stream_of_a_killed_node_ends_as_a_disconnect(cluster, clients):
     assert (end.kind, end.reason) == ("cancel", "publisher_disconnected")
 
 
+async def back_on(node: Any, agent_id: str) -> WsClient:
+    """``agent_id`` connected to ``node`` as soon as its holder on a killed
+    node is found dead (what the SDKs' reconnect does)."""
+    async with asyncio.timeout(30):
+        while True:
+            try:
+                return await WsClient.connect(node.url, agent_id, heartbeat=True)
+            except Exception:
+                await asyncio.sleep(0.2)
+
+
 async def test_a_stream_of_a_killed_node_ends_even_when_its_publisher_is_back_at_once(
     cluster, clients
 ):
@@ -333,13 +344,7 @@ async def test_a_stream_of_a_killed_node_ends_even_when_its_publisher_is_back_at
     first = await next_matching(chunks, lambda m: isinstance(m, StreamChunk))
     assert (first.kind, first.event_id) == ("delta", "pub/long")
     os.kill(n0.proc.pid, signal.SIGKILL)
-    async with asyncio.timeout(30):  # back as soon as the dead holder is found out
-        while True:
-            try:
-                back = await WsClient.connect(n1.url, "pub", heartbeat=True)
-                break
-            except Exception:
-                await asyncio.sleep(0.2)
+    back = await back_on(n1, "pub")
     await back.join("room")
     end = await next_matching(
         chunks, lambda m: isinstance(m, StreamChunk) and m.event_id == "pub/long", timeout=30
@@ -360,13 +365,7 @@ async def test_an_agent_back_at_once_from_a_killed_node_is_offline_then_online(c
     first = await next_matching(status, lambda e: e.data["agent"]["id"] == "mover")
     assert first.data["event"] == "online"
     os.kill(n0.proc.pid, signal.SIGKILL)
-    async with asyncio.timeout(30):  # back as soon as the dead holder is found out
-        while True:
-            try:
-                back = await WsClient.connect(n1.url, "mover", heartbeat=True)
-                break
-            except Exception:
-                await asyncio.sleep(0.2)
+    back = await back_on(n1, "mover")
     told = []
     while "online" not in told:
         event = await next_matching(status, lambda e: e.data["agent"]["id"] == "mover")

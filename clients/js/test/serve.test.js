@@ -102,16 +102,23 @@ describe("serve", () => {
     await assert.rejects(c.request(space, "to everyone", { timeout: 500 }), { name: "ReplyTimeout" });
   });
 
-  test("the handler's signal aborts when the asker leaves", async () => {
+  /** An agent serving with a handler that never answers by itself: when it
+   * starts, and the reason its signal aborts with. */
+  async function neverAnswering() {
     let started;
     const startedP = new Promise((r) => (started = r));
     let aborted;
     const abortedP = new Promise((r) => (aborted = r));
-    const { space, agent } = await serving((event, signal) => {
+    const served = await serving((event, signal) => {
       started();
       signal.addEventListener("abort", () => aborted(signal.reason));
-      return new Promise(() => {}); // never answers by itself
+      return new Promise(() => {});
     });
+    return { ...served, startedP, abortedP };
+  }
+
+  test("the handler's signal aborts when the asker leaves", async () => {
+    const { space, agent, startedP, abortedP } = await neverAnswering();
     const seen = agent.events(space, { members: true });
     const c = await asker(space);
     await nextMatching(seen, (m) => m.kind === "members" && m.joinedIds.includes(c.agentId));
@@ -124,15 +131,7 @@ describe("serve", () => {
   });
 
   test("a request() that times out aborts the handler it asked", async () => {
-    let started;
-    const startedP = new Promise((r) => (started = r));
-    let aborted;
-    const abortedP = new Promise((r) => (aborted = r));
-    const { space, agent } = await serving((event, signal) => {
-      started();
-      signal.addEventListener("abort", () => aborted(signal.reason));
-      return new Promise(() => {}); // never answers by itself
-    });
+    const { space, agent, startedP, abortedP } = await neverAnswering();
     const c = await asker(space);
     const asked = c.request(space, "slow question", { to: agent.agentId, timeout: 1_000 });
     await within(10_000, startedP, "the handler starting");
