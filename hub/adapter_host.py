@@ -175,6 +175,9 @@ class HostSettings(Protocol):
     heartbeat_interval: float
     history_ttl: float
     max_frame_bytes: int
+    #: ``data.text`` longer than this (bytes) is streamed, in chunks of ``stream_chunk``.
+    stream_threshold: int
+    stream_chunk: int
     #: Most of a shared per-node bound one caller may hold (a fraction of it).
     caller_share: float
     #: Faces open to callers without a token while auth is on.

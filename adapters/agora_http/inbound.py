@@ -79,6 +79,10 @@ from protocol.agora_http import (
 #: The shared virtual agent HTTP requests come from.
 INBOUND_AGENT = "agora-http"
 
+#: Room for the frame around an event's ``data``: type, space, ids, from,
+#: timestamp, ``to``, ``seq``.
+FRAME_ROOM = 1024
+
 log = structlog.get_logger("adapters.agora_http")
 
 
@@ -120,11 +124,18 @@ class AgoraHttpInbound:
         #: The HTTP port's callers and policy (set at start).
         self._http: HttpFaces | None = None
         self._public = False
+        #: What one frame of the hub's may hold (set at start; contract defaults).
+        self._max_frame_bytes = 1024 * 1024
+        self._stream_threshold = 65536
+        self._stream_chunk = 16384
 
     # ── lifecycle ────────────────────────────────────────────────────────
 
     async def start(self, host: AdapterHost) -> None:
         self._http, self._public = host.http, host.settings.agora_http_public
+        self._max_frame_bytes = host.settings.max_frame_bytes
+        self._stream_threshold = host.settings.stream_threshold
+        self._stream_chunk = host.settings.stream_chunk
         share = host.settings.caller_share
         self.slots = Shares(self.options.max_waiting, share, "requests waiting")
         if not self.spaces:
@@ -275,7 +286,28 @@ class AgoraHttpInbound:
             obj = parse_json(await read_body(request, limits.max_request_bytes), nesting=1)
         except BodyRefused as exc:
             raise AgoraHttpError.transport(exc.status, exc.message) from None
-        return parse_request(obj, limits)
+        agora = parse_request(obj, limits)
+        self._check_fits(agora)
+        return agora
+
+    def _check_fits(self, agora: AgoraRequest) -> None:
+        """413 for a request whose event no member could receive: the largest
+        frame the hub sends of it must fit in ``max_frame_bytes``. A string
+        body travels twice (``body`` and ``text``); a long ``text`` is streamed
+        (contract §5) and every other field — ``body`` too — rides whole in the
+        first delta, beside the first chunk of ``text``."""
+        data = agora.event_data(None)
+        text = data.pop("text", None)
+        largest = len(orjson.dumps(data)) + FRAME_ROOM
+        if isinstance(text, str):
+            size = len(text.encode())
+            largest += self._stream_chunk if size > self._stream_threshold else size
+        if largest > self._max_frame_bytes:
+            raise AgoraHttpError.transport(
+                413,
+                f"request too large for one hub frame ({self._max_frame_bytes} bytes): "
+                "a string body travels as both body and text",
+            )
 
     async def _exchange(
         self,

@@ -174,6 +174,88 @@ async def test_streamed_reply_is_assembled_and_a_streamed_request_arrives_whole(
     assert responder.seen[0]["data"]["text"] == big_request
 
 
+async def test_a_long_body_is_carried_once_by_the_deltas_text_both_ways(weather):
+    """At the default thresholds (64 KiB, 16 KiB deltas), on the wire: a long
+    string body's deltas concatenate to the body exactly once; the first delta
+    also carries the other ``data`` fields, ``body`` among them (contract §5,
+    §9), which an assembler keeps as a field, not as text. A long reply
+    streamed back — a client stream, or one event the hub streams whose first
+    delta carries the whole ``body`` too — is answered exactly once."""
+    server = await weather()
+    agent = await WsClient.connect(server.url, "forecaster", heartbeat=True)
+    await agent.join(SPACE)
+    body = "é-0123456789 " * 8_000  # 112 000 bytes: streamed
+    answer = "ü-answer " * 12_000
+    loop = asyncio.get_running_loop()
+
+    async def request_frames() -> list[dict[str, Any]]:
+        frames = []
+        while not frames or frames[-1]["type"] != "space.event.done":
+            msg = await agent.recv()
+            if msg.get("from") == "agora-http" and msg["type"].startswith("space.event"):
+                frames.append(msg)
+        return frames
+
+    asking = loop.create_task(call("POST", agora(server), {"body": body}))
+    *deltas, done = await request_frames()
+    assert {m["type"] for m in deltas} == {"space.event.delta"} and len(deltas) > 2
+    assert {m["event_id"] for m in deltas} == {done["event_id"]}
+    assert "".join(m["data"]["text"] for m in deltas) == body
+    first = deltas[0]["data"]
+    assert first["body"] == body and len(first["text"].encode()) <= 16 * 1024
+    assert all(set(m["data"]) == {"text"} for m in deltas[1:])
+    # The reply as a client stream, in three deltas.
+    third = len(answer) // 3
+    parts = [answer[:third], answer[third : 2 * third], answer[2 * third :]]
+    for i, part in enumerate(parts):
+        delta: dict[str, Any] = {"type": "space.event.delta", "space": SPACE}
+        delta |= {"event_id": "reply-1", "data": {"text": part}}
+        if i == 0:
+            delta["to"] = "agora-http"
+            delta["data"]["in_reply_to"] = done["event_id"]
+        await agent.send(delta)
+    await agent.send({"type": "space.event.done", "space": SPACE, "event_id": "reply-1"})
+    assert await asking == (200, {"status": "success", "body": answer})
+
+    # One event with both, as the bridge's own requests are: the hub streams it.
+    asking = loop.create_task(call("POST", agora(server), {"body": body}))
+    *_, done = await request_frames()
+    reply = {"in_reply_to": done["event_id"], "body": answer, "text": answer}
+    await agent.send({"type": "space.publish", "space": SPACE, "to": "agora-http", "data": reply})
+    assert await asking == (200, {"status": "success", "body": answer})
+    await agent.close()
+
+
+async def test_a_string_body_too_large_for_one_frame_is_refused_whole(weather):
+    """A string body travels as both ``body`` and ``text``, and the first delta
+    of its stream carries ``body`` whole: a body under ``max_request_bytes``
+    whose first delta would not fit in ``max_frame_bytes`` (1 MiB) is refused
+    413 and nothing is published; one that fits reaches an agent whose
+    WebSocket library takes frames of at most 1 MiB (the ``websockets``
+    default), which a larger frame would close 1009."""
+    server = await weather()
+    agent = await WsClient.connect(server.url, "forecaster", heartbeat=True, max_size=2**20)
+    await agent.join(SPACE)
+    status, reply = await call("POST", agora(server), {"body": "x" * 1_040_000})
+    assert status == 413 and "one hub frame" in reply["error"], reply
+
+    loop = asyncio.get_running_loop()
+    body = "y" * 1_000_000
+    asking = loop.create_task(call("POST", agora(server), {"body": body}))
+    frames = []
+    while not frames or frames[-1]["type"] != "space.event.done":
+        msg = await agent.recv()
+        if msg.get("from") == "agora-http" and msg["type"].startswith("space.event"):
+            frames.append(msg)
+    first = frames[0]["data"]
+    assert first["body"] == body, "only the body that fits was published"
+    assert "".join(m["data"]["text"] for m in frames[:-1]) == body
+    reply = {"in_reply_to": frames[-1]["event_id"], "text": "noted"}
+    await agent.send({"type": "space.publish", "space": SPACE, "to": "agora-http", "data": reply})
+    assert await asking == (200, {"status": "success", "body": "noted"})
+    await agent.close()
+
+
 async def test_a_streamed_reply_over_the_bound_is_a_failure(weather, responders):
     server = await weather(InboundOptions(max_reply_bytes=4096), stream_threshold=1024)
     await responders(server, answer=lambda d: {"text": "x" * 10_000})
