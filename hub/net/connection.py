@@ -296,13 +296,17 @@ class HubConnection(WebSocketsConnection):
                 return
             if not self._first_bytes(data):
                 return
+        # Bytes are not liveness (a frame dribbled a byte at a time would
+        # keep a connection for ever): whole frames are, as they arrive
+        # (frame_parsed).
+        super().data_received(data)
+
+    def frame_parsed(self) -> None:
         # Any inbound frame is liveness, control frames included: browsers and
-        # client libraries keep connections alive with pings. One clock read
-        # per socket read.
+        # client libraries keep connections alive with pings.
         session = self.session
         if session is not None:
             session.last_seen = self.loop.time()
-        super().data_received(data)
 
     def connection_gone(self) -> None:
         self.handshake_over()

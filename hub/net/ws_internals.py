@@ -21,7 +21,9 @@ websockets release that changes one fails there:
   whole plain frames are read by the hub (:mod:`hub.net.inbox`) only where
   websockets' frame parser is between frames
   (:class:`~hub.net.inbox.ParserPosition`, which follows every byte handed
-  to websockets from the first after the request). The hub's own write path is
+  to websockets from the first after the request); every frame websockets'
+  parser completes passes its ``process_event``
+  (:meth:`~WebSocketsConnection.frame_parsed`). The hub's own write path is
   ordered with websockets' writes through :meth:`~WebSocketsConnection.send_data`.
 - :func:`make_server` — websockets' ``Server`` around the hub's connection
   factory; :func:`handler_tasks` — its connections' tasks.
@@ -289,8 +291,8 @@ class WebSocketsConnection(ServerConnection):
     """websockets' ``ServerConnection`` as the hub builds, runs and reads it.
 
     Subclasses give :meth:`connection_ready`, :meth:`before_library_write`,
-    :meth:`after_library_write`, :meth:`handshake_over` and
-    :meth:`connection_gone` (below), and ``context`` (a
+    :meth:`after_library_write`, :meth:`handshake_over`,
+    :meth:`connection_gone` and :meth:`frame_parsed` (below), and ``context`` (a
     :class:`~hub.net.connection.ConnectionContext`).
     """
 
@@ -365,6 +367,12 @@ class WebSocketsConnection(ServerConnection):
 
     def connection_gone(self) -> None:
         """The socket is closed (before websockets' own clean-up)."""
+
+    def frame_parsed(self) -> None:
+        """A whole frame arrived: websockets' parser completed one (a control
+        frame — ping, pong, close — or a data frame the hub's reader left to
+        it: a fragment, a 64-bit length…), or the hub's reader took one or
+        more in one socket read."""
 
     def preamble(self, data: bytes) -> None:
         """The handshake's answer, for the hub to write before its first frames."""
@@ -539,12 +547,22 @@ class WebSocketsConnection(ServerConnection):
             and protocol.current_size is None  # no fragmented message under way
         ):
             read = read_frames(data, self._frame_limit, self.recv_messages.put_message)  # type: ignore[attr-defined]
-            if read == len(data):
-                return
             if read:
+                # Liveness as the frames arrive, not when the handler takes
+                # them: one clock read per socket read that completed frames.
+                self.frame_parsed()
+                if read == len(data):
+                    return
                 data = data[read:]
         position.passed(data)
         super().data_received(data)
+
+    def process_event(self, event: Any) -> None:
+        # websockets hands each event its parser completed here (its
+        # data_received, eof_received): the request, then whole frames.
+        if self.request is not None:
+            self.frame_parsed()
+        super().process_event(event)
 
     async def receive(self) -> str | bytes | None:
         """The next message; None once the connection is closed."""

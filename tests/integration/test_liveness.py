@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import os
 import signal
+import socket
+import struct
 
+import orjson
 import pytest
 
 from agora_client import Client, Event
 from protocol.errors import CloseCode, ErrorCode
 from tests.support.wsclient import WsClient
+from tests.support.wsframes import FIN, OP_CLOSE, OP_CONT, OP_PING, OP_PONG, OP_TEXT, RawFrame
 
 TIMEOUT = 10.0
 
@@ -53,6 +58,186 @@ async def test_websocket_pings_count_as_liveness(hub):
     # Silent for real (no frame at all): closed for it.
     code, frames = await c.closed(timeout=TIMEOUT)
     assert code == 4408 and frames[-1]["code"] == "HEARTBEAT_TIMEOUT"
+
+
+# ── liveness is whole frames, not bytes ─────────────────────────────────────
+
+HEARTBEAT = b'{"type":"agent.heartbeat"}'
+KEY = b"\x5a\x13\xc7\x02"
+
+
+class RawSocket:
+    """A client that completes the opening handshake, then writes exactly the
+    bytes it is told; it keeps the frames the hub writes, until its close."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.frames: list[tuple[int, bytes]] = []
+        self._data = b""
+        self._taken = 0  # frames next_message has gone past
+        self._new = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._read())
+
+    @classmethod
+    async def connect(cls, url: str, agent_id: str) -> RawSocket:
+        host, port = url.removeprefix("ws://").split("/", 1)[0].rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        key = base64.b64encode(os.urandom(16))
+        writer.write(
+            b"GET /ws?agent_id=%s HTTP/1.1\r\nHost: %s:%s\r\nUpgrade: websocket\r\n"
+            b"Connection: Upgrade\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            % (agent_id.encode(), host.encode(), port.encode(), key)
+        )
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), TIMEOUT)
+        assert head.startswith(b"HTTP/1.1 101"), head
+        client = cls(reader, writer)
+        registered = await client.next_message()
+        assert registered["type"] == "agent.registered", registered
+        return client
+
+    async def _read(self) -> None:
+        try:
+            while chunk := await self.reader.read(65536):
+                self._data += chunk
+                self._parse()
+        except OSError:
+            pass
+        finally:
+            self.frames.append((-1, b""))  # the end of the stream
+            self._new.set()
+
+    def _parse(self) -> None:
+        data, at = self._data, 0
+        while len(data) - at >= 2:
+            n, head = data[at + 1] & 0x7F, 2
+            if n == 126:
+                if len(data) - at < 4:
+                    break
+                (n,) = struct.unpack("!H", data[at + 2 : at + 4])
+                head = 4
+            elif n == 127:
+                if len(data) - at < 10:
+                    break
+                (n,) = struct.unpack("!Q", data[at + 2 : at + 10])
+                head = 10
+            if len(data) - at < head + n:
+                break
+            self.frames.append((data[at] & 0x0F, data[at + head : at + head + n]))
+            self._new.set()
+            at += head + n
+        self._data = data[at:]
+
+    async def _frame(self, seen: int) -> tuple[int, bytes]:
+        """The hub's frame number ``seen``, waiting for it."""
+        while len(self.frames) <= seen:
+            self._new.clear()
+            await self._new.wait()
+        return self.frames[seen]
+
+    async def next_message(self, timeout: float = TIMEOUT) -> dict:
+        """The next text frame the hub writes after those already taken."""
+        async with asyncio.timeout(timeout):
+            while True:
+                opcode, payload = await self._frame(self._taken)
+                self._taken += 1
+                assert opcode in (OP_TEXT, OP_PONG), (opcode, payload)
+                if opcode == OP_TEXT:
+                    return orjson.loads(payload)
+
+    async def closed(self, timeout: float = TIMEOUT) -> tuple[int, list[dict]]:
+        """Waits for the hub's close frame: (its code, the text frames before it)."""
+        async with asyncio.timeout(timeout):
+            index = 0
+            while (await self._frame(index))[0] not in (OP_CLOSE, -1):
+                index += 1
+        opcode, payload = self.frames[index]
+        assert opcode == OP_CLOSE, "the hub cut the connection without a close frame"
+        texts = [orjson.loads(p) for op, p in self.frames[:index] if op == OP_TEXT]
+        return struct.unpack("!H", payload[:2])[0], texts
+
+    @property
+    def open(self) -> bool:
+        return not any(op in (OP_CLOSE, -1) for op, _ in self.frames)
+
+    def write(self, data: bytes) -> None:
+        if not self.writer.is_closing():
+            self.writer.write(data)
+
+    async def aclose(self) -> None:
+        self.writer.transport.abort()
+        with contextlib.suppress(Exception):
+            await self._task
+
+
+async def _dribble(client: RawSocket, data: bytes, pace: float) -> None:
+    """Writes ``data`` one byte at a time, one every ``pace`` seconds."""
+    for at in range(len(data)):
+        client.write(data[at : at + 1])
+        await asyncio.sleep(pace)  # pacing the dribble, not waiting for an event
+
+
+async def test_a_frame_dribbled_a_byte_at_a_time_is_not_liveness(hub):
+    """Regression (slowloris): every socket read counted as liveness, so a client
+    writing one byte of a frame every 100 ms, never finishing it, was kept for
+    ever. Only whole frames count: it is closed for silence, error then 4408."""
+    server = await hub(heartbeat_interval=0.2, heartbeat_timeout=0.6)
+    c = await RawSocket.connect(server.url, "dribbler")
+    # A 1000-byte text frame: header, extended length, mask, payload — 100 s
+    # at this pace, so it never completes within the test.
+    frame = RawFrame(FIN | OP_TEXT, b" " * 1000, key=KEY).wire
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    dribbling = loop.create_task(_dribble(c, frame, 0.1))
+    try:
+        code, texts = await c.closed(timeout=TIMEOUT)
+    finally:
+        dribbling.cancel()
+        await c.aclose()
+    assert code == CloseCode.HEARTBEAT_TIMEOUT == 4408
+    assert texts[-1]["type"] == "error" and texts[-1]["code"] == "HEARTBEAT_TIMEOUT", texts
+    assert loop.time() - started < 5.0
+
+
+def _keepalive_frames(kind: str) -> list[bytes]:
+    """What a client of each kind writes, one whole frame at a time."""
+    if kind == "data":
+        return [RawFrame(FIN | OP_TEXT, HEARTBEAT, key=KEY).wire]
+    if kind == "ping":
+        return [RawFrame(FIN | OP_PING, b"are you there", key=KEY).wire]
+    if kind == "pong":  # unsolicited: a one-way heartbeat (RFC 6455 §5.5.3)
+        return [RawFrame(FIN | OP_PONG, b"", key=KEY).wire]
+    # "fragments": one message, a frame of it at a time (never finished).
+    return [RawFrame(OP_TEXT, b"{", key=KEY).wire] + [RawFrame(OP_CONT, b" ", key=KEY).wire] * 1000
+
+
+@pytest.mark.parametrize("kind", ["data", "ping", "pong", "fragments"])
+async def test_whole_frames_of_any_kind_are_liveness(hub, kind):
+    """A client writing only whole frames — data frames (read by the hub's own
+    reader), pings and pongs, or the fragments of a message (read by websockets'
+    parser) — stays open past the heartbeat timeout; once it stops, it is closed."""
+    timeout = 0.5
+    server = await hub(heartbeat_interval=0.2, heartbeat_timeout=timeout)
+    c = await RawSocket.connect(server.url, f"keeper-{kind}")
+    loop = asyncio.get_running_loop()
+    frames = iter(_keepalive_frames(kind) * 100)
+    try:
+        end = loop.time() + 3 * timeout  # three heartbeat timeouts
+        while loop.time() < end:
+            c.write(next(frames))
+            await asyncio.sleep(0.1)  # pacing the frames, not waiting for an event
+        assert c.open, c.frames
+        if kind == "fragments":  # the message ends: a heartbeat the hub answers
+            c.write(RawFrame(FIN | OP_CONT, b'"type":"agent.heartbeat"}', key=KEY).wire)
+        else:
+            c.write(RawFrame(FIN | OP_TEXT, HEARTBEAT, key=KEY).wire)
+        assert (await c.next_message())["type"] == "agent.heartbeat"
+        # Silent for real: closed for it.
+        code, texts = await c.closed(timeout=TIMEOUT)
+    finally:
+        await c.aclose()
+    assert code == 4408 and texts[-1]["code"] == "HEARTBEAT_TIMEOUT", (code, texts)
 
 
 async def test_a_half_dead_holder_is_replaced_within_its_allowance(hub):

@@ -364,11 +364,28 @@ async def test_a_bad_frame_is_announced_before_websockets_closes(
 # ── liveness and cleanup ─────────────────────────────────────────────────────
 
 
-async def test_any_inbound_bytes_are_liveness(make_rig: Any) -> None:
+@pytest.mark.parametrize(
+    "frame",
+    [
+        RawFrame(FIN | OP_PING, b"ping", key=b"abcd"),
+        RawFrame(FIN | OP_TEXT, b'{"n":1}', key=b"abcd"),
+    ],
+    ids=["control frame (websockets' parser)", "data frame (the hub's reader)"],
+)
+async def test_whole_inbound_frames_are_liveness_their_bytes_are_not(
+    make_rig: Any, frame: RawFrame
+) -> None:
     rig = make_rig()
     conn, _ = await rig.open()
+    conn.forget_handshake(LIMIT)  # from here the hub's reader takes plain frames
     conn.session = SimpleNamespace(last_seen=0.0)  # type: ignore[assignment]
-    conn.data_received(RawFrame(FIN | OP_PING, b"", key=b"abcd").wire)  # a control frame too
+    wire = frame.wire
+    conn.data_received(wire[:3])  # a frame under way: not liveness
+    assert conn.session.last_seen == 0.0
+    conn.data_received(wire[3:])  # the frame completed, as it arrives
+    assert conn.session.last_seen > 0.0
+    conn.session.last_seen = 0.0
+    conn.data_received(wire)  # whole in one read (a data frame: the hub's reader)
     assert conn.session.last_seen > 0.0
 
 
