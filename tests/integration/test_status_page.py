@@ -196,6 +196,73 @@ async def test_disconnect_from_the_page_behind_a_balancer_that_drops_the_port(hu
             await victim.close()
 
 
+#: What a browser sends with a form another site's page posts: its origin, or
+#: ``null`` from a sandboxed frame, and (every current browser) Sec-Fetch-Site.
+CROSS_SITE = [
+    {"Origin": "https://evil.example"},
+    {"Origin": "null"},
+    {"Sec-Fetch-Site": "cross-site"},
+    {"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"},
+    {"Sec-Fetch-Site": "same-site", "Origin": "http://other.127.0.0.1.example"},
+]
+
+
+async def test_logout_from_another_site_is_refused(hub):
+    """Found by an outside audit: ``POST /admin/logout`` took a cross-site form
+    post, so any page could log the operator out. It is refused as the
+    disconnect is, and the session goes on; the page's own logout works —
+    with a real ``Origin``, or ``Origin: null`` when the browser says
+    ``Sec-Fetch-Site: same-origin`` (what a page under ``Referrer-Policy:
+    no-referrer`` sends)."""
+    server = await hub(admin_token=TOKEN)
+    session = await logged_in(server)
+    try:
+        for headers in CROSS_SITE:
+            status, body, sent = await request(
+                server, "POST", "/admin/logout", session=session, headers=headers
+            )
+            assert status == 403, (headers, status)
+            assert body["error"]["code"] == "UNAUTHORIZED" and "Set-Cookie" not in sent
+            status, _, _ = await request(server, "GET", "/admin/state", session=session)
+            assert status == 200, headers  # still logged in
+        for headers in (
+            {"Origin": server.http_url},
+            {"Origin": server.http_url, "Sec-Fetch-Site": "same-origin"},
+            {"Origin": "null", "Sec-Fetch-Site": "same-origin"},
+            {},  # not a browser's
+        ):
+            status, _, sent = await request(
+                server, "POST", "/admin/logout", session=session, headers=headers
+            )
+            assert status == 303 and f"{COOKIE}=" in sent["Set-Cookie"], headers
+    finally:
+        await session.close()
+
+
+async def test_login_from_another_site_is_refused(hub):
+    """A login form posted by another site's page is refused (403) before the
+    token is looked at — even the right one sets no cookie — and counts
+    nothing against the operator's address (it could otherwise use up its
+    tries: test_operator_throttle.py)."""
+    server = await hub(admin_token=TOKEN)
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as s:
+        for headers in CROSS_SITE * 3:  # more than the throttle's limit
+            for token in (TOKEN, "wrong-token-000000"):
+                status, page, sent = await request(
+                    server, "POST", "/admin/login", session=s, data={"token": token},
+                    headers=headers,
+                )  # fmt: skip
+                assert status == 403 and "status page itself" in page, (headers, status)
+                assert "Set-Cookie" not in sent
+        status, _, _ = await request(
+            server, "POST", "/admin/login", session=s, data={"token": TOKEN},
+            headers={"Origin": server.http_url, "Sec-Fetch-Site": "same-origin"},
+        )  # fmt: skip
+        assert status == 303
+        status, _, _ = await request(server, "GET", "/admin/state", session=s)
+        assert status == 200
+
+
 async def test_static_files_and_unknown_paths(hub):
     server = await hub(admin_token=TOKEN)
     async with aiohttp.ClientSession() as s:

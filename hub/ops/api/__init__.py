@@ -60,10 +60,9 @@ class OperatorFaces:
                 disconnect_local=disconnect_local, disconnect_remote=disconnect_remote,
                 own_figures=self.reporter.live, policy=policy, reserved_ids=reserved_ids,
             )  # fmt: skip
-        self._api = api_app(self.operations, api_key, s.max_frame_bytes)
-        self.status_page = StatusPage(
-            self.operations, admin_token, TrustedProxies(s.trusted_proxies)
-        )
+        proxies = TrustedProxies(s.trusted_proxies)
+        self._api = api_app(self.operations, api_key, s.max_frame_bytes, proxies)
+        self.status_page = StatusPage(self.operations, admin_token, proxies)
 
     def mount(self, app: web.Application) -> None:
         app.add_subapp("/api", self._api)

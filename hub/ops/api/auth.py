@@ -92,13 +92,6 @@ class AdminSessions:
             return False
         return int(expires) > self._clock()
 
-    def authenticated(self, request: web.Request) -> bool:
-        """A bearer token or a valid session cookie."""
-        bearer = bearer_of(request)
-        if bearer is not None:
-            return self.token.matches(bearer)
-        return self.valid(request.cookies.get(COOKIE))
-
     def set_cookie(self, request: web.Request, response: web.StreamResponse) -> None:
         response.set_cookie(
             COOKIE,

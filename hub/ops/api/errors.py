@@ -39,15 +39,24 @@ API_STATUS: dict[str, int] = {
 class ApiError(Exception):
     """A refused API request."""
 
-    def __init__(self, code: str, message: str, status: int | None = None):
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        status: int | None = None,
+        headers: dict[str, str] | None = None,
+    ):
         super().__init__(message)
         self.code = str(code)
         self.message = message
         self.status = status or API_STATUS.get(self.code, 400)
+        #: Headers of its answer (a ``Retry-After`` other than 1 s).
+        self.headers = headers or {}
 
     def response(self, headers: dict[str, str] | None = None) -> web.Response:
+        headers = {**self.headers, **(headers or {})}
         if self.status in (429, 503):  # worth retrying shortly
-            headers = {"Retry-After": "1", **(headers or {})}
+            headers = {"Retry-After": "1", **headers}
         return json_response(
             {"error": {"code": self.code, "message": self.message}}, self.status, headers
         )

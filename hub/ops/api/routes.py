@@ -1,7 +1,9 @@
 """The server API on the HTTP port: ``/api/*``, for backends (docs/api.md).
 
 Mounted as an aiohttp sub-application, with its own middleware: every
-request needs the API key (401 ``UNAUTHENTICATED`` otherwise) and every
+request needs the API key (401 ``UNAUTHENTICATED`` otherwise; past
+:data:`~hub.ops.api.throttle.MAX_FAILURES` wrong keys from one address in a
+window, 429 ``RATE_LIMITED`` until it ends, :mod:`hub.ops.api.throttle`) and every
 refusal is a JSON error with a code — unknown paths (404 ``NOT_FOUND``),
 wrong methods (405 ``METHOD_NOT_ALLOWED``) and bodies over
 ``max_frame_bytes`` (413 ``PAYLOAD_TOO_LARGE``) too. Without ``api_key`` the
@@ -31,9 +33,11 @@ from aiohttp import web
 from hub.errors import BackplaneUnavailable
 from hub.net.bodies import BodyRefused, parse_json, read_body
 from hub.net.http import client_gone
+from hub.net.proxies import TrustedProxies
 from hub.ops.api.auth import Secret, api_key_of
 from hub.ops.api.errors import ApiError, json_response
 from hub.ops.api.operations import Operations
+from hub.ops.api.throttle import FailureThrottle, Throttled, client_of
 from protocol.errors import ErrorCode
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -41,17 +45,31 @@ PUBLISH_FIELDS = frozenset({"space", "data", "to", "service"})
 DISCONNECT_FIELDS = frozenset({"reason"})
 
 
-def api_app(operations: Operations | None, api_key: str | None, body_limit: int) -> web.Application:
-    """The ``/api`` sub-application; every path 404s when ``api_key`` is None."""
+def api_app(
+    operations: Operations | None,
+    api_key: str | None,
+    body_limit: int,
+    proxies: TrustedProxies | None = None,
+) -> web.Application:
+    """The ``/api`` sub-application; every path 404s when ``api_key`` is None.
+    ``proxies``: whose word on the client's address is believed (the
+    throttle of wrong keys counts per address)."""
     log = structlog.get_logger("hub.ops.api")
     key = Secret(api_key) if api_key is not None else None
+    trusted = proxies if proxies is not None else TrustedProxies()
+    wrong_keys = FailureThrottle()
 
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
             if key is None or operations is None:
                 raise ApiError("NOT_FOUND", "the server API is off on this hub (api_key is unset)")
-            if not key.matches(api_key_of(request)):
+            if wrong_keys:  # an address past its limit is not even looked at
+                wrong_keys.check(client_of(request, trusted))
+            presented = api_key_of(request)
+            if not key.matches(presented):
+                if presented is not None:  # no key at all is no guess
+                    wrong_keys.failed(client_of(request, trusted))
                 raise ApiError(
                     "UNAUTHENTICATED",
                     "a valid API key is required: Authorization: apikey KEY, or X-API-Key: KEY",
@@ -60,6 +78,8 @@ def api_app(operations: Operations | None, api_key: str | None, body_limit: int)
         except ApiError as exc:
             extra = {"WWW-Authenticate": "apikey"} if exc.status == 401 else None
             return exc.response(extra)
+        except Throttled as exc:
+            return exc.error().response()
         except web.HTTPRequestEntityTooLarge:
             return ApiError("PAYLOAD_TOO_LARGE", f"body over {body_limit} bytes").response()
         except web.HTTPMethodNotAllowed as exc:

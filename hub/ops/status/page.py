@@ -11,8 +11,12 @@ the whole cluster — and its disconnect buttons call ``POST
 /admin/agents/{id}/disconnect``, which does what the server API's does.
 
 A state-changing request must come from the page itself: the cookie is
-``SameSite=Strict``, and the request must be JSON (which a cross-site form
-cannot send) with no foreign ``Origin``.
+``SameSite=Strict``, every POST (login and logout forms included) is refused
+when the browser says it comes from another site (``Sec-Fetch-Site``, else a
+foreign ``Origin``: :func:`_same_origin`), and a disconnect must be JSON
+(which a cross-site form cannot send). Wrong admin tokens (the login form's,
+a wrong ``Authorization: Bearer``) are throttled per client address
+(:mod:`hub.ops.api.throttle`).
 """
 
 from __future__ import annotations
@@ -25,9 +29,10 @@ from aiohttp import web
 from hub.errors import BackplaneUnavailable
 from hub.net.bodies import BodyRefused, parse_json, read_body
 from hub.net.proxies import TrustedProxies
-from hub.ops.api.auth import AdminSessions, Secret
+from hub.ops.api.auth import COOKIE, AdminSessions, Secret, bearer_of
 from hub.ops.api.errors import ApiError, json_response
 from hub.ops.api.operations import Operations
+from hub.ops.api.throttle import FailureThrottle, Throttled, client_of
 from protocol import codec
 from protocol.errors import ErrorCode
 
@@ -44,7 +49,9 @@ HTML_HEADERS = {
     "base-uri 'none'",
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
+    # Not "no-referrer": under it a browser sends "Origin: null" with the
+    # page's own form posts; "same-origin" still tells other sites nothing.
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 _LOGIN_MESSAGE = "<!--message-->"
@@ -66,6 +73,8 @@ class StatusPage:
         #: ``X-Forwarded-Proto`` / ``-Host``), which a page's ``Origin`` names.
         self._proxies = proxies if proxies is not None else TrustedProxies()
         self.sessions = AdminSessions(Secret(admin_token)) if admin_token is not None else None
+        #: Wrong admin tokens per client address, the login form's and bearers'.
+        self.throttle = FailureThrottle()
         if self.sessions is not None:
             self._page = _asset("index.html")
             self._login = _asset("login.html")
@@ -87,13 +96,22 @@ class StatusPage:
     # ── pages ───────────────────────────────────────────────────────────
 
     async def page(self, request: web.Request) -> web.Response:
-        assert self.sessions is not None
-        if self.sessions.authenticated(request):
-            return _html(self._page)
+        try:
+            if self._authenticated(request):
+                return _html(self._page)
+        except Throttled as exc:
+            return self._login_page(str(exc), 429, exc.headers())
         return _html(self._login.replace(_LOGIN_MESSAGE, ""))
 
     async def login(self, request: web.Request) -> web.Response:
         assert self.sessions is not None
+        try:
+            # A login posted by another site's page is refused, not counted:
+            # nobody else can make the operator's browser guess (or use up
+            # its address's tries).
+            _same_origin(request, self._public(request))
+        except ApiError:
+            return self._login_page("Log in from the status page itself.", 403)
         try:
             form = await request.post()
         except (web.HTTPException, ConnectionResetError):
@@ -102,20 +120,34 @@ class StatusPage:
             # aiohttp's form parsers raise ValueError, LookupError (an unknown
             # charset), RuntimeError (an unknown transfer encoding)… for what a
             # client sent: its fault, whatever the class.
-            message = '<p class="error" role="alert">That form could not be read.</p>'
-            return _html(self._login.replace(_LOGIN_MESSAGE, message), status=400)
+            return self._login_page("That form could not be read.", 400)
+        address = client_of(request, self._proxies)
+        try:
+            self.throttle.check(address)  # past the limit, the token is not looked at
+        except Throttled as exc:
+            return self._login_page(str(exc), 429, exc.headers())
         token = form.get("token")
         if isinstance(token, str) and self.sessions.token.matches(token):
             response = web.HTTPSeeOther("/admin")
             self.sessions.set_cookie(request, response)
             raise response
-        message = '<p class="error" role="alert">That token is not right.</p>'
-        return _html(self._login.replace(_LOGIN_MESSAGE, message), status=401)
+        self.throttle.failed(address)
+        return self._login_page("That token is not right.", 401)
 
     async def logout(self, request: web.Request) -> web.Response:
+        try:
+            _same_origin(request, self._public(request))
+        except ApiError as exc:
+            return exc.response()
         response = web.HTTPSeeOther("/admin")
         AdminSessions.clear_cookie(request, response)
         raise response
+
+    def _login_page(
+        self, message: str, status: int, headers: dict[str, str] | None = None
+    ) -> web.Response:
+        alert = f'<p class="error" role="alert">{message}</p>'  # the hub's own words only
+        return _html(self._login.replace(_LOGIN_MESSAGE, alert), status, headers)
 
     async def static(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
@@ -169,9 +201,7 @@ class StatusPage:
         assert self.ops is not None
         try:
             self._check(request)
-            peer = request.transport.get_extra_info("peername") if request.transport else None
-            public = self._proxies.origin(peer, request.headers, request.scheme, request.host)
-            _same_origin_json(request, public)
+            _same_origin_json(request, self._public(request))
             try:
                 raw = await read_body(request, MAX_BODY)
                 body = parse_json(raw) if raw.strip() else {}
@@ -187,17 +217,59 @@ class StatusPage:
             return ApiError(ErrorCode.UNAVAILABLE, str(exc)).response()
 
     def _check(self, request: web.Request) -> None:
-        assert self.sessions is not None
-        if not self.sessions.authenticated(request):
+        try:
+            authenticated = self._authenticated(request)
+        except Throttled as exc:
+            raise exc.error() from None
+        if not authenticated:
             raise ApiError("UNAUTHENTICATED", "log in at /admin, or send Authorization: Bearer")
+
+    def _authenticated(self, request: web.Request) -> bool:
+        """A right ``Authorization: Bearer`` token, else a valid session cookie.
+        A wrong bearer counts against the client's address, and past the
+        limit (:class:`Throttled`) none is looked at. A cookie is no guess at
+        the token (an HMAC of it): it is neither counted nor throttled, so an
+        operator who is logged in is not locked out by a neighbour's guesses."""
+        assert self.sessions is not None
+        bearer = bearer_of(request)
+        if bearer is None:
+            return self.sessions.valid(request.cookies.get(COOKIE))
+        address = client_of(request, self._proxies)
+        self.throttle.check(address)
+        if self.sessions.token.matches(bearer):
+            return True
+        self.throttle.failed(address)
+        return False
+
+    def _public(self, request: web.Request) -> str:
+        """This request's origin as its client reached it (behind a trusted
+        balancer, the one it names: nginx's ``Host $host`` drops the port)."""
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        return self._proxies.origin(peer, request.headers, request.scheme, request.host)
 
 
 def _same_origin_json(request: web.Request, public: str) -> None:
-    """Refuse what a page of another site could make a browser send.
-    ``public``: this request's origin as its client reached it (behind a
-    trusted balancer, the one it names: nginx's ``Host $host`` drops the port)."""
+    """Refuse what a page of another site could make a browser send: a JSON
+    request (no form can be) that :func:`_same_origin` lets through."""
     if request.content_type != "application/json":
         raise ApiError(ErrorCode.INVALID_REQUEST, "send the request as application/json")
+    _same_origin(request, public)
+
+
+def _same_origin(request: web.Request, public: str) -> None:
+    """Refuse a request a page of another site made the browser send (what
+    Go's ``http.CrossOriginProtection`` does). ``Sec-Fetch-Site``, which
+    every current browser sends, decides when present: ``same-origin`` (and
+    ``none``, the user's own doing) pass, anything else — ``cross-site``,
+    ``same-site`` (a sibling subdomain is another site) — is refused. Without
+    it, a foreign ``Origin`` is refused (``null`` too: an opaque origin, a
+    sandboxed frame's); no ``Origin`` at all is not a browser's request (or
+    one too old to say) and passes. ``public``: see :meth:`StatusPage._public`."""
+    site = request.headers.get("Sec-Fetch-Site")
+    if site is not None:
+        if site.strip().lower() in ("same-origin", "none"):
+            return
+        raise ApiError(ErrorCode.UNAUTHORIZED, "cross-origin requests are refused")
     origin = request.headers.get("Origin")
     if origin is None or origin in (public, f"{request.scheme}://{request.host}"):
         return
@@ -206,8 +278,13 @@ def _same_origin_json(request: web.Request, public: str) -> None:
         raise ApiError(ErrorCode.UNAUTHORIZED, "cross-origin requests are refused")
 
 
-def _html(text: str, status: int = 200) -> web.Response:
-    return web.Response(text=text, status=status, content_type="text/html", headers=HTML_HEADERS)
+def _html(text: str, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(
+        text=text,
+        status=status,
+        content_type="text/html",
+        headers={**HTML_HEADERS, **(headers or {})},
+    )
 
 
 async def _to_page(request: web.Request) -> web.Response:
