@@ -47,7 +47,7 @@ from hub.core.authz import Act, Grant, Refusal, SpacePolicy
 from hub.core.publisher_streams import Heard, PublisherStreams, StreamBudget, Unheard
 from hub.core.ratelimit import TokenBucket, Verdict
 from protocol import codec
-from protocol.envelope import is_envelope
+from protocol.envelope import has_own_sender
 from protocol.errors import CloseCode, ErrorCode, ProtocolError
 from protocol.messages import (
     DEFAULT_PAGE,
@@ -397,11 +397,14 @@ class Session:
     ) -> Denied | None:
         """Common checks for a publish and for a stream's first delta.
 
-        A signed envelope's ``from`` is its own (agentprotocol/0.1's sender
-        object): a publish of one is exempt from the ``data.from`` rule."""
+        agentprotocol/0.1's ``from`` is its own (its sender object, checked
+        against the signature where one is required): an envelope of it is
+        exempt from the ``data.from`` rule. Any other ``from`` — in an
+        agora/1.0 envelope too, which has none of its own — must be the
+        publisher's id."""
         kind = self._checked_kind(space, rid)
         sender = data.get("from", self.agent_id)
-        if sender != self.agent_id and not (envelope and is_envelope(data)):
+        if sender != self.agent_id and not (envelope and has_own_sender(data)):
             raise ProtocolError(
                 ErrorCode.INVALID_REQUEST,
                 f"data.from must be the connection's agent_id {self.agent_id!r}",

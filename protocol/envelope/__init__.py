@@ -41,6 +41,7 @@ from protocol.envelope.verification import (
     Format,
     Verified,
     Window,
+    has_own_sender,
     is_envelope,
 )
 
@@ -64,6 +65,7 @@ __all__ = [
     "Verified",
     "detect",
     "error_envelope",
+    "has_own_sender",
     "is_envelope",
     "is_signed",
     "parse",

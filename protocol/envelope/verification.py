@@ -41,6 +41,13 @@ def is_envelope(data: Mapping[str, Any]) -> bool:
     return proto.__class__ is str and proto in PROTOCOLS
 
 
+def has_own_sender(data: Mapping[str, Any]) -> bool:
+    """Is ``data.from`` the envelope's own sender object (agentprotocol/0.1's
+    ``from: {agentId, …}``) rather than the hub's ``data.from`` (a string that
+    must be the publisher's id)? agora/1.0 has no ``from`` of its own."""
+    return data.get("protocol") == Format.AGENTPROTOCOL and data.get("from").__class__ is dict
+
+
 @dataclass(frozen=True, slots=True)
 class Verified:
     """An envelope whose signature, shape and timestamp were checked.

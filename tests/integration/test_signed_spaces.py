@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
+from protocol.envelope import agora
 from protocol.identity import did_key
 from tests.support.envelopes import (
     ALICE,
@@ -93,6 +94,27 @@ async def test_a_signed_agentprotocol_message_is_delivered_verified(hub):
     # A plain publish with a foreign data.from is still refused.
     err = await _publish(alice, {"from": {"agentId": "x"}, "text": "not an envelope"})
     assert err["type"] == "error" and err["code"] == "INVALID_REQUEST"
+    await alice.close()
+    await bob.close()
+
+
+async def test_an_envelope_cannot_name_another_publisher_in_data_from(hub):
+    """Contract §4: a ``data.from`` that is not the publisher's id is
+    ``INVALID_REQUEST`` — in an envelope too, signed or not, unless it is
+    agentprotocol/0.1's own sender object. agora/1.0 has no ``from`` of its
+    own: one there would show members a sender the hub never checked."""
+    server = await hub()
+    alice, bob = await _pair(server)
+    unsigned = {k: v for k, v in agora_request(ALICE).items() if k != "signature"}
+    signed = agora.sign({**unsigned, "from": "bob"}, ALICE)
+    ap_named = {**ap_request(ALICE), "from": "bob"}
+    for env in ({**unsigned, "from": "bob"}, signed, ap_named):
+        err = await _publish(alice, env)
+        assert err["type"] == "error" and err["code"] == "INVALID_REQUEST", (env, err)
+        assert "data.from" in err["message"]
+    marker = await _publish(alice, {"text": "marker"})
+    got = await bob.wait_for("space.event")
+    assert got["event_id"] == marker["event_id"], "none of the refused was delivered"
     await alice.close()
     await bob.close()
 
