@@ -29,6 +29,7 @@ class Wait:
     format: Format
     deadline: float | None
     answer: asyncio.Future[dict[str, Any]]
+    did: str = ""  # the did:key that signed the request
 
 
 def answered_request(fmt: Format, data: Mapping[str, Any]) -> str | None:
@@ -55,12 +56,18 @@ class Waits:
         :class:`~protocol.envelope.LifecycleError` when the table is full
         (``too_many_tasks``) or the request id is already waiting."""
         request_id = request.task_id or request.id
+        waiting = self._waits.get(request_id)
+        if waiting is not None and waiting.did == request.did:
+            # The same signer's request id, waiting already: a replay (401),
+            # as it would be once the first has ended (the replay cache).
+            raise request.replayed()
         task = self.table.start(request_id, request.payload, now, envelope_type=request.type)
         wait = Wait(
             Asked.of(space, request_id),
             request.format,
             task.deadline,
             asyncio.get_running_loop().create_future(),
+            request.did,
         )
         self._waits[request_id] = wait
         return wait

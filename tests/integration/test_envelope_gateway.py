@@ -16,7 +16,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 
 from hub.process.cli import main
-from protocol.envelope import verify
+from protocol.envelope import agora, verify
 from protocol.identity import did_key
 from tests.support.envelopes import (
     ALICE,
@@ -312,6 +312,25 @@ async def test_a_replayed_post_is_401(hub):
     status, err = await post(f"{server.http_url}/envelope/{SPACE}", env)
     assert status == 401 and "already seen" in err["payload"]["message"]
     assert err["payload"]["request_id"] == env["id"]
+    await worker.close()
+
+
+async def test_a_request_replayed_while_it_waits_is_401(hub):
+    """Contract §9: replayed → 401, while the original still waits too (not
+    only once it has ended). Another signer's request with an id that is
+    waiting is no replay of it, but cannot wait beside it: 400."""
+    server = await hub(bridge_timeout=5)
+    worker = await Worker.start(server)  # never answers
+    url = f"{server.http_url}/envelope/{SPACE}"
+    request = agora_request(ALICE, timeout=3000)
+    waiting = asyncio.create_task(post(url, request))
+    await worker.next_event()  # published: waiting
+    status, err = await post(url, request)
+    assert status == 401 and "already seen" in err["payload"]["message"], err
+    unsigned = {**request, "sender": {}}
+    status, err = await post(url, agora.sign(unsigned, BOB))
+    assert status == 400 and "already open" in err["payload"]["message"], err
+    assert (await waiting)[0] == 408
     await worker.close()
 
 

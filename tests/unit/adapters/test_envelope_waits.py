@@ -87,11 +87,15 @@ async def test_agentprotocol_requests_wait_on_their_correlation_id():
 
 async def test_the_table_bounds_the_waits_and_ids_wait_once():
     w = waits(max_waits=2)
-    first = request()[1]
+    env, first = request()
     w.open(first, "s", time.time())
-    with pytest.raises(EnvelopeError) as dup:
+    with pytest.raises(EnvelopeError) as dup:  # the same signer's, again: a replay
         w.open(first, "s", time.time())
-    assert dup.value.reason is Reason.ILLEGAL_TRANSITION
+    assert dup.value.reason is Reason.REPLAYED and dup.value.agora_code == 401
+    other = agora.sign({**env, "sender": {}}, BOB)  # another signer, the same id
+    with pytest.raises(EnvelopeError) as taken:
+        w.open(verify(other, now=time.time()), "s", time.time())
+    assert taken.value.reason is Reason.ILLEGAL_TRANSITION
     w.open(request()[1], "s", time.time())
     with pytest.raises(EnvelopeError) as full:
         w.open(request()[1], "s", time.time())
