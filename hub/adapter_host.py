@@ -308,6 +308,11 @@ class SpaceReads(Protocol):
         """Declared, provided by the hub, or with members somewhere in the cluster."""
         ...
 
+    async def is_member(self, space: str, agent_id: str) -> bool:
+        """Is ``agent_id`` a member of ``space``, cluster-wide (one read)?
+        Raises :class:`BackplaneUnavailable`."""
+        ...
+
     async def member_records(self, space: str, limit: int) -> list[AgentRecord]:
         """The first ``limit`` members of ``space`` (join order), cluster-wide,
         with what each registered; members whose record is gone are left out.

@@ -19,9 +19,11 @@ and a multi-turn task's next message work on any node.
 
 Who may do what is the hub's policy's to say, for the caller its bearer
 token names (contract §18): a space the caller may not read is answered
-exactly like one that is not an A2A agent (404, card and JSON-RPC alike —
-no existence oracle); sending needs publish there (403). With auth on,
-cards too want a token unless ``a2a_cards_public`` is set.
+exactly like one that is not an A2A agent, and a member URL naming an agent
+that is not in the space like both (404, card and every JSON-RPC method
+alike, before the body is read — no existence oracle); sending needs publish
+there (403). With auth on, cards too want a token unless
+``a2a_cards_public`` is set.
 
 Bounded (:class:`InboundOptions`): request bodies (413), parts per message,
 turns per task, tasks open on this node (and, apart, those the agents work on
@@ -30,7 +32,8 @@ with ``Retry-After``; a caller holding its ``caller_share`` of them: 429),
 the reply kept per task, and every wait (``bridge_timeout`` →
 ``TASK_STATE_FAILED`` "Timeout"). A task is stored before its message is
 published: one the cluster's store cannot keep is refused (503, ``-32603``),
-never acknowledged and lost.
+never acknowledged and lost; one whose message is then refused (404, 429,
+503) is removed again, never kept unacknowledged.
 """
 
 from __future__ import annotations
@@ -297,38 +300,59 @@ class A2aGateway:
             caller = await self._caller(request, public=self._cards_public)
         except Refused as refused:
             return refused.response
-        info = self.spaces.get(space)
-        if info is None or not self._http.policy.may_read(caller, space):
-            return answers.not_found(f"No A2A agent at {request.path[:200]}")
         try:
+            await self._served(request, caller, space, agent)
             members = await self._spaces.member_records(space, self.options.member_scan_limit)
+        except Refused as refused:
+            return refused.response
         except BackplaneUnavailable:
             return answers.unavailable()
         url = f"{self._http.public_url(request)}/a2a/{space}"
         bearer = self._http.auth_required
         if agent is None:
+            info = self.spaces[space]
             card = space_card(
                 space, url, members, name=info.name, description=info.description, bearer=bearer
             )
         else:
-            record = next((r for r in members if r.agent_id == agent and agent != VIA), None)
-            if record is None:
+            record = next((r for r in members if r.agent_id == agent), None)
+            if record is None:  # a member past the scan, or whose record is gone
                 return answers.not_found(f"No A2A agent at {request.path[:200]}")
             card = member_card(space, f"{url}/{agent}", record, bearer=bearer)
         return web.Response(body=orjson.dumps(card), content_type="application/json")
 
+    async def _served(
+        self, request: web.Request, caller: Caller, space: str, agent: str | None
+    ) -> None:
+        """Does anyone answer at this URL, for ``caller``? A space that is not
+        served or that the caller may not read, or an agent that is not a
+        member of it (the gateway's own ``a2a`` included), is 404 — for cards
+        and every JSON-RPC method alike, so that no route tells more than
+        another (contract §18). One membership read for a member's URL.
+        Raises :class:`Refused` (404) and :class:`BackplaneUnavailable`."""
+        assert self._http is not None and self._spaces is not None
+        if space not in self.spaces or not self._http.policy.may_read(caller, space):
+            raise Refused(answers.not_found(f"No A2A agent at {request.path[:200]}"))
+        if agent is None:
+            return
+        if (
+            agent == VIA
+            or not is_valid_agent_id(agent)
+            or not await self._spaces.is_member(space, agent)
+        ):
+            raise Refused(answers.not_found(f"No A2A agent at {request.path[:200]}"))
+
     async def _post(self, request: web.Request) -> web.StreamResponse:
         space, agent = request.match_info["space"], request.match_info.get("agent_id")
         try:
-            # Who first: whether a space is served is nobody's business before that.
+            # Who first: whether a space is served is nobody's business before
+            # that; then whether anyone answers here (404, as the card), before
+            # the body is read (docs/a2a.md, "Errors and HTTP statuses").
             caller = await self._caller(request)
-            assert self._http is not None
-            if (
-                space not in self.spaces
-                or (agent is not None and (agent == VIA or not is_valid_agent_id(agent)))
-                or not self._http.policy.may_read(caller, space)
-            ):
-                return answers.not_found(f"No A2A agent at {request.path[:200]}")
+            try:
+                await self._served(request, caller, space, agent)
+            except BackplaneUnavailable:
+                return answers.unavailable()
             version = request.headers.get("A2A-Version", "1.0").strip()
             rpc = jsonrpc.parse_request(await self._read_json(request))
             if version.split(".", 1)[0] != "1":
@@ -366,6 +390,14 @@ class A2aGateway:
     async def _send_message(
         self, request: web.Request, rpc: RpcRequest, space: str, agent: str | None, caller: Caller
     ) -> web.StreamResponse:
+        assert self._http is not None
+        if not self._http.policy.may_publish(caller, space):
+            # The caller may read the space (else 404 already): sending is 403,
+            # whatever its params say.
+            error = RpcError(
+                jsonrpc.INVALID_REQUEST, f"Not allowed to send to the space {space!r}", rpc.id
+            )
+            raise Refused(answers.rpc_error(error, 403))
         params = send_params(rpc.params, rpc.id, max_parts=self.options.max_parts)
         return await self._send(request, rpc, params, space, agent, caller)
 
@@ -501,7 +533,6 @@ class A2aGateway:
         agent: str | None,
         caller: Caller,
     ) -> web.StreamResponse:
-        assert self._http is not None
         config = params.configuration
         if config is not None and config.taskPushNotificationConfig is not None:
             raise RpcError(
@@ -509,11 +540,6 @@ class A2aGateway:
                 "Push notifications are not supported by this agent",
                 rpc.id,
             )
-        if not self._http.policy.may_publish(caller, space):
-            error = RpcError(
-                jsonrpc.INVALID_REQUEST, f"Not allowed to send to the space {space!r}", rpc.id
-            )
-            raise Refused(answers.rpc_error(error, 403))
         streaming = rpc.method == "SendStreamingMessage"
         key = caller.share_key
         held = [self.task_slots, self.stream_slots] if streaming else [self.task_slots]
@@ -562,30 +588,49 @@ class A2aGateway:
         caller: Caller,
         key: str,
     ) -> TaskRun:
-        record = await self._turn(rpc, params, space, agent, caller)
-        if params.message.taskId is not None:  # a new task has it already
-            record.user_message(params.message.model_dump(exclude_none=True))
-        data = request_data(record.id, record.context_id, params.message, caller.agent_id)
-        try:
-            return await self._publish_turn(record, data, rpc, key)
-        except BaseException:
-            if params.message.taskId is not None:  # not continued after all: free the turn
-                await self.tasks.release_turn(record)
-            raise
+        """The turn's request published; the run that will follow its answer.
 
-    async def _turn(
+        A refused publish (an agent that is not a member, the bridge rate
+        limit, a node not ready …) leaves nothing behind: a new task's record
+        is removed — it was never acknowledged — and a follow-up's task stays
+        as it was (its turn released, the turn served here goes on)."""
+        message = params.message
+        owner = self._owner(caller)
+        previous: TaskRun | None = None
+        if message.taskId is None:
+            record = await self._new_task(rpc, params, space, agent, caller)
+        else:  # stored already; its next turn claimed in the store
+            record, previous = await self.tasks.next_turn(
+                message.taskId, message.contextId, space, owner, self.options.max_turns
+            )
+            record.user_message(message.model_dump(exclude_none=True))
+        data = request_data(record.id, record.context_id, message, caller.agent_id)
+        try:
+            run = await self._publish_turn(record, data, rpc, key)
+        except BaseException:
+            if message.taskId is None:
+                await self.tasks.forget(record)
+            else:
+                await self.tasks.release_turn(record, previous)
+            raise
+        if message.taskId is not None:
+            self.tasks.continued(previous)
+            return run
+        try:
+            await self.tasks.index(record, owner)  # listed once its message is out
+        except BaseException:
+            run.asking.close()  # cancelled meanwhile: no run will follow the answer
+            raise
+        return run
+
+    async def _new_task(
         self, rpc: RpcRequest, params: SendParams, space: str, agent: str | None, caller: Caller
     ) -> TaskRecord:
-        """The task this message starts or continues. A new task is stored
-        (``WORKING``) before anything is published: one the cluster cannot keep
-        is refused, never acknowledged. (A follow-up's task is stored already,
-        and its turn was claimed in the store.)"""
+        """A new task, stored (``WORKING``) before anything is published: one
+        the cluster cannot keep is refused, never acknowledged. It enters the
+        ``ListTasks`` index only once its message is published
+        (:meth:`_start_turn`): a refused message leaves no entry there."""
         message = params.message
-        if message.taskId is not None:
-            return await self.tasks.next_turn(
-                message.taskId, message.contextId, space, self._owner(caller),
-                self.options.max_turns,
-            )  # fmt: skip
         now = codec.now_ms()
         record = TaskRecord(
             id=new_id(),
@@ -596,7 +641,6 @@ class A2aGateway:
         record.user_message(message.model_dump(exclude_none=True))
         try:
             await self.tasks.store.save(record)
-            await self.tasks.store.index(record, self._owner(caller))
         except BackplaneUnavailable as exc:
             log.warning("a2a task refused: not stored", task_id=record.id, reason=str(exc))
             busy = answers.busy(rpc.id, "The task cannot be stored now: try again")

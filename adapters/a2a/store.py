@@ -65,6 +65,10 @@ class TaskStore:
     async def save(self, record: TaskRecord) -> None:
         await self.kv.set(f"{PREFIX}task:{record.id}", record.to_bytes(), self.ttl)
 
+    async def delete(self, task_id: str) -> None:
+        """Remove a task that was never acknowledged (its message refused)."""
+        await self.kv.delete(f"{PREFIX}task:{task_id}")
+
     async def load(self, task_id: str) -> TaskRecord | None:
         """The task, cancel applied; None when unknown, expired or unreadable."""
         raw = await self.kv.get(f"{PREFIX}task:{task_id}")

@@ -15,6 +15,8 @@ import contextlib
 import dataclasses
 from typing import Any
 
+import structlog
+
 from adapters.a2a.runs import TaskRun
 from adapters.a2a.store import TaskStore
 from hub.adapter_host import BackplaneUnavailable
@@ -23,6 +25,8 @@ from protocol.a2a import jsonrpc
 from protocol.a2a.jsonrpc import RpcError
 from protocol.a2a.model import INTERRUPTED, TaskState
 from protocol.a2a.tasks import TaskRecord
+
+log = structlog.get_logger("adapters.a2a")
 
 
 class NodeTasks:
@@ -75,9 +79,13 @@ class NodeTasks:
 
     async def next_turn(
         self, task_id: str, context_id: str | None, space: str, owner: str | None, max_turns: int
-    ) -> TaskRecord:
+    ) -> tuple[TaskRecord, TaskRun | None]:
         """The task a follow-up message continues, ready for its next turn
-        (claimed: a racing follow-up on another node gets ``-32004``)."""
+        (claimed: a racing follow-up on another node gets ``-32004``), and the
+        run serving its current turn on this node, if any (the agents work on
+        it in the background): :meth:`continued` once the next turn's message
+        is published, :meth:`release_turn` if it is not."""
+        previous = self.runs.get(task_id)
         record = await self.visible(task_id, space, owner)
         if context_id is not None and context_id != record.context_id:
             raise RpcError(jsonrpc.INVALID_PARAMS, "contextId does not match the task's")
@@ -90,19 +98,45 @@ class NodeTasks:
         elif not await self.store.claim_turn(task_id, record.turn + 1):
             why = f"Task {task_id} is already being continued"
         else:
-            run = self.runs.get(task_id)
-            if run is not None:
-                run.supersede()
-            return dataclasses.replace(
+            turn = dataclasses.replace(
                 record, turn=record.turn + 1, message=None, background=False, stream_id=None,
                 history=list(record.history), artifacts=list(record.artifacts),
             )  # fmt: skip
+            return turn, previous if previous is not None and previous.record is record else None
         raise RpcError(jsonrpc.UNSUPPORTED_OPERATION, why)
 
-    async def release_turn(self, record: TaskRecord) -> None:
-        """A claimed turn that did not start (its message could not be published)."""
+    @staticmethod
+    def continued(previous: TaskRun | None) -> None:
+        """The next turn's message is published: the turn served here until
+        now ends quietly (its end is no longer the task's)."""
+        if previous is not None:
+            previous.supersede()
+
+    async def release_turn(self, record: TaskRecord, previous: TaskRun | None = None) -> None:
+        """A claimed turn that did not start (its message could not be
+        published): the task stays as it was. The turn served here until now
+        (``previous``) goes on; one that ended meanwhile did not store its end
+        (the next turn was claimed): it is stored now."""
         with contextlib.suppress(BackplaneUnavailable):
             await self.store.release_turn(record.id, record.turn)
+            if previous is not None and previous.finished.is_set():
+                await self.store.save(previous.record)
+
+    async def index(self, record: TaskRecord, owner: str | None) -> None:
+        """Enter a new task, its message published, in its owner's index
+        (``ListTasks``). The task is stored already (``GetTask`` knows it):
+        an index the store cannot take now is logged, not an error."""
+        try:
+            await self.store.index(record, owner)
+        except BackplaneUnavailable as exc:
+            log.warning("a2a task not listed", task_id=record.id, reason=str(exc))
+
+    async def forget(self, record: TaskRecord) -> None:
+        """A new task whose message was refused: nothing of it is kept."""
+        try:
+            await self.store.delete(record.id)
+        except BackplaneUnavailable as exc:
+            log.warning("a2a refused task not removed", task_id=record.id, reason=str(exc))
 
     async def cancel(self, task_id: str, space: str, owner: str | None) -> TaskRecord:
         """Cancel the task (``-32002`` when it is over); the task as cancelled.

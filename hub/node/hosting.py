@@ -246,6 +246,9 @@ class NodeReads:
     async def space_exists(self, space: str) -> bool:
         return await self._membership.space_exists(space)
 
+    async def is_member(self, space: str, agent_id: str) -> bool:
+        return not await self._presence.missing_members(space, (agent_id,))
+
     async def member_records(self, space: str, limit: int) -> list[AgentRecord]:
         ids, _count = await self._presence.space_members(space, limit)
         records = await asyncio.gather(*(self._presence.get_agent(i) for i in ids))
