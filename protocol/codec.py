@@ -86,6 +86,20 @@ def decode(frame: str | bytes) -> ClientMessage:
         ) from None
 
 
+def addressed_delta_id(frame: str | bytes) -> str | None:
+    """The ``event_id`` of a refused frame that is a ``space.event.delta``
+    carrying ``to`` (whatever else is wrong with it), else None. For the
+    refusal's path only: it parses the frame again."""
+    try:
+        obj = orjson.loads(frame)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict) or obj.get("type") != "space.event.delta" or "to" not in obj:
+        return None
+    event_id = obj.get("event_id")
+    return event_id if isinstance(event_id, str) and 0 < len(event_id) <= 128 else None
+
+
 def handshake_info(agent_id: str, query: Mapping[str, list[str]]) -> AgentInfo | None:
     """The agent's details declared in the ``/ws`` query, or None.
 

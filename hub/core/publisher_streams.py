@@ -117,7 +117,15 @@ class StreamBudget:
 
 
 class PublisherStreams:
-    __slots__ = ("_budget", "_finished", "_open", "_unheard", "agent_id", "max_streams")
+    __slots__ = (
+        "_addressed",
+        "_budget",
+        "_finished",
+        "_open",
+        "_unheard",
+        "agent_id",
+        "max_streams",
+    )
 
     def __init__(self, agent_id: str, max_streams: int, budget: StreamBudget, now: float):
         self.agent_id = agent_id
@@ -127,6 +135,9 @@ class PublisherStreams:
         #: Streams ended because nobody receives them, until the producer's
         #: done or cancel of each (see the module docstring).
         self._unheard: OrderedDict[str, Unheard] = OrderedDict()
+        #: Streams whose addressed first delta was refused: they open only
+        #: addressed, never for every member (:meth:`refused_addressed`).
+        self._addressed: OrderedDict[str, None] = OrderedDict()
         self._budget = TokenBucket(budget.rate, budget.burst, budget.abuse_seconds, now)
 
     def __len__(self) -> int:
@@ -160,6 +171,13 @@ class PublisherStreams:
                 raise ProtocolError(
                     ErrorCode.INVALID_REQUEST, f"stream {event_id!r} already ended", rid
                 )
+            if msg.to is None and self._addressed and event_id in self._addressed:
+                raise ProtocolError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"stream {event_id!r} was addressed when its first delta was refused: "
+                    "send that delta again, with its to",
+                    rid,
+                )
             denied = admit(msg.space, msg.data, rid)
             if denied:
                 return denied
@@ -170,6 +188,7 @@ class PublisherStreams:
                     rid,
                 )
             to = self._audience(msg.to)
+            self._addressed.pop(event_id, None)
             stream = OpenStream(msg.space, f"{self.agent_id}/{event_id}", now, to)
             self._open[event_id] = stream
             return StreamDelta(
@@ -263,6 +282,17 @@ class PublisherStreams:
         own = self._own(stream_id)
         if own is not None:
             self._finish(own)
+
+    def refused_addressed(self, event_id: str) -> None:
+        """A first delta of ``event_id`` that carried ``to`` was refused (its
+        ``to`` malformed, a rate limit, the space…): a later delta of it opens
+        the stream only with a ``to`` again, never for every member (what its
+        publisher meant for a few would go to all)."""
+        if event_id in self._open or event_id in self._unheard:
+            return
+        self._addressed[event_id] = None
+        while len(self._addressed) > FINISHED_STREAMS_REMEMBERED:
+            self._addressed.popitem(last=False)
 
     # ── receivers stop ──────────────────────────────────────────────────
 

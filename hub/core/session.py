@@ -164,6 +164,7 @@ class Session:
         try:
             msg = codec.decode(frame)
         except ProtocolError as exc:
+            self._addressed_delta_refused(codec.addressed_delta_id(frame), now)
             return self._refused(exc, self._bucket.take(now))
         verdict = self._charge(msg, now)
         try:
@@ -173,7 +174,15 @@ class Session:
                 )
             return self._dispatch(msg, now)
         except ProtocolError as exc:
+            if type(msg) is ClientDelta and msg.to is not None:
+                self._addressed_delta_refused(msg.event_id, now)
             return self._refused(exc, verdict)
+
+    def _addressed_delta_refused(self, event_id: str | None, now: float) -> None:
+        """A delta carrying ``to`` was refused: if it would have opened its
+        stream, that stream opens only addressed (contract §5, §18)."""
+        if event_id is not None:
+            self._publisher_streams(now).refused_addressed(event_id)
 
     def _charge(self, msg: Any, now: float) -> Verdict:
         """A later delta or the done of an open stream takes from the stream
@@ -451,13 +460,16 @@ class Session:
     # ── publisher side of client streams (hub/core/publisher_streams.py) ───────────
 
     def _delta(self, msg: ClientDelta, now: float) -> Action | None:
+        return self._publisher_streams(now).delta(msg, now, self._may_open_stream)
+
+    def _publisher_streams(self, now: float) -> PublisherStreams:
         if self._streams is None:
             limits = self._limits
             budget = StreamBudget(
                 limits.stream_rate_limit, limits.stream_rate_burst, limits.rate_abuse_seconds
             )
             self._streams = PublisherStreams(self.agent_id, limits.max_streams, budget, now)
-        return self._streams.delta(msg, now, self._may_open_stream)
+        return self._streams
 
     def _may_open_stream(self, space: str, data: dict[str, Any], rid: RequestId) -> Denied | None:
         denied = self._may_publish(space, data, rid)

@@ -90,6 +90,36 @@ async def test_a_non_member_in_to_refuses_the_stream_and_it_stays_closed(hub):
     await _close(alice, bob, outsider)
 
 
+async def test_an_addressed_first_delta_refused_for_any_reason_never_opens_it_for_all(hub):
+    """A first delta with a malformed ``to`` (too many, none, not an id) or
+    over the open-stream limit is refused; a later delta of that stream
+    without ``to`` must not open it for every member (what was meant for a
+    few would reach all): refused. The first delta again, with a good ``to``,
+    opens it for its audience."""
+    server = await hub(max_streams_per_agent=1)
+    alice, bob, carol = await _members(server.url, "alice", "bob", "carol")
+    for n, bad in enumerate((["bob"] * 101, [], "not an id!")):
+        err = await alice.request(_delta(f"m{n}", "secret", to=bad, id=f"first{n}"))
+        assert err["code"] == "INVALID_REQUEST" and err["request_id"] == f"first{n}", err
+        err = await alice.request(_delta(f"m{n}", "secret", id=f"later{n}"))
+        assert err["code"] == "INVALID_REQUEST" and "with its to" in err["message"], err
+    await alice.send(_delta("busy", "held", to="carol"))  # the one open stream
+    err = await alice.request(_delta("full", "secret", to="bob", id="over"))
+    assert err["code"] == "RATE_LIMITED" and err["request_id"] == "over", err
+    await alice.request(_done("busy"))
+    err = await alice.request(_delta("full", "secret", id="unaddressed"))
+    assert err["code"] == "INVALID_REQUEST" and "with its to" in err["message"], err
+    await alice.send(_delta("full", "for bob", to="bob"))  # again, addressed: it opens
+    await alice.request(_done("full"))
+    frames = await _stream_frames(bob, "alice/full")
+    assert [f["data"]["text"] for f in frames[:-1]] == ["for bob"]
+    ok = await alice.request({"type": "space.publish", "space": SPACE, "data": {"n": 1}})
+    await carol.wait_for("space.event", event_id=ok["event_id"])
+    assert all(_no_frame_of(carol, f"alice/{s}") for s in ("m0", "m1", "m2", "full"))
+    assert all(_no_frame_of(bob, f"alice/m{n}") for n in range(3))
+    await _close(alice, bob, carol)
+
+
 async def test_to_on_a_later_delta_is_refused_and_the_stream_goes_on(hub):
     server = await hub()
     alice, bob, carol = await _members(server.url, "alice", "bob", "carol")
