@@ -36,6 +36,15 @@ by :meth:`MemberEvents.aclose`, which sends what they hold once. A batch the
 cluster could not take (:class:`~hub.errors.BackplaneUnavailable`) is kept,
 ahead of what arrived since, and retried at the window's next end, backing
 off: nothing is lost.
+
+Not even when the node dies (contract §8): a leave held by a window is also
+noted in presence (the caller writes the note before the membership goes,
+and passes ``noted``), and the batch carries the agents noted so that their
+notes are dropped once it is announced; a dead node's reaper announces what
+its notes still name. And not reordered across nodes: a batch the window
+held is marked ``held`` — its leaves are checked when it is announced, and an
+agent that is a member again (it reconnected elsewhere and rejoined, told at
+once there) is listed in both ``joined`` and ``left`` (hub/handlers/membership.py).
 """
 
 from __future__ import annotations
@@ -43,7 +52,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from hub.errors import BackplaneUnavailable
@@ -65,6 +74,11 @@ class Batch:
 
     changes: tuple[tuple[str, bool], ...]
     listing: Listing | None = None
+    #: Agents whose leave here is noted in presence (dropped once announced).
+    noted: tuple[str, ...] = ()
+    #: Held in a window (not the leading change): its leaves are checked
+    #: against presence when it is announced.
+    held: bool = False
 
     @property
     def joined(self) -> list[str]:
@@ -73,6 +87,18 @@ class Batch:
     @property
     def left(self) -> list[str]:
         return [agent for agent, joined in self.changes if not joined]
+
+    @property
+    def lone_leavers(self) -> list[str]:
+        """The agents that only left in this batch."""
+        joined = set(self.joined)
+        return [agent for agent in self.left if agent not in joined]
+
+    def rejoined(self, agents: list[str]) -> Batch:
+        """The batch with ``agents`` (lone leavers that are members again)
+        also in ``joined``: recipients settle them (contract §21)."""
+        extra = tuple((agent, True) for agent in agents)
+        return Batch(self.changes + extra, self.listing, self.noted, self.held)
 
     @property
     def lone_joiner(self) -> str | None:
@@ -101,11 +127,15 @@ class _Gathering:
     """The batch a window is filling: changes in arrival order and, per
     agent, its changes so far (one, or a join and a leave)."""
 
-    __slots__ = ("changes", "of")
+    __slots__ = ("changes", "noted", "of")
 
     def __init__(self) -> None:
         self.changes: list[tuple[str, bool]] = []
         self.of: dict[str, list[bool]] = {}
+        self.noted: list[str] = []
+
+    def batch(self) -> Batch:
+        return Batch(tuple(self.changes), noted=tuple(self.noted), held=True)
 
     def add(self, agent_id: str, joined: bool) -> bool:
         """Hold the change; False when it would be the agent's third (the
@@ -138,11 +168,13 @@ class _Window:
         self.sending = asyncio.Lock()
         self.task: asyncio.Task[None] | None = None
 
-    def hold(self, agent_id: str, joined: bool) -> None:
+    def hold(self, agent_id: str, joined: bool, noted: bool = False) -> None:
         if not self.gathering.add(agent_id, joined):
-            self.sealed.append(Batch(tuple(self.gathering.changes)))
+            self.sealed.append(self.gathering.batch())
             self.gathering = _Gathering()
             self.gathering.add(agent_id, joined)
+        if noted:  # (even a repeated leave: its note goes with this batch)
+            self.gathering.noted.append(agent_id)
 
     def holds(self, agent_id: str) -> bool:
         """Is a change of ``agent_id`` waiting here?"""
@@ -159,9 +191,18 @@ class _Window:
         """Everything held, oldest batch first; the window is empty after."""
         batches = list(self.sealed)
         if self.gathering.changes:
-            batches.append(Batch(tuple(self.gathering.changes)))
+            batches.append(self.gathering.batch())
         self.sealed.clear()
         self.gathering = _Gathering()
+        # One note stands for an agent's held leaves of the space: it goes
+        # with the last batch that tells one of them, not before.
+        later: set[str] = set()
+        for i in range(len(batches) - 1, -1, -1):
+            noted = batches[i].noted
+            keep = tuple(agent for agent in noted if agent not in later)
+            later.update(noted)
+            if keep != noted:
+                batches[i] = replace(batches[i], noted=keep)
         return batches
 
     def restore(self, batches: list[Batch]) -> None:
@@ -189,17 +230,28 @@ class MemberEvents:
     def open_windows(self) -> int:
         return len(self._windows)
 
+    def holding(self, space: str) -> bool:
+        """Would a change of ``space`` be held now (its window is open)?"""
+        return space in self._windows
+
     async def changed(
-        self, space: str, agent_id: str, joined: bool, listing: Listing | None = None
+        self,
+        space: str,
+        agent_id: str,
+        joined: bool,
+        listing: Listing | None = None,
+        *,
+        noted: bool = False,
     ) -> None:
         """``agent_id`` joined or left ``space``: announced now when the space
         has no open window (raising what the announcement raises, so callers
-        keep their retries), else held for the window's end."""
+        keep their retries), else held for the window's end. ``noted``: the
+        leave is noted in presence (the announcement's batch names it)."""
         window = self._windows.get(space)
         if window is not None:
-            window.hold(agent_id, joined)
+            window.hold(agent_id, joined, noted)
             return
-        batch = Batch(((agent_id, joined),), listing)
+        batch = Batch(((agent_id, joined),), listing, (agent_id,) if noted else ())
         if self.interval <= 0 or self._closed:
             await self._announce(space, batch)
             return

@@ -227,6 +227,7 @@ class Membership:
         await self.publishing.settled(conn, a.space)
         # Cluster first: when it is unreachable the agent stays a member.
         try:
+            noted = await self._note_if_held(a.space, conn.agent_id)
             remaining = await self.presence.leave_space(a.space, conn.agent_id)
         except BackplaneUnavailable:
             self.unsure_leaves[conn, a.space] = None
@@ -234,7 +235,7 @@ class Membership:
         self.drop_local(conn, a.space)
         conn.send_frame(codec.left(a.request_id, a.space))
         with contextlib.suppress(BackplaneUnavailable):
-            await self._after_departure(a.space, conn.agent_id, remaining)
+            await self._after_departure(a.space, conn.agent_id, remaining, noted)
 
     def drop_local(self, conn: Peer, space: str) -> None:
         """This node stops delivering ``space`` to ``conn``."""
@@ -266,10 +267,32 @@ class Membership:
         except BackplaneUnavailable:
             self.pending_departures.append(departure)
 
-    async def _after_departure(self, space: str, agent_id: str, remaining: int) -> None:
+    async def _note_if_held(self, space: str, agent_id: str) -> bool:
+        """Before ``agent_id`` leaves ``space`` in presence: when this node's
+        window of the space is open (the leave will be held), note the leave
+        in presence first, so that it is announced even if this node dies
+        holding it — by its reaper (contract §21, §8). Nothing while no
+        window is open (the leave then goes out at once)."""
+        if not self.member_events.holding(space):
+            return False
+        await self.presence.note_departures(space, (agent_id,))
+        return True
+
+    async def _after_departure(
+        self, space: str, agent_id: str, remaining: int, noted: bool = False
+    ) -> None:
         if remaining:
-            await self.announce_departure(space, agent_id)
-        elif not self.spaces.persistent(space):
+            if not noted and self.member_events.holding(space):
+                # Its window opened meanwhile: noted now (late, not never).
+                with contextlib.suppress(BackplaneUnavailable):
+                    await self.presence.note_departures(space, (agent_id,))
+                    noted = True
+            await self.member_events.changed(space, agent_id, False, noted=noted)
+            return
+        if noted:  # nobody left to tell
+            with contextlib.suppress(BackplaneUnavailable):
+                await self.presence.forget_departures(space, (agent_id,))
+        if not self.spaces.persistent(space):
             await self.backplane.forget(space)
 
     async def announce_departure(self, space: str, agent_id: str) -> None:
@@ -278,17 +301,35 @@ class Membership:
     async def _announce(self, space: str, batch: Batch) -> None:
         """Tell a space's other members who joined or left: one change in the
         seed's shape (``joined``/``left`` an id, the joiner excluded), several
-        coalesced ones as lists (nobody excluded). Encoded once."""
+        coalesced ones as lists (nobody excluded). Encoded once.
+
+        A batch a window held may name a leave that another node's join has
+        overtaken (the agent reconnected there and rejoined, announced at
+        once): one presence read finds the agents that left here and are
+        members again, and lists them in ``joined`` too — in both lists,
+        recipients keep (or page) what they had, never drop a member
+        (contract §21). Once told, the batch's notes (its held leaves,
+        noted for a reaper should this node die) are dropped: one command."""
         limit, events_limit = self.limits(space)
         if batch.listing is None:
             members, count = await self.presence.space_members(space, limit)
         else:
             members, count = batch.listing
-        if not count or count > events_limit:
-            return
-        listed = members if count <= limit else None
-        frame = batch.frame(space, listed, count)
-        await self.backplane.send(Delivery(space, frame, exclude=batch.lone_joiner))
+        if count and count <= events_limit:
+            leavers = batch.lone_leavers if batch.held else []
+            if leavers:
+                gone = set(await self.presence.missing_members(space, tuple(leavers)))
+                back = [agent for agent in leavers if agent not in gone]
+                if back:
+                    batch = batch.rejoined(back)
+            listed = members if count <= limit else None
+            frame = batch.frame(space, listed, count)
+            await self.backplane.send(Delivery(space, frame, exclude=batch.lone_joiner))
+        if batch.noted:
+            # Best effort: a note left behind is only a `left` told twice
+            # (by this node's reaper, should it die).
+            with contextlib.suppress(BackplaneUnavailable):
+                await self.presence.forget_departures(space, batch.noted)
 
     async def list_spaces(self, conn: Peer, a: ListSpaces) -> None:
         """The spaces cluster-wide, as the caller may see them: only those it
@@ -423,8 +464,9 @@ class Membership:
                 # The agent came back meanwhile: its memberships are the new ones.
                 spaces.clear()
         while spaces:
+            noted = await self._note_if_held(spaces[0], record.agent_id)
             remaining = await self.presence.leave_space(spaces[0], record.agent_id)
-            await self._after_departure(spaces.pop(0), record.agent_id, remaining)
+            await self._after_departure(spaces.pop(0), record.agent_id, remaining, noted)
         await self.presence.release_agent(record.agent_id, record.connection_id)
         await self.agent_status("offline", record)
 

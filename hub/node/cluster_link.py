@@ -5,7 +5,9 @@
   ``node_heartbeat_timeout`` (5 s; never more than ``heartbeat_timeout``): one
   of the others takes a dead node's agents out of presence and announces their
   departures (``space.members`` left, ``agent.status`` offline) — within about
-  6 s of its death on defaults, never later than 2 × heartbeat timeout. Agents'
+  6 s of its death on defaults, never later than 2 × heartbeat timeout — and
+  the leaves the dead node still held in its coalescing windows (noted in
+  presence), but for agents that are members again. Agents'
   heartbeats play no part: a node beats for all of its agents at once. A node
   that could not beat for a while (its Redis link was down, its loop stalled)
   reaps nobody until it has beaten for one timeout again, so that the others,
@@ -114,6 +116,7 @@ class ClusterLink:
         if now - self._steady_since < dead_after:
             return
         departed: dict[str, list[str]] = {}
+        held: dict[str, list[str]] = {}
         for reaped in await presence.reap_dead_nodes(dead_after):
             self.log.info(
                 "reaped agent of dead node",
@@ -123,10 +126,21 @@ class ClusterLink:
             for space in reaped.spaces:
                 await self.membership.announce_departure(space, reaped.record.agent_id)
                 departed.setdefault(space, []).append(reaped.record.agent_id)
+            for space in reaped.held:
+                if space not in reaped.spaces:
+                    held.setdefault(space, []).append(reaped.record.agent_id)
+            if not reaped.record.connection_id:
+                continue  # it had gone from that node: its offline was told
             holder = await presence.get_agent(reaped.record.agent_id)
             if holder is None or holder.connection_id == reaped.record.connection_id:
                 # (An agent that already reconnected elsewhere is not offline.)
                 await self.membership.agent_status("offline", reaped.record)
+        for space, agents in held.items():
+            # Leaves the dead node held unannounced (contract §21): told now,
+            # but for an agent that is a member again (it rejoined elsewhere,
+            # told at once there) — its `left` must not follow that join.
+            for agent_id in await presence.missing_members(space, tuple(agents)):
+                await self.membership.announce_departure(space, agent_id)
         for space, agents in departed.items():
             # Best effort: a producer not told still ends its stream itself.
             with contextlib.suppress(BackplaneUnavailable):

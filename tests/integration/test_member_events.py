@@ -5,10 +5,14 @@ the others in a few ``space.members`` events, not one per agent."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import secrets
+import signal
 from typing import Any
 
 import pytest
+from websockets.exceptions import ConnectionClosed
 
 from tests.support.servers import HubProcess
 from tests.support.wsclient import WsClient
@@ -135,3 +139,124 @@ async def test_a_held_join_reaches_other_nodes_before_the_joiners_event(hub, red
     frames = await read_until_event_from(alice, "bob")
     told = [f for f in frames if f["type"] == "space.members"]
     assert "bob" in [a for f in told for a in ids_of(f["joined"])], frames
+
+
+# ── never dropped across nodes: a node's death, a reconnect elsewhere ───────
+# Real processes on a real redis-server; sub-second node liveness.
+FAST_NODES = {"node_heartbeat_interval": 0.2, "node_heartbeat_timeout": 0.8}
+LONG = 30.0
+
+
+class Observer:
+    """What a member can know of ``space``'s members: a page of the members
+    when it starts, then every ``space.members`` event applied (an agent in
+    both ``joined`` and ``left`` keeps what it had, as docs/protocol.md says)."""
+
+    def __init__(self, client: WsClient, space: str):
+        self.client, self.space = client, space
+        self.members: set[str] = set()
+        self.events: list[dict[str, Any]] = []
+
+    async def start(self) -> Observer:
+        await self.client.join(self.space)
+        self.members = set(await page(self.client, self.space))
+        return self
+
+    async def until(self, field: str, agent: str) -> None:
+        """Apply events until one names ``agent`` in ``field``."""
+        async with asyncio.timeout(LONG):
+            while True:
+                event = await self.client.wait_for("space.members", LONG, space=self.space)
+                if "id" in event:  # (a reply to another request)
+                    continue
+                self.events.append(event)
+                joined, left = ids_of(event.get("joined")), ids_of(event.get("left"))
+                self.members |= {a for a in joined if a not in left}
+                self.members -= {a for a in left if a not in joined}
+                if agent in ids_of(event.get(field)):
+                    return
+
+
+async def page(client: WsClient, space: str) -> list[str]:
+    """Every member, paged with ``space.members`` requests (the truth)."""
+    out: list[str] = []
+    cursor = None
+    while True:
+        msg: dict[str, Any] = {"type": "space.members", "space": space, "limit": 2}
+        if cursor is not None:
+            msg["cursor"] = cursor
+        reply = await client.request(msg, timeout=LONG)
+        assert reply["type"] == "space.members", reply
+        out += reply["members"]
+        cursor = reply.get("next_cursor")
+        if cursor is None:
+            return out
+
+
+@pytest.mark.redis
+async def test_a_leave_held_by_a_killed_node_is_told_by_its_reaper(redis_server, hub_process):
+    """x and y on node A leave inside A's window (held: a long interval), then
+    A is killed: the observer on B still hears both leave — the reaper tells
+    what A held (the held leave used to be lost with A)."""
+    prefix = f"t{secrets.token_hex(3)}"
+    common = {"redis_url": redis_server.url, "redis_prefix": prefix, **FAST_NODES}
+    a = hub_process(node_id=f"{prefix}-a", member_events_interval=5.0, **common)
+    b = hub_process(node_id=f"{prefix}-b", member_events_interval=0.2, **common)
+    x = await WsClient.connect(a.url, "x", heartbeat=True)
+    y = await WsClient.connect(a.url, "y", heartbeat=True)
+    await x.join("room")  # opens A's window for 5 s
+    await y.join("room")
+    o = await Observer(await WsClient.connect(b.url, "o", heartbeat=True), "room").start()
+    assert o.members == {"o", "x", "y"}
+    for agent in (y, x):  # held in A's window
+        assert (await agent.request({"type": "space.leave", "space": "room"}))["type"] == (
+            "space.left"
+        )
+    os.kill(a.proc.pid, signal.SIGKILL)
+    await o.until("left", "x")
+    if "y" in o.members:
+        await o.until("left", "y")
+    assert o.members == {"o"}, o.events
+    assert await page(o.client, "room") == ["o"]
+    await o.client.close()
+
+
+@pytest.mark.redis
+async def test_a_leave_held_then_a_rejoin_on_another_node_keeps_the_member(
+    redis_server, hub_process
+):
+    """m closes on A (its leave held in A's window), reconnects to B and
+    rejoins, told at once by B; A's window then tells the leave. Observers on
+    both nodes (no member lists: members_list_limit 1) still count m in: the
+    late leave lists m in both joined and left (it used to drop m)."""
+    prefix = f"t{secrets.token_hex(3)}"
+    common = {"redis_url": redis_server.url, "redis_prefix": prefix, "members_list_limit": 1}
+    a = hub_process(node_id=f"{prefix}-a", member_events_interval=4.0, **common)
+    b = hub_process(node_id=f"{prefix}-b", member_events_interval=0, **common)  # never holds
+    m = await WsClient.connect(a.url, "m")
+    await m.join("room")  # told at once; opens A's window
+    oa = await Observer(await WsClient.connect(a.url, "oa", heartbeat=True), "room").start()
+    ob = await Observer(await WsClient.connect(b.url, "ob", heartbeat=True), "room").start()
+    assert "m" in oa.members and "m" in ob.members  # its join was told
+    h = await WsClient.connect(a.url, "h", heartbeat=True)
+    await h.join("room")  # held
+    await m.close()  # its leave is held in A's window
+    async with asyncio.timeout(LONG):
+        while True:  # until A has let m's id go
+            m2 = await WsClient.connect(b.url, "m", registered=False)
+            with contextlib.suppress(ConnectionClosed):
+                first = await m2.recv(LONG)
+                if first.get("type") == "agent.registered":
+                    m2.registered = first
+                    m2.start_heartbeat()
+                    break
+            await m2.close()
+    await m2.join("room")  # told at once by B: before A's window tells m's leave
+    for o in (oa, ob):
+        await o.until("left", "m")
+    truth = set(await page(ob.client, "room"))
+    assert truth == {"oa", "ob", "h", "m"}
+    for o in (oa, ob):
+        assert o.members == truth, (o.client.agent_id, o.events)
+    for c in (oa.client, ob.client, h, m2):
+        await c.close()

@@ -3,6 +3,7 @@ and node liveness — four small protocols, one store (memory or Redis) for all.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -56,10 +57,18 @@ class AgentsPage:
 
 @dataclass(frozen=True, slots=True)
 class ReapedAgent:
-    """An agent removed because its node stopped refreshing its presence."""
+    """An agent removed because its node stopped refreshing its presence.
+
+    ``spaces``: the memberships taken out. ``held``: the spaces the agent had
+    left on the dead node whose ``left`` that node still held, unannounced
+    (:meth:`Memberships.note_departures`) — due too, unless the agent is a
+    member again. An agent that had gone from the dead node altogether
+    (closed: its ``offline`` was told) comes with only ``held``, and an
+    empty connection id in its record."""
 
     record: AgentRecord
     spaces: tuple[str, ...]
+    held: tuple[str, ...] = ()
 
 
 class AgentClaims(Protocol):
@@ -115,6 +124,17 @@ class Memberships(Protocol):
 
     async def space_sizes(self) -> dict[str, int]:
         """Every space with at least one member, and its member count."""
+        ...
+
+    async def note_departures(self, space: str, agent_ids: Sequence[str]) -> None:
+        """This node holds the announcement of these agents' leaving ``space``
+        (its coalescing window is open, contract §21): noted, before the
+        memberships go, so that the reaper of this node announces them
+        should it die first (:attr:`ReapedAgent.held`). Idempotent."""
+        ...
+
+    async def forget_departures(self, space: str, agent_ids: Sequence[str]) -> None:
+        """The noted departures were announced: the notes go."""
         ...
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, bisect_right, insort
+from collections.abc import Sequence
 from itertools import islice
 
 from hub.cluster.presence.base import (
@@ -61,6 +62,7 @@ class MemoryPresence:
         self._ids: list[str] = []
         self._by_capability: dict[str, list[str]] = {}
         self._capabilities: list[str] = []  # sorted, for prefix filters
+        self._departing: set[tuple[str, str]] = set()
 
     async def start(self) -> None:
         return None
@@ -229,6 +231,13 @@ class MemoryPresence:
 
     async def space_sizes(self) -> dict[str, int]:
         return {space: len(m.order) for space, m in self._spaces.items()}
+
+    # A single node is never reaped: its notes are kept only to be dropped.
+    async def note_departures(self, space: str, agent_ids: Sequence[str]) -> None:
+        self._departing.update((space, a) for a in agent_ids)
+
+    async def forget_departures(self, space: str, agent_ids: Sequence[str]) -> None:
+        self._departing.difference_update((space, a) for a in agent_ids)
 
     # A single node is never dead to itself and never loses its data.
     async def touch_node(self) -> bool:

@@ -37,6 +37,8 @@ its registration is reaped by the survivors, who announce the departures.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from hub.cluster.presence.base import (
     AgentRecord,
     AgentsPage,
@@ -223,6 +225,22 @@ class RedisPresence(RedisStore):
 
     async def space_sizes(self) -> dict[str, int]:
         return await self._directory.space_sizes()
+
+    # ── leaves held unannounced (this node's coalescing windows) ────────
+
+    async def note_departures(self, space: str, agent_ids: Sequence[str]) -> None:
+        if agent_ids:
+            with self._command("note_departures"):
+                await self._client.sadd(
+                    self._keys.departing(self.node_id), *(f"{space} {a}" for a in agent_ids)
+                )
+
+    async def forget_departures(self, space: str, agent_ids: Sequence[str]) -> None:
+        if agent_ids:
+            with self._command("forget_departures"):
+                await self._client.srem(
+                    self._keys.departing(self.node_id), *(f"{space} {a}" for a in agent_ids)
+                )
 
     # ── node liveness (hub/cluster/presence/redis_liveness.py) ──────────
 

@@ -12,8 +12,9 @@ every beat. A node silent for ``dead_after`` is reaped by one of the others:
 5. per agent: the intents dropped and, if the dead connection still holds
    the id, the record (then the directory's entries);
 6. the shards' entries dropped, the node marked reaped (if it had agents: a
-   paused node learns on waking that its agents were announced gone), and
-   only then the node itself.
+   paused node learns on waking that its agents were announced gone), the
+   leaves it held unannounced (``P:departing``, read in step 2 and returned
+   as :attr:`ReapedAgent.held`) dropped, and only then the node itself.
 
 Every step is conditional on the dead connection, so a reaper that dies
 half-way leaves the node (its lease runs out) to the next, which redoes
@@ -24,7 +25,6 @@ step for all the agents of all the dead nodes.
 from __future__ import annotations
 
 import contextlib
-import re
 import secrets
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -45,13 +45,12 @@ from hub.cluster.presence.redis_scripts import (
     TOUCH_LUA,
     PresenceKeys,
 )
+from hub.cluster.presence.redis_scripts import origin as _origin
 from hub.cluster.redis_store import Call, run_all
 from hub.errors import BackplaneUnavailable
 
 #: Calls per pipeline when a step runs for many agents.
 BATCH = 500
-#: A tombstone's name: the node id it stands for, ``~`` and 8 hex digits.
-_TOMB = re.compile(r"^(.*)~[0-9a-f]{8}$")
 
 
 class RedisLiveness:
@@ -112,9 +111,13 @@ class RedisLiveness:
         """
         with contextlib.suppress(BackplaneUnavailable):
             shards = self._shards(self.node_id)
-            found = await self._batched("start", [(None, "EXISTS", [k]) for k in shards])
-            held = [k for k, n in zip(shards, found, strict=True) if n]
-            if not held:
+            departing = self._keys.departing(self.node_id)
+            found = await self._batched(
+                "start", [(None, "EXISTS", [k]) for k in (*shards, departing)]
+            )
+            *found_shards, left_departing = found
+            held = [k for k, n in zip(shards, found_shards, strict=True) if n]
+            if not held and not left_departing:
                 return
             tomb = f"{self.node_id}~{secrets.token_hex(4)}"
             nodes = self._keys.nodes
@@ -122,6 +125,8 @@ class RedisLiveness:
             renames: list[Call] = [
                 (None, "RENAME", [k, self._keys.node_agents(tomb, shards.index(k))]) for k in held
             ]
+            if left_departing:  # leaves it held unannounced: the reaper tells them
+                renames.append((None, "RENAME", [departing, self._keys.departing(tomb)]))
             await self._batched("start", renames)
             with self._command("start"):
                 await self._client.zadd(nodes, {tomb: 0})
@@ -144,7 +149,11 @@ class RedisLiveness:
         """Graceful shutdown: gone from the registry, or — with agents still
         registered — marked long dead, for the next reaper to announce them."""
         counts = await self._batched(
-            "leave_cluster", [(None, "HLEN", [k]) for k in self._shards(self.node_id)]
+            "leave_cluster",
+            [
+                *((None, "HLEN", [k]) for k in self._shards(self.node_id)),
+                (None, "SCARD", [self._keys.departing(self.node_id)]),
+            ],
         )
         flag = "1" if any(counts) else "0"
         await self._call("leave_cluster", self._leave, [self._keys.nodes], [self.node_id, flag])
@@ -213,9 +222,23 @@ class RedisLiveness:
         if not dead:
             return []
         held = await self._held(dead)
+        departing = await self._departing(dead)
         reaped = await self._reap(held)
         await self._drop_nodes(dead, held)
-        return reaped
+        return _with_departures(reaped, departing)
+
+    async def _departing(self, dead: list[str]) -> list[tuple[str, str, str]]:
+        """(node, space, agent) of every leave the dead nodes held unannounced."""
+        found = await self._batched(
+            "reap_dead_nodes", [(None, "SMEMBERS", [self._keys.departing(n)]) for n in dead]
+        )
+        out: list[tuple[str, str, str]] = []
+        for node, entries in zip(dead, found, strict=True):
+            for entry in sorted(e.decode() for e in entries):
+                space, _, agent = entry.partition(" ")
+                if agent:
+                    out.append((node, space, agent))
+        return out
 
     async def _held(self, dead: list[str]) -> list[tuple[str, str, str, str]]:
         """(node, shard key, agent, conn) of every agent the dead nodes listed."""
@@ -292,6 +315,7 @@ class RedisLiveness:
         calls: list[Call] = [
             (None, "SET", [self._keys.reaped(node), "1", "EX", 86400]) for node in sorted(had)
         ]
+        calls += [(None, "DEL", [self._keys.departing(node)]) for node in dead]
         await self._batched("reap_dead_nodes", calls)
         with self._command("reap_dead_nodes"):
             await self._client.zrem(self._keys.nodes, *dead)
@@ -305,7 +329,22 @@ def _pairs(flat: Any) -> Iterator[tuple[bytes, bytes]]:
         yield from zip(flat[::2], flat[1::2], strict=True)
 
 
-def _origin(node: str) -> str:
-    """The node id a tombstone stands for (itself when it is not one)."""
-    match = _TOMB.match(node)
-    return match.group(1) if match else node
+def _with_departures(
+    reaped: list[ReapedAgent], departing: list[tuple[str, str, str]]
+) -> list[ReapedAgent]:
+    """The reaped agents with the leaves their dead nodes held (``held``); an
+    agent that had gone from its node altogether is added with only those."""
+    if not departing:
+        return reaped
+    held: dict[tuple[str, str], list[str]] = {}
+    for node, space, agent in departing:
+        held.setdefault((_origin(node), agent), []).append(space)
+    out: list[ReapedAgent] = []
+    for r in reaped:
+        spaces = held.pop((r.record.node_id, r.record.agent_id), None)
+        out.append(r if spaces is None else ReapedAgent(r.record, r.spaces, tuple(spaces)))
+    out += [
+        ReapedAgent(AgentRecord(agent, node, ""), (), tuple(spaces))
+        for (node, agent), spaces in held.items()
+    ]
+    return out

@@ -12,6 +12,8 @@ versions there)::
     space's slot   P:members:{space}        ZSET  agent -> join number (oldest first)
                    P:member-conns:{space}   HASH  agent -> conn holding the membership
     shard b        P:node-agents:{b}:NODE   HASH  agent -> conn, NODE's agents (by agent)
+                   P:departing:{b}:NODE     SET   "space agent": leaves NODE holds unannounced
+                                                  (its coalescing window; b: NODE's shard)
                    P:agent-index:{b}        ZSET  agent ids (score 0): the directory
                    P:space-sizes:{b}        HASH  space -> 1, spaces that may be non-empty
     capability's   P:cap:{capability}       ZSET  agent ids declaring it (score 0)
@@ -41,11 +43,20 @@ reaper then checks (see :mod:`hub.cluster.presence.redis`). Times are Redis
 from __future__ import annotations
 
 import functools
+import re
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 #: Shards of the per-node, directory and space indexes on a Redis Cluster.
 SHARDS = 16
+#: A tombstone's name: the node id it stands for, ``~`` and 8 hex digits.
+TOMB = re.compile(r"^(.*)~[0-9a-f]{8}$")
+
+
+def origin(node: str) -> str:
+    """The node id a tombstone stands for (itself when it is not one)."""
+    match = TOMB.match(node)
+    return match.group(1) if match else node
 
 
 @functools.cache
@@ -105,6 +116,11 @@ class PresenceKeys:
 
     def node_agents(self, node_id: str, shard: int) -> str:
         return self._sharded("node-agents", shard, f":{node_id}")
+
+    def departing(self, node_id: str) -> str:
+        """The leaves ``node_id`` holds unannounced, in the shard of the node
+        id (a tombstone's: of the node it stands for, so it renames there)."""
+        return self._sharded("departing", self.shard_of(origin(node_id)), f":{node_id}")
 
     def agent_index(self, shard: int) -> str:
         return self._sharded("agent-index", shard)
