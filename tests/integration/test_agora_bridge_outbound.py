@@ -461,8 +461,10 @@ async def test_a_queued_request_times_out_from_its_arrival(hub, remote, agents):
     queued = await send(alice, {"body": "2"})
     answer = await answer_to(alice, queued)
     assert answer["data"]["error"] == "Timeout"
+    # From its arrival, not from when a slot freed (the first call's own
+    # timeout frees it at about the same time: whether the queued one was
+    # sent in that instant is a race, not what is checked here).
     assert loop.time() - began < 1.6
-    assert len(target.calls) == 1  # it never got a slot
     release.set()
 
 
