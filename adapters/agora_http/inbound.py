@@ -300,8 +300,10 @@ class AgoraHttpInbound:
         text = data.pop("text", None)
         largest = len(orjson.dumps(data)) + FRAME_ROOM
         if isinstance(text, str):
-            size = len(text.encode())
-            largest += self._stream_chunk if size > self._stream_threshold else size
+            raw = text.encode()
+            if len(raw) > self._stream_threshold:  # streamed: its first chunk rides along
+                text = raw[: self._stream_chunk].decode(errors="ignore")
+            largest += len(orjson.dumps(text))  # as written: escapes take up to 6 bytes
         if largest > self._max_frame_bytes:
             raise AgoraHttpError.transport(
                 413,

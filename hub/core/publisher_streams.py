@@ -180,6 +180,8 @@ class PublisherStreams:
                 )
             denied = admit(msg.space, msg.data, rid)
             if denied:
+                if msg.to is not None:  # not a member: it opens addressed or not at all
+                    self.refused_addressed(event_id)
                 return denied
             if len(self._open) >= self.max_streams:
                 raise ProtocolError(

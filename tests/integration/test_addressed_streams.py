@@ -103,6 +103,13 @@ async def test_an_addressed_first_delta_refused_for_any_reason_never_opens_it_fo
         assert err["code"] == "INVALID_REQUEST" and err["request_id"] == f"first{n}", err
         err = await alice.request(_delta(f"m{n}", "secret", id=f"later{n}"))
         assert err["code"] == "INVALID_REQUEST" and "with its to" in err["message"], err
+    # Not a member yet (the space refuses it): joining does not open it for all.
+    dave = await WsClient.connect(server.url, "dave")
+    err = await dave.request(_delta("d1", "secret", to="bob", id="early"))
+    assert err["type"] == "error" and err["request_id"] == "early", err
+    await dave.join(SPACE)
+    err = await dave.request(_delta("d1", "secret", id="joined"))
+    assert err["code"] == "INVALID_REQUEST" and "with its to" in err["message"], err
     await alice.send(_delta("busy", "held", to="carol"))  # the one open stream
     err = await alice.request(_delta("full", "secret", to="bob", id="over"))
     assert err["code"] == "RATE_LIMITED" and err["request_id"] == "over", err
@@ -117,7 +124,8 @@ async def test_an_addressed_first_delta_refused_for_any_reason_never_opens_it_fo
     await carol.wait_for("space.event", event_id=ok["event_id"])
     assert all(_no_frame_of(carol, f"alice/{s}") for s in ("m0", "m1", "m2", "full"))
     assert all(_no_frame_of(bob, f"alice/m{n}") for n in range(3))
-    await _close(alice, bob, carol)
+    assert _no_frame_of(carol, "dave/d1") and _no_frame_of(bob, "dave/d1")
+    await _close(alice, bob, carol, dave)
 
 
 async def test_to_on_a_later_delta_is_refused_and_the_stream_goes_on(hub):

@@ -238,6 +238,9 @@ async def test_a_string_body_too_large_for_one_frame_is_refused_whole(weather):
     await agent.join(SPACE)
     status, reply = await call("POST", agora(server), {"body": "x" * 1_040_000})
     assert status == 413 and "one hub frame" in reply["error"], reply
+    # Counted as written: a control character is six bytes of JSON (\u0001).
+    status, reply = await call("POST", agora(server), {"body": "\x01" * 171_000})
+    assert status == 413 and "one hub frame" in reply["error"], reply
 
     loop = asyncio.get_running_loop()
     body = "y" * 1_000_000

@@ -100,6 +100,8 @@ class StatusPage:
             if self._authenticated(request):
                 return _html(self._page)
         except Throttled as exc:
+            if bearer_of(request) is not None:  # a script's request: JSON, as the API's
+                return exc.error().response()
             return self._login_page(str(exc), 429, exc.headers())
         return _html(self._login.replace(_LOGIN_MESSAGE, ""))
 
