@@ -396,6 +396,18 @@ class McpServer:
                 return await self._tools_call(request, caller, message, None, modern=True)
             case "subscriptions/listen":
                 return await self._listen(request, caller, message)
+            case "resources/subscribe" | "resources/unsubscribe":
+                # Sessions are the handshake revision's: subscribing needs one
+                # (-32602, after the space's own check), unsubscribing stops nothing.
+                resources = self._resources()
+                follow = (
+                    resources.subscribe
+                    if message.method == "resources/subscribe"
+                    else resources.unsubscribe
+                )
+                result = results.finish(
+                    await follow(None, caller, message.id, message.params), modern=True
+                )
             case _:
                 result = results.finish(await self._read_resources(caller, message), modern=True)
         return http.answer(request, jsonrpc.result_response(message.id, result))

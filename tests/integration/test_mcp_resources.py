@@ -65,6 +65,13 @@ async def test_spaces_are_listed_read_and_templated(hub, http):
     modern = McpHttp(http, server.http_url, agent_id="alice", modern=True)
     again = (await modern.rpc("resources/read", {"uri": "agora://spaces/lab"})).result
     assert again["resultType"] == "complete" and again["contents"][0]["text"] == content["text"]
+    # Following needs a session, which that revision has none of (mcp.md): -32602, 400;
+    # unsubscribing stops nothing.
+    refused = await modern.rpc("resources/subscribe", {"uri": "agora://spaces/lab"})
+    assert refused.status == 400 and refused.error["code"] == -32602, refused.body
+    assert "needs a session" in refused.error["message"]
+    stopped = await modern.rpc("resources/unsubscribe", {"uri": "agora://spaces/lab"})
+    assert stopped.result["resultType"] == "complete"
     await bob.close()
 
 
