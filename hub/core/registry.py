@@ -41,6 +41,9 @@ class Registry(Generic[M]):
     """Local members by connection id and agent id, and local space membership."""
 
     def __init__(self, on_stream_stop: OnStop | None = None) -> None:
+        #: Ends a relayed stream whose id is opened again before its last
+        #: frame came (the node's sweep sets it: a hub cancel to its audience).
+        self.on_reopened: Callable[[RelayedStream[M], float], None] | None = None
         #: Every local member by connection id, registered before its agent
         #: id is claimed so a concurrent duplicate can probe it.
         self.connections: dict[str, M] = {}
@@ -172,6 +175,14 @@ class Registry(Generic[M]):
         audience: dict[M, None] | list[M]
         if stream is not None:
             if op is StreamOp.OPEN:
+                reopened = self.on_reopened
+                if reopened is not None and stream in self.streams:
+                    # Opened again before its last frame came here: a stream id
+                    # is open once per connection, so the one that had it is
+                    # gone (its node died). It ends first, never continued.
+                    old = self.streams.record(stream)
+                    assert old is not None
+                    reopened(old, now)
                 audience = {m: None for m in self._narrow(members, to) if m.agent_id != exclude}
                 self.streams.open(stream, space, audience, now, to is not None)
                 exclude = None

@@ -115,6 +115,10 @@ class StreamAudiences(Generic[M]):
             stream_id, space, publisher, audience, now, addressed, opened=now
         )
 
+    def record(self, stream_id: str) -> RelayedStream[M] | None:
+        """The stream's record on this node (None: none, or ended)."""
+        return self._streams.get(stream_id)
+
     def audience(self, stream_id: str, op: StreamOp, now: float) -> dict[M, None] | None:
         """The audience of a later frame of the stream; None if this node has none.
 

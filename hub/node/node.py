@@ -261,6 +261,10 @@ class Node:
             s, self.registry, self.dispatcher, preframe=preframe, log=self.log,
             claims=self.presence,
         )  # fmt: skip
+        # A stream id opened again ends the stream that had it first.
+        self.registry.on_reopened = lambda record, now: self.sweeper.end(
+            record, "publisher_disconnected", now
+        )
         self._sweeper: asyncio.Task[None] | None = None
         self._beat: asyncio.Task[None] | None = None
         self._started = False

@@ -87,7 +87,7 @@ class Sweeper:
         # Streams whose publisher's node went away without a last frame: their
         # audience here gets a hub cancel, through the one fan-out loop.
         for record in self.registry.idle_streams(now, idle * 2):
-            self._end(record, "idle_timeout", now)
+            self.end(record, "idle_timeout", now)
         await self._end_orphans(now)
 
     async def _end_orphans(self, now: float) -> None:
@@ -107,16 +107,17 @@ class Sweeper:
                 session = here.session
                 if session is None or record.stream_id in session.streams_in(record.space):
                     continue
-                self._end(record, "publisher_disconnected", now)
+                self.end(record, "publisher_disconnected", now)
                 continue
             try:
                 holder = await self.claims.get_agent(record.publisher)
             except BackplaneUnavailable:
                 return  # the cluster cannot tell now: the next sweep asks again
             if holder is None or _connected_after(holder.connected_at, record, now):
-                self._end(record, "publisher_disconnected", now)
+                self.end(record, "publisher_disconnected", now)
 
-    def _end(self, record: RelayedStream[Any], reason: str, now: float) -> None:
+    def end(self, record: RelayedStream[Any], reason: str, now: float) -> None:
+        """End a relayed stream here: a hub cancel with ``reason`` to its audience."""
         notice = codec.cancel_notice(record.space, record.stream_id, record.publisher, reason)
         self.registry.deliver(
             record.space,

@@ -353,6 +353,38 @@ async def test_a_stream_of_a_killed_node_ends_even_when_its_publisher_is_back_at
     await back.close()
 
 
+async def test_a_stream_id_reused_after_its_node_was_killed_ends_the_old_stream_first(
+    cluster, clients
+):
+    """The publisher back at once, opening a stream with the same id again
+    (ids are unique among one connection's streams only): receivers get the
+    old stream's end (``publisher_disconnected``) before the new one's first
+    delta — the new text never continues the old (outside audit: it did)."""
+    n0, n1 = cluster(2, stream_idle_timeout=300.0)
+    pub = await WsClient.connect(n0.url, "pub", heartbeat=True)
+    receiver = await clients(n1.url, "receiver")
+    await receiver.join("room")
+    await pub.join("room")
+    chunks = receiver.stream_events("room")
+    delta = {"type": "space.event.delta", "space": "room", "event_id": "k"}
+    await pub.send({**delta, "data": {"text": "OLD-"}})
+    first = await next_matching(chunks, lambda m: isinstance(m, StreamChunk))
+    assert (first.kind, first.event_id) == ("delta", "pub/k")
+    os.kill(n0.proc.pid, signal.SIGKILL)
+    back = await back_on(n1, "pub")
+    await back.join("room")
+    await back.send({**delta, "data": {"text": "new"}})
+    await back.send({"type": "space.event.done", "space": "room", "event_id": "k"})
+    seen = []
+    while not seen or seen[-1][0] != "done":
+        chunk = await next_matching(
+            chunks, lambda m: isinstance(m, StreamChunk) and m.event_id == "pub/k", timeout=30
+        )
+        seen.append((chunk.kind, chunk.reason if chunk.kind == "cancel" else chunk.text))
+    assert seen == [("cancel", "publisher_disconnected"), ("delta", "new"), ("done", "")], seen
+    await back.close()
+
+
 async def test_an_agent_back_at_once_from_a_killed_node_is_offline_then_online(cluster, clients):
     """Its id taken over from a dead node, the old connection is announced
     ``offline`` before the new one ``online`` — as for a holder replaced on a
