@@ -241,10 +241,7 @@ async def test_a_sender_cancels_a_call(hub, remotes):
     server = await hosting(hub, outbound)
     alice = await member(server)
     request = await send(alice, {"text": "hang"})
-    first = await alice._until(
-        lambda m: m.get("from") == BRIDGE and (m.get("data") or {}).get("in_reply_to") == request,
-        15,
-    )
+    first = await first_frame(alice, request)
     assert first["type"] == "space.event.delta" and first["data"]["text"] == "working… "
     cancel = await send(alice, {"cancel": True, "event_id": request})
     done = await answer_to(alice, cancel)

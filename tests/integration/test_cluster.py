@@ -326,6 +326,28 @@ async def back_on(node: Any, agent_id: str) -> WsClient:
                 await asyncio.sleep(0.2)
 
 
+async def _stream_then_killed(
+    cluster: Any, clients: Any, event_id: str, text: str
+) -> tuple[Any, WsClient]:
+    """``pub`` on node 0 opens stream ``event_id`` to ``receiver`` on node 1;
+    node 0 is SIGKILLed and ``pub`` is back at once on node 1, in the space:
+    the receiver's stream events and ``pub``'s new connection."""
+    n0, n1 = cluster(2, stream_idle_timeout=300.0)
+    pub = await WsClient.connect(n0.url, "pub", heartbeat=True)
+    receiver = await clients(n1.url, "receiver")
+    await receiver.join("room")
+    await pub.join("room")
+    chunks = receiver.stream_events("room")
+    await pub.send({"type": "space.event.delta", "space": "room", "event_id": event_id,
+                    "data": {"text": text}})  # fmt: skip
+    first = await next_matching(chunks, lambda m: isinstance(m, StreamChunk))
+    assert (first.kind, first.event_id) == ("delta", f"pub/{event_id}")
+    os.kill(n0.proc.pid, signal.SIGKILL)
+    back = await back_on(n1, "pub")
+    await back.join("room")
+    return chunks, back
+
+
 async def test_a_stream_of_a_killed_node_ends_even_when_its_publisher_is_back_at_once(
     cluster, clients
 ):
@@ -333,19 +355,7 @@ async def test_a_stream_of_a_killed_node_ends_even_when_its_publisher_is_back_at
     after its node died (the SDKs do): the stream was the dead connection's,
     and ends with ``publisher_disconnected`` once that node is reaped — not at
     the idle timeout because the agent id is held again."""
-    n0, n1 = cluster(2, stream_idle_timeout=300.0)
-    pub = await WsClient.connect(n0.url, "pub", heartbeat=True)
-    receiver = await clients(n1.url, "receiver")
-    await receiver.join("room")
-    await pub.join("room")
-    chunks = receiver.stream_events("room")
-    await pub.send({"type": "space.event.delta", "space": "room", "event_id": "long",
-                    "data": {"text": "first words"}})  # fmt: skip
-    first = await next_matching(chunks, lambda m: isinstance(m, StreamChunk))
-    assert (first.kind, first.event_id) == ("delta", "pub/long")
-    os.kill(n0.proc.pid, signal.SIGKILL)
-    back = await back_on(n1, "pub")
-    await back.join("room")
+    chunks, back = await _stream_then_killed(cluster, clients, "long", "first words")
     end = await next_matching(
         chunks, lambda m: isinstance(m, StreamChunk) and m.event_id == "pub/long", timeout=30
     )
@@ -360,19 +370,8 @@ async def test_a_stream_id_reused_after_its_node_was_killed_ends_the_old_stream_
     (ids are unique among one connection's streams only): receivers get the
     old stream's end (``publisher_disconnected``) before the new one's first
     delta — the new text never continues the old (outside audit: it did)."""
-    n0, n1 = cluster(2, stream_idle_timeout=300.0)
-    pub = await WsClient.connect(n0.url, "pub", heartbeat=True)
-    receiver = await clients(n1.url, "receiver")
-    await receiver.join("room")
-    await pub.join("room")
-    chunks = receiver.stream_events("room")
+    chunks, back = await _stream_then_killed(cluster, clients, "k", "OLD-")
     delta = {"type": "space.event.delta", "space": "room", "event_id": "k"}
-    await pub.send({**delta, "data": {"text": "OLD-"}})
-    first = await next_matching(chunks, lambda m: isinstance(m, StreamChunk))
-    assert (first.kind, first.event_id) == ("delta", "pub/k")
-    os.kill(n0.proc.pid, signal.SIGKILL)
-    back = await back_on(n1, "pub")
-    await back.join("room")
     await back.send({**delta, "data": {"text": "new"}})
     await back.send({"type": "space.event.done", "space": "room", "event_id": "k"})
     seen = []
